@@ -1,0 +1,262 @@
+"""Evaluate statements, compute ops and graphs with numpy.
+
+Each tensor access becomes a strided *view* over the statement's iteration space (no copies,
+no Python loops): ``P[n,2*y+kh,...]`` is ``as_strided`` with stride ``2*s1`` for y and ``s1`` for kh.
+Pure sum-of-products statements go to ``np.einsum``; everything else is evaluated by broadcasting
+and reduced along the reduction axes. ``dtype=np.float64`` evaluates floats in double precision
+(for verification).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from superopt.ir.compute import Compute
+from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
+from superopt.ir.externs import evaluate_extern
+from superopt.ir.graph import Graph
+from superopt.ir.statement import REDUCE_IDENTITY, Statement
+from superopt.ir.types import DTYPES, TensorType, is_float
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return erf(x).astype(x.dtype, copy=False)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh,
+    "erf": _erf, "sigmoid": _sigmoid, "abs": np.abs, "neg": np.negative, "relu": lambda x: np.maximum(x, 0),
+    "floor": np.floor, "ceil": np.ceil, "reciprocal": lambda x: 1.0 / x, "sin": np.sin, "cos": np.cos,
+    "round": np.round, "not": np.logical_not, "sign": np.sign,
+}
+
+
+def _divide(a, b):
+    a_int = np.issubdtype(np.asarray(a).dtype, np.integer)
+    b_int = np.issubdtype(np.asarray(b).dtype, np.integer)
+    if a_int and b_int:  # C / ONNX semantics: truncate toward zero
+        q = np.abs(a) // np.abs(b)
+        return np.where((np.asarray(a) < 0) ^ (np.asarray(b) < 0), -q, q)
+    return np.divide(a, b)
+
+
+BINARY = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "/": _divide, "max": np.maximum, "min": np.minimum,
+    "pow": np.power, "and": np.logical_and, "or": np.logical_or, "mod": np.mod,
+}
+COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal,
+           "!=": np.not_equal}
+REDUCE = {"+=": np.add, "*=": np.multiply, "max=": np.maximum, "min=": np.minimum}
+
+
+class _Space:
+    """The iteration space of one statement: ordered dims and their extents."""
+
+    def __init__(self, st: Statement) -> None:
+        self.order = [d for d, _ in st.extents]
+        self.ext = st.extent
+        self.axis = {d: i for i, d in enumerate(self.order)}
+
+
+def access_view(arr: np.ndarray, a: Access, space: _Space, pad: float | None, dims: Sequence[str]) -> np.ndarray:
+    """A strided view of ``arr`` as indexed by ``a``, with one axis per dim in ``dims``."""
+    arr = np.asarray(arr)
+    lows: list[int] = []
+    need_pad = False
+    widths = []
+    for axis, (ix, size) in enumerate(zip(a.index, arr.shape)):
+        lo, hi = ix.bounds(space.ext)
+        before, after = max(0, -lo), max(0, hi - size + 1)
+        if before or after:
+            if pad is None:
+                raise IndexError(f"out-of-range access {a}: axis {axis} spans [{lo},{hi}] of extent {size}")
+            need_pad = True
+        widths.append((before, after))
+        lows.append(before)
+    if need_pad:
+        arr = np.pad(arr, widths, constant_values=pad)
+    arr = np.ascontiguousarray(arr)
+    shape = tuple(space.ext[d] if any(ix.coeff(d) for ix in a.index) else 1 for d in dims)
+    if arr.size == 0 or 0 in shape:
+        return np.zeros(shape, arr.dtype)
+    elem = arr.strides
+    offset = sum((ix.const + low) * s for ix, low, s in zip(a.index, lows, elem))
+    strides = tuple(sum(ix.coeff(d) * s for ix, s in zip(a.index, elem)) for d in dims)
+    flat = arr.reshape(-1)
+    return as_strided(flat[offset // arr.itemsize:], shape=shape, strides=strides, writeable=False)
+
+
+def _product_factors(e: Expr) -> list[Expr] | None:
+    if isinstance(e, (Access, Const)):
+        return [e]
+    if isinstance(e, Binary) and e.op == "*":
+        a, b = _product_factors(e.a), _product_factors(e.b)
+        if a is not None and b is not None:
+            return a + b
+    return None
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class _StatementEval:
+    def __init__(self, st: Statement, env: Mapping[str, np.ndarray], float_dtype: np.dtype) -> None:
+        self.st = st
+        self.env = env
+        self.space = _Space(st)
+        self.pad = st.pad_value
+        self.float_dtype = float_dtype
+
+    def run(self, out_type: TensorType) -> np.ndarray:
+        st = self.st
+        out_dtype = self.float_dtype if is_float(out_type.dtype) else np.dtype(DTYPES[out_type.dtype][0])
+        if len(self.space.order) > len(_LETTERS):
+            raise ValueError("statement has too many dimensions")
+        factors = _product_factors(st.expr) if st.reduce == "+=" else None
+        if factors is not None and any(isinstance(f, Access) for f in factors):
+            return self._einsum(factors).astype(out_dtype, copy=False).reshape(st.out_shape)
+        val = np.asarray(self.eval(st.expr))
+        full = tuple(self.space.ext[d] for d in self.space.order)
+        val = np.broadcast_to(val, full)
+        if st.reduce != "=":
+            red_axes = tuple(range(len(st.out_dims), len(full)))
+            val = REDUCE[st.reduce].reduce(val, axis=red_axes, initial=REDUCE_IDENTITY[st.reduce]) \
+                if red_axes else val
+        return np.ascontiguousarray(val, dtype=out_dtype).reshape(st.out_shape)
+
+    def _einsum(self, factors: list[Expr]) -> np.ndarray:
+        letter = {d: _LETTERS[i] for i, d in enumerate(self.space.order)}
+        operands, subs = [], []
+        scale = 1.0
+        for f in factors:
+            if isinstance(f, Const):
+                scale *= f.value
+                continue
+            dims = [d for d in self.space.order if any(ix.coeff(d) for ix in f.index)]
+            operands.append(self._view(f, dims))
+            subs.append("".join(letter[d] for d in dims))
+        # reduction dims referenced by no operand multiply the sum by their extent
+        for d in self.st.reduce_dims:
+            if not any(letter[d] in s for s in subs):
+                scale *= self.space.ext[d]
+        out_sub = "".join(letter[d] for d in self.st.out_dims if any(letter[d] in s for s in subs))
+        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=len(operands) > 2)
+        if scale != 1.0:
+            res = res * scale
+        # output dims referenced by no operand broadcast
+        shape = [self.space.ext[d] if letter[d] in out_sub else 1 for d in self.st.out_dims]
+        return np.broadcast_to(res.reshape(shape), self.st.out_shape)
+
+    def _view(self, a: Access, dims: Sequence[str]) -> np.ndarray:
+        arr = self.env[a.tensor]
+        return access_view(arr, a, self.space, self.pad.get(a.tensor), dims)
+
+    def eval(self, e: Expr):
+        if isinstance(e, Access):
+            return self._view(e, self.space.order)
+        if isinstance(e, Const):
+            if e.dtype == "bool" or isinstance(e.value, bool):
+                return bool(e.value)
+            return e.value  # Python scalar: weakly typed, does not promote arrays
+        if isinstance(e, IndexValue):
+            return self._index_value(e.index)
+        if isinstance(e, Unary):
+            x = self.eval(e.x)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return UNARY[e.fn](np.asarray(x) if not np.isscalar(x) else np.asarray(x, self._scalar_dtype(x)))
+        if isinstance(e, Binary):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return BINARY[e.op](self.eval(e.a), self.eval(e.b))
+        if isinstance(e, Compare):
+            return COMPARE[e.op](self.eval(e.a), self.eval(e.b))
+        if isinstance(e, Where):
+            return np.where(self.eval(e.cond), self.eval(e.a), self.eval(e.b))
+        if isinstance(e, Cast):
+            x = np.asarray(self.eval(e.x))
+            target = self.float_dtype if is_float(e.dtype) else np.dtype(DTYPES[e.dtype][0])
+            if np.issubdtype(target, np.integer) and np.issubdtype(x.dtype, np.floating):
+                x = np.trunc(x)
+            return x.astype(target)
+        raise TypeError(f"cannot evaluate {e!r}")
+
+    def _scalar_dtype(self, x) -> np.dtype:
+        return self.float_dtype if isinstance(x, float) else np.asarray(x).dtype
+
+    def _index_value(self, ix: Affine) -> np.ndarray:
+        n = len(self.space.order)
+        val = np.array(ix.const, dtype=np.int64).reshape((1,) * n)
+        for d, c in ix.terms:
+            shape = [1] * n
+            shape[self.space.axis[d]] = self.space.ext[d]
+            val = val + c * np.arange(self.space.ext[d], dtype=np.int64).reshape(shape)
+        return val
+
+
+def evaluate_statement(st: Statement, env: Mapping[str, np.ndarray], out_type: TensorType,
+                       dtype=np.float32) -> np.ndarray:
+    return _StatementEval(st, env, np.dtype(dtype)).run(out_type)
+
+
+def _as_input(x, t: TensorType, float_dtype: np.dtype, what: str) -> np.ndarray:
+    x = np.asarray(x)
+    if tuple(x.shape) != t.shape:
+        raise ValueError(f"{what} has shape {tuple(x.shape)} but {t.shape} is expected")
+    target = float_dtype if is_float(t.dtype) else np.dtype(DTYPES[t.dtype][0])
+    return np.ascontiguousarray(x, dtype=target)
+
+
+def evaluate_compute(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.ndarray], dtype=np.float32,
+                     keep_temporaries: bool = False) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Run a compute op; ``args`` positional (in ``c.inputs`` order) or by local name."""
+    float_dtype = np.dtype(dtype)
+    if not isinstance(args, Mapping):
+        if len(args) != len(c.inputs):
+            raise ValueError(f"compute op takes {len(c.inputs)} inputs, got {len(args)}")
+        args = dict(zip(c.inputs, args))
+    env = {n: _as_input(args[n], c.type_of[n], float_dtype, f"input {n!r}") for n in c.inputs}
+    for st in c.statements:
+        env[st.out] = evaluate_statement(st, env, c.type_of[st.out], float_dtype)
+    if keep_temporaries:
+        return env
+    return [env[o] for o in c.outputs]
+
+
+def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], dtype=np.float32,
+             keep_intermediates: bool = False) -> dict[str, np.ndarray]:
+    """Run a graph; returns its outputs by name (or every tensor, with ``keep_intermediates``)."""
+    float_dtype = np.dtype(dtype)
+    if not isinstance(inputs, Mapping):
+        inputs = dict(zip(graph.inputs, inputs))
+    missing = [n for n in graph.inputs if n not in inputs]
+    if missing:
+        raise ValueError(f"missing graph input(s) {missing}")
+    env: dict[str, np.ndarray] = {}
+    for n in graph.inputs:
+        env[n] = _as_input(inputs[n], graph.type_of[n], float_dtype, f"graph input {n!r}")
+    for n, c in graph.constants:
+        a = c.array
+        env[n] = a.astype(float_dtype) if is_float(c.type.dtype) else a
+    for node in graph.nodes:
+        ins = [env[i] for i in node.inputs]
+        if node.is_extern:
+            outs = evaluate_extern(node.op.kind, ins, node.op.attr)
+        else:
+            outs = evaluate_compute(node.op, ins, float_dtype)
+        for name, val in zip(node.outputs, outs):
+            t = graph.type_of[name]
+            if tuple(val.shape) != t.shape:
+                raise ValueError(f"node {node.name!r} produced {name!r} with shape {val.shape}, expected {t.shape}")
+            env[name] = val
+    if keep_intermediates:
+        return env
+    return {o: env[o] for o in graph.outputs}

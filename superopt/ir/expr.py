@@ -1,0 +1,244 @@
+"""Scalar expressions evaluated at one point of a statement's iteration space.
+
+An index into a tensor is an :class:`Affine` combination of named dimensions; values are built
+from tensor accesses, constants, index values and the operators below, grouped by kind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+UNARY_FNS = (
+    "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "neg", "relu", "floor", "ceil",
+    "reciprocal", "sin", "cos", "round", "not", "sign",
+)
+BINARY_OPS = ("+", "-", "*", "/", "max", "min", "pow", "and", "or", "mod")
+COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass(frozen=True)
+class Affine:
+    """sum(coeff * dim) + const, with integer coefficients; terms sorted by dim name, no zeros."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(terms: Mapping[str, int] | None = None, const: int = 0) -> Affine:
+        terms = {d: int(c) for d, c in (terms or {}).items() if c != 0}
+        return Affine(tuple(sorted(terms.items())), int(const))
+
+    @staticmethod
+    def dim(name: str) -> Affine:
+        return Affine(((name, 1),), 0)
+
+    def coeff(self, dim: str) -> int:
+        return dict(self.terms).get(dim, 0)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(d for d, _ in self.terms)
+
+    @property
+    def is_plain_dim(self) -> bool:
+        return self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1
+
+    def __add__(self, other: Affine) -> Affine:
+        t = dict(self.terms)
+        for d, c in other.terms:
+            t[d] = t.get(d, 0) + c
+        return Affine.of(t, self.const + other.const)
+
+    def scale(self, k: int) -> Affine:
+        return Affine.of({d: c * k for d, c in self.terms}, self.const * k)
+
+    def substitute(self, mapping: Mapping[str, Affine]) -> Affine:
+        out = Affine.of({}, self.const)
+        for d, c in self.terms:
+            out = out + (mapping[d].scale(c) if d in mapping else Affine.of({d: c}))
+        return out
+
+    def bounds(self, extents: Mapping[str, int]) -> tuple[int, int]:
+        """Smallest and largest value over the box 0 <= dim < extent."""
+        lo = hi = self.const
+        for d, c in self.terms:
+            top = c * (extents[d] - 1)
+            lo += min(0, top)
+            hi += max(0, top)
+        return lo, hi
+
+    def __str__(self) -> str:
+        s = ""
+        for d, c in self.terms:
+            term = d if abs(c) == 1 else f"{abs(c)}*{d}"
+            s += ("-" if c < 0 else ("+" if s else "")) + term
+        if self.const or not s:
+            s += f"+{self.const}" if (s and self.const > 0) else str(self.const)
+        return s
+
+
+class Expr:
+    """Base of scalar expression nodes."""
+
+    def children(self) -> tuple[Expr, ...]:
+        return ()
+
+    def walk(self) -> Iterator[Expr]:
+        yield self
+        for c in self.children():
+            yield from c.walk()
+
+    def accesses(self) -> list[Access]:
+        return [e for e in self.walk() if isinstance(e, Access)]
+
+
+def _fmt_const(v: float | int | bool) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if math.isnan(v):
+        return "nan"
+    r = repr(float(v))
+    return r
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: str = "float32"
+
+    def __str__(self) -> str:
+        return _fmt_const(self.value)
+
+
+@dataclass(frozen=True)
+class IndexValue(Expr):
+    """The value of an affine index expression, used as a number (for masks and iotas)."""
+
+    index: Affine
+
+    def __str__(self) -> str:
+        return f"({self.index})"
+
+
+@dataclass(frozen=True)
+class Access(Expr):
+    tensor: str
+    index: tuple[Affine, ...]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{','.join(map(str, self.index))}]"
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    fn: str
+    x: Expr
+
+    def __post_init__(self) -> None:
+        if self.fn not in UNARY_FNS:
+            raise ValueError(f"unknown unary function {self.fn!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def __str__(self) -> str:
+        return f"{self.fn}({self.x})"
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPS:
+            raise ValueError(f"unknown binary operator {self.op!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def __str__(self) -> str:
+        if self.op in ("+", "-", "*", "/"):
+            return f"({self.a} {self.op} {self.b})"
+        return f"{self.op}({self.a}, {self.b})"
+
+
+@dataclass(frozen=True)
+class Compare(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in COMPARE_OPS:
+            raise ValueError(f"unknown comparison {self.op!r}")
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def __str__(self) -> str:
+        return f"({self.a} {self.op} {self.b})"
+
+
+@dataclass(frozen=True)
+class Where(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.a, self.b)
+
+    def __str__(self) -> str:
+        return f"where({self.cond}, {self.a}, {self.b})"
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    dtype: str
+    x: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def __str__(self) -> str:
+        return f"cast_{self.dtype}({self.x})"
+
+
+def map_expr(e: Expr, fn) -> Expr:
+    """Rebuild ``e`` bottom-up, applying ``fn`` to every rebuilt node."""
+    if isinstance(e, Unary):
+        e = Unary(e.fn, map_expr(e.x, fn))
+    elif isinstance(e, Binary):
+        e = Binary(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    elif isinstance(e, Compare):
+        e = Compare(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    elif isinstance(e, Where):
+        e = Where(map_expr(e.cond, fn), map_expr(e.a, fn), map_expr(e.b, fn))
+    elif isinstance(e, Cast):
+        e = Cast(e.dtype, map_expr(e.x, fn))
+    return fn(e)
+
+
+def substitute_dims(e: Expr, mapping: Mapping[str, Affine]) -> Expr:
+    """Replace dimensions by affine expressions in every index of ``e``."""
+
+    def sub(n: Expr) -> Expr:
+        if isinstance(n, Access):
+            return Access(n.tensor, tuple(a.substitute(mapping) for a in n.index))
+        if isinstance(n, IndexValue):
+            return IndexValue(n.index.substitute(mapping))
+        return n
+
+    return map_expr(e, sub)
+
+
+def rename_tensors(e: Expr, mapping: Mapping[str, str]) -> Expr:
+    return map_expr(e, lambda n: Access(mapping.get(n.tensor, n.tensor), n.index) if isinstance(n, Access) else n)
