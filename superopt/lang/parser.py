@@ -254,7 +254,7 @@ class _Parser:
         t = self.tok
         if t.kind == "num":
             self.next()
-            return Const(int(t.text) if t.text.isdigit() else float(t.text), "float32")
+            return Const(float(t.text), "float32")
         if t.text == "(":
             self.next()
             e = self.expr()
@@ -398,7 +398,7 @@ def _infer_extents(st: _RawStatement, types: Mapping[str, TensorType], src: str,
     return {d: ext[d] for d in used}
 
 
-def _infer_dtype(e: Expr, types: Mapping[str, TensorType], default: str) -> str:
+def infer_dtype(e: Expr, types: Mapping[str, TensorType], default: str) -> str:
     if isinstance(e, Access):
         return types[e.tensor].dtype
     if isinstance(e, Compare):
@@ -408,8 +408,8 @@ def _infer_dtype(e: Expr, types: Mapping[str, TensorType], default: str) -> str:
     if isinstance(e, (Const, IndexValue)):
         return default if not (isinstance(e, Const) and e.dtype == "bool") else "bool"
     if isinstance(e, Where):
-        return _infer_dtype(e.a, types, default)
-    kids = [_infer_dtype(c, types, default) for c in e.children()]
+        return infer_dtype(e.a, types, default)
+    kids = [infer_dtype(c, types, default) for c in e.children()]
     for pref in ("float64", "float32", "int64", "int32", "bool"):
         if pref in kids:
             return pref
@@ -484,7 +484,7 @@ def compile_op(
                           tuple(sorted(st.padding.items())))
         except ValueError as err:
             raise OpLangError(str(err), src, st.out_pos) from None
-        out_t = TensorType(s.out_shape, declared.dtype if declared else _infer_dtype(st.expr, types, dtype))
+        out_t = TensorType(s.out_shape, declared.dtype if declared else infer_dtype(st.expr, types, dtype))
         if declared and declared.shape != s.out_shape:
             raise OpLangError(f"{st.out} is declared {declared} but the statement gives shape {s.out_shape}",
                               src, st.out_pos)

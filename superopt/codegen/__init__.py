@@ -1,0 +1,1 @@
+"""Lowering of a scheduled Compute to a loop nest and to C (``c_emit``)."""

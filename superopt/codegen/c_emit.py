@@ -1,0 +1,446 @@
+"""Emit C (OpenMP, GCC) for a KernelPlan.
+
+The kernel ABI is ``void NAME(void **args)`` with args = inputs (packed where the plan packs them)
+then outputs, each a contiguous row-major buffer. Pack routines are ``void NAME_pack_T(const void*
+src, void *dst)``. Loops carry ``#pragma omp parallel for`` / ``omp simd`` / ``GCC unroll``;
+reductions accumulate in local tiles the compiler keeps in registers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from superopt.codegen.linexpr import Lin
+from superopt.codegen.lower import KernelPlan, Stage, local_shape
+from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
+from superopt.ir.statement import REDUCE_IDENTITY
+from superopt.ir.types import DTYPES, TensorType, is_float
+from superopt.lang.parser import infer_dtype
+
+PRELUDE = r"""#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#define SO_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SO_MIN(a, b) ((a) < (b) ? (a) : (b))
+static inline float so_maxf(float a, float b) { return a != a ? a : (a > b ? a : b); }
+static inline float so_minf(float a, float b) { return a != a ? a : (a < b ? a : b); }
+static inline double so_max(double a, double b) { return a != a ? a : (a > b ? a : b); }
+static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
+static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t so_modl(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline void *so_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
+void so_set_threads(int n) { omp_set_num_threads(n); }
+int so_get_threads(void) { return omp_get_max_threads(); }
+"""
+
+_FLOAT_FN = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
+    "sin": "sin", "cos": "cos", "round": "nearbyint", "abs": "fabs",
+}
+
+
+def ctype(dtype: str) -> str:
+    return DTYPES[dtype][1]
+
+
+def c_float(v: float, dtype: str) -> str:
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    if dtype == "float32":
+        return f"{float(v)!r}f"
+    if dtype == "float64":
+        return repr(float(v))
+    if dtype == "bool":
+        return "true" if v else "false"
+    return str(int(v))
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    name: str
+    code: str  # the kernel and pack functions, without the prelude
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    packs: dict  # input name -> PackLayout
+
+
+class _Emitter:
+    def __init__(self, plan: KernelPlan, name: str) -> None:
+        self.plan = plan
+        self.name = name
+        self.lines: list[str] = []
+        self.ind = 1
+        self.types: dict[str, TensorType] = plan.types
+        self.stages = plan.stages
+        # loop var C names per stage
+        self.var: dict[str, dict[str, str]] = {}
+        for s in self.stages.values():
+            pre = "" if s.attach is None else f"{s.name}_"
+            self.var[s.name] = {lp.name: pre + lp.name for lp in s.loops}
+        self.attached: dict[tuple[str, str], list[Stage]] = {}
+        for s in self.stages.values():
+            if s.attach is not None:
+                self.attached.setdefault(s.attach, []).append(s)
+        self.extents: dict[str, int] = {}  # C var -> extent (for bounds of Lin exprs)
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.ind + text)
+
+    # ---- index algebra ----------------------------------------------------------------------
+    def dim_lin(self, s: Stage, d: str) -> Lin:
+        if d in s.bound:
+            cons = self.stages[s.attach[0]]
+            return Lin.var(self.var[cons.name][s.bound[d]])
+        e = s.dims[d]
+        out = Lin.of({}, e.const)
+        for a, c in e.terms:
+            if isinstance(a, str):
+                out = out + Lin.of({self.var[s.name][a]: c})
+            else:
+                out = out + Lin.of({(a[0], self.var[s.name][a[1]], a[2]): c})
+        return out
+
+    def affine_lin(self, s: Stage, ix: Affine) -> Lin:
+        out = Lin.of({}, ix.const)
+        for d, c in ix.terms:
+            out = out + self.dim_lin(s, d).scale(c)
+        return out
+
+    def buffer_axes(self, tensor: str) -> tuple[tuple[int, ...], list[int] | None]:
+        """Shape of the tensor's buffer and, for an attached temp, the axes kept."""
+        st = self.stages.get(tensor)
+        if st is not None and st.attach is not None:
+            keep = [i for i, d in enumerate(st.stmt.out_dims) if d not in st.bound]
+            return tuple(n for _, n in local_shape(st)), keep
+        if tensor in self.plan.packs:
+            return self.plan.packs[tensor].shape, None
+        return self.types[tensor].shape, None
+
+    def flat_index(self, s: Stage, tensor: str, index: tuple[Affine, ...]) -> str:
+        lins = [self.affine_lin(s, ix) for ix in index]
+        shape, keep = self.buffer_axes(tensor)
+        if keep is not None:
+            lins = [lins[i] for i in keep]
+        if tensor in self.plan.packs:
+            parts = self.plan.packs[tensor].map_index(lins)
+            return self._flat(parts, shape)
+        return self._flat(lins, shape)
+
+    def _flat(self, parts: list, shape: tuple[int, ...]) -> str:
+        stride = 1
+        total = Lin.of()
+        extra: list[str] = []
+        for part, n in reversed(list(zip(parts, shape))):
+            if isinstance(part, tuple):
+                kind, lin, f = part
+                q, r = _divmod(lin, f, self.extents)
+                if kind == "div":
+                    if q is not None:
+                        total = total + q.scale(stride)
+                    else:
+                        extra.append(f"{stride}*(({lin.c()}) / {f})")
+                else:
+                    if r is not None:
+                        total = total + r.scale(stride)
+                    else:
+                        extra.append(f"{stride}*(({lin.c()}) % {f})")
+            else:
+                total = total + part.scale(stride)
+            stride *= n
+        return " + ".join([total.c()] + extra) if extra else total.c()
+
+    # ---- expressions --------------------------------------------------------------------------
+    def expr(self, s: Stage, e: Expr, want: str) -> str:
+        types = self.types
+        if isinstance(e, Access):
+            ref = f"{e.tensor}[{self.flat_index(s, e.tensor, e.index)}]"
+            pad = s.stmt.pad_value.get(e.tensor)
+            if pad is None:
+                return ref
+            conds = []
+            for ix, n in zip(e.index, types[e.tensor].shape):
+                lin = self.affine_lin(s, ix)
+                lo, hi = lin.bounds(self.extents)
+                c = lin.c()
+                if lo < 0:
+                    conds.append(f"({c}) >= 0")
+                if hi >= n:
+                    conds.append(f"({c}) < {n}")
+            if not conds:
+                return ref
+            return f"({' && '.join(conds)} ? {ref} : {c_float(pad, types[e.tensor].dtype)})"
+        if isinstance(e, Const):
+            return c_float(e.value, want if want != "bool" or isinstance(e.value, bool) else "float32")
+        if isinstance(e, IndexValue):
+            lin = self.affine_lin(s, e.index)
+            return f"(({ctype(want) if is_float(want) else 'int64_t'})({lin.c()}))"
+        dt = infer_dtype(e, types, want)
+        fdt = dt if is_float(dt) else "float32"
+        suf = "f" if fdt == "float32" else ""
+        if isinstance(e, Unary):
+            x = self.expr(s, e.x, fdt if e.fn not in ("not", "neg", "abs", "sign") else dt)
+            fn = e.fn
+            if fn in _FLOAT_FN:
+                return f"{_FLOAT_FN[fn]}{suf}({x})"
+            one = c_float(1.0, fdt)
+            return {
+                "rsqrt": f"({one} / sqrt{suf}({x}))",
+                "sigmoid": f"so_sigmoid{suf}({x})",
+                "neg": f"(-({x}))",
+                "relu": f"SO_MAX({x}, 0)",
+                "reciprocal": f"({one} / ({x}))",
+                "not": f"(!({x}))",
+                "sign": f"(({x}) > 0 ? 1 : (({x}) < 0 ? -1 : 0))",
+            }[fn]
+        if isinstance(e, Binary):
+            a, b = self.expr(s, e.a, dt), self.expr(s, e.b, dt)
+            if e.op in ("+", "-", "*", "/"):
+                return f"({a} {e.op} {b})"
+            if e.op in ("max", "min"):
+                return f"so_{e.op}{suf}({a}, {b})" if is_float(dt) else f"SO_{e.op.upper()}({a}, {b})"
+            if e.op == "pow":
+                return f"pow{suf}({a}, {b})"
+            if e.op == "and":
+                return f"({a} && {b})"
+            if e.op == "or":
+                return f"({a} || {b})"
+            if e.op == "mod":
+                return f"so_mod{suf}({a}, {b})" if is_float(dt) else f"so_modl({a}, {b})"
+        if isinstance(e, Compare):
+            kd = infer_dtype(e.a, types, want)
+            kd2 = infer_dtype(e.b, types, want)
+            k = kd if is_float(kd) else kd2
+            return f"({self.expr(s, e.a, k)} {e.op} {self.expr(s, e.b, k)})"
+        if isinstance(e, Where):
+            return f"({self.expr(s, e.cond, 'bool')} ? {self.expr(s, e.a, dt)} : {self.expr(s, e.b, dt)})"
+        if isinstance(e, Cast):
+            inner = infer_dtype(e.x, types, want)
+            return f"(({ctype(e.dtype)})({self.expr(s, e.x, inner)}))"
+        raise TypeError(f"cannot emit {e!r}")
+
+    # ---- loops ---------------------------------------------------------------------------------
+    def loop_bounds(self, s: Stage, loops_in_scope: list[str]) -> dict[str, str]:
+        """Tail bounds: for each tail, bound its innermost loop var by a min()."""
+        out: dict[str, str] = {}
+        self._guards: list[str] = []
+        cvars = self.var[s.name]
+        order = [cvars[lp.name] for lp in s.loops]
+        for lin, limit in s.tails:
+            cl = Lin.of({(cvars[a] if isinstance(a, str) else (a[0], cvars[a[1]], a[2])): c for a, c in lin.terms},
+                        lin.const)
+            inner = max((v for v in cl.vars()), key=order.index)
+            if cl.map.get(inner) == 1:
+                rest = Lin.of({a: c for a, c in cl.terms if a != inner}, cl.const)
+                bound = f"SO_MIN({self.extents[inner]}, {limit} - ({rest.c()}))"
+                out[inner] = bound if inner not in out else f"SO_MIN({out[inner]}, {limit} - ({rest.c()}))"
+            else:
+                self._guards.append(f"({cl.c()}) < {limit}")
+        return out
+
+    def open_loop(self, s: Stage, lp, bounds: dict[str, str], reduction_clause: str = "") -> None:
+        v = self.var[s.name][lp.name]
+        if lp.parallel:
+            self.line("#pragma omp parallel for schedule(static)")
+        if lp.unroll:
+            self.line(f"#pragma GCC unroll {lp.extent}")
+        if lp.vector:
+            self.line("#pragma omp simd" + reduction_clause)
+        self.line(f"for (int {v} = 0; {v} < {bounds.get(v, lp.extent)}; ++{v}) {{")
+        self.ind += 1
+
+    def close(self) -> None:
+        self.ind -= 1
+        self.line("}")
+
+    def emit_stage(self, s: Stage) -> None:
+        st = s.stmt
+        t = self.types[s.name]
+        cvars = self.var[s.name]
+        for lp in s.loops:
+            self.extents[cvars[lp.name]] = lp.extent
+        self.line(f"/* {st} */")
+        if s.attach is not None:
+            size = math.prod(n for _, n in local_shape(s))
+            self.line(f"{ctype(t.dtype)} {s.name}[{size}];")
+        elif s.name not in self.plan.compute.outputs and s.name not in self.plan.compute.inputs:
+            pass  # root temporaries are allocated at kernel entry
+        bounds = self.loop_bounds(s, [])
+        if s.partial:
+            size = math.prod(n for _, n in local_shape(s))
+            ident = c_float(REDUCE_IDENTITY[st.reduce], t.dtype)
+            par = s.loops and s.loops[0].parallel
+            if par:
+                self.line("#pragma omp parallel for simd schedule(static)")
+            self.line(f"for (int so_i = 0; so_i < {size}; ++so_i) {s.name}[so_i] = {ident};")
+        self.emit_loops(s, 0, bounds)
+
+    def out_ref(self, s: Stage) -> str:
+        return f"{s.name}[{self.flat_index(s, s.name, tuple(Affine.dim(d) for d in s.stmt.out_dims))}]"
+
+    def tile_index(self, s: Stage) -> str:
+        tile = s.tile_loops()
+        cv = self.var[s.name]
+        lin = Lin.of()
+        stride = 1
+        for lp in reversed(tile):
+            lin = lin + Lin.of({cv[lp.name]: stride})
+            stride *= lp.extent
+        return lin.c()
+
+    def combine(self, op: str, a: str, b: str, dtype: str) -> str:
+        suf = "f" if dtype == "float32" else ""
+        if op == "+=":
+            return f"{a} + {b}"
+        if op == "*=":
+            return f"{a} * {b}"
+        fn = "max" if op == "max=" else "min"
+        return f"so_{fn}{suf}({a}, {b})" if is_float(dtype) else f"SO_{fn.upper()}({a}, {b})"
+
+    def emit_loops(self, s: Stage, k: int, bounds: dict[str, str]) -> None:
+        st = s.stmt
+        t = self.types[s.name]
+        ct = ctype(t.dtype)
+        acc_at = s.acc_at
+        if k == len(s.loops):
+            val = self.expr(s, st.expr, t.dtype)
+            guard = self._guards
+            pre = f"if ({' && '.join(guard)}) " if guard else ""
+            if st.reduce == "=":
+                self.line(f"{pre}{self.out_ref(s)} = {val};")
+            elif acc_at is not None:
+                acc = "acc" if not s.tile_loops() else f"acc[{self.tile_index(s)}]"
+                self.line(f"{pre}{acc} = {self.combine(st.reduce, acc, val, t.dtype)};")
+            else:
+                ref = self.out_ref(s)
+                self.line(f"{pre}{ref} = {self.combine(st.reduce, ref, val, t.dtype)};")
+            return
+        lp = s.loops[k]
+        is_acc = lp.name == acc_at
+        tile = s.tile_loops() if is_acc else []
+        ident = c_float(REDUCE_IDENTITY.get(st.reduce, 0.0), t.dtype)
+        if is_acc:
+            self.line("{")
+            self.ind += 1
+            if tile:
+                size = math.prod(x.extent for x in tile)
+                self.line(f"{ct} acc[{size}] __attribute__((aligned(64)));")
+                self.line(f"for (int so_i = 0; so_i < {size}; ++so_i) acc[so_i] = {ident};")
+            else:
+                self.line(f"{ct} acc = {ident};")
+        clause = ""
+        if lp.vector and lp.reduce and acc_at is not None and not s.tile_loops():
+            omp = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}[st.reduce]
+            clause = f" reduction({omp}:acc)"
+        self.open_loop(s, lp, bounds, clause)
+        for child in self.attached.get((s.name, lp.name), []):
+            self.emit_stage(child)
+        self.emit_loops(s, k + 1, bounds)
+        self.close()
+        if is_acc:
+            for x in tile:
+                self.open_loop(s, x, bounds)
+            ref = self.out_ref(s)
+            acc = "acc" if not tile else f"acc[{self.tile_index(s)}]"
+            val = self.combine(st.reduce, ref, acc, t.dtype) if s.partial else acc
+            self.line(f"{ref} = {val};")
+            for _ in tile:
+                self.close()
+            self.ind -= 1
+            self.line("}")
+
+    # ---- whole kernel -------------------------------------------------------------------------
+    def kernel(self) -> str:
+        c = self.plan.compute
+        args = list(c.inputs) + list(c.outputs)
+        self.lines = [f"void {self.name}(void **args) {{"]
+        for i, n in enumerate(args):
+            q = "const " if n in c.inputs else ""
+            self.line(f"{q}{ctype(self.types[n].dtype)} *restrict {n} = ({q}{ctype(self.types[n].dtype)} *)args[{i}];")
+        roots = [s for s in self.stages.values() if s.attach is None]
+        temps = [s for s in roots if s.name not in c.outputs]
+        for s in temps:
+            ct = ctype(self.types[s.name].dtype)
+            self.line(f"{ct} *restrict {s.name} = ({ct} *)so_alloc({self.types[s.name].nbytes});")
+        for s in roots:
+            self.emit_stage(s)
+        for s in temps:
+            self.line(f"free({s.name});")
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def pack_fn(self, tensor: str) -> str:
+        lay = self.plan.packs[tensor]
+        ct = ctype(self.types[tensor].dtype)
+        shape = lay.shape
+        lines = [f"void {self.name}_pack_{tensor}(const void *src_, void *dst_) {{",
+                 f"    const {ct} *restrict src = (const {ct} *)src_;",
+                 f"    {ct} *restrict dst = ({ct} *)dst_;"]
+        n_perm = len(lay.perm)
+        # iterate the packed layout; recover the original index of every axis
+        idx_names = [f"a{i}" for i in range(len(shape))]
+        body_ind = "    "
+        for i, n in enumerate(shape):
+            lines.append(body_ind * (i + 1) + f"for (int {idx_names[i]} = 0; {idx_names[i]} < {n}; ++{idx_names[i]})")
+        if lay.split_axis >= 0:
+            a = lay.split_axis
+            outer, rest = idx_names[0], idx_names[1:]
+            permuted = rest[:a] + [f"({outer} * {lay.factor} + {rest[a]})"] + rest[a + 1:]
+        else:
+            permuted = idx_names
+        orig = [""] * n_perm
+        for pos, axis in enumerate(lay.perm):
+            orig[axis] = permuted[pos]
+        src_shape = lay.src_shape
+        flat_src = "0"
+        for ax, n in enumerate(src_shape):
+            flat_src = f"({flat_src}) * {n} + {orig[ax]}"
+        flat_dst = "0"
+        for nm, n in zip(idx_names, shape):
+            flat_dst = f"({flat_dst}) * {n} + {nm}"
+        ind = body_ind * (len(shape) + 1)
+        if lay.split_axis >= 0:
+            a = lay.split_axis
+            lim = src_shape[lay.perm[a]]
+            cond = f"{permuted[a]} < {lim}"
+            lines.append(f"{ind}dst[{flat_dst}] = ({cond}) ? src[{flat_src}] : 0;")
+        else:
+            lines.append(f"{ind}dst[{flat_dst}] = src[{flat_src}];")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _divmod(lin: Lin, f: int, extents: dict[str, int]) -> tuple[Lin | None, Lin | None]:
+    """Split lin = f*q + r exactly when the remainder terms stay in [0, f)."""
+    q, r = {}, {}
+    for a, c in lin.simplify().terms:
+        if c % f == 0:
+            q[a] = c // f
+        else:
+            r[a] = c
+    rc = lin.const % f
+    qc = lin.const // f
+    rl = Lin.of(r, rc)
+    try:
+        lo, hi = rl.bounds(extents)
+    except KeyError:
+        return None, None
+    if lo >= 0 and hi < f:
+        return Lin.of(q, qc), rl
+    return None, None
+
+
+def emit_c(plan: KernelPlan, name: str = "kernel") -> KernelSource:
+    em = _Emitter(plan, name)
+    parts = [em.kernel()]
+    for t in plan.packs:
+        parts.append(em.pack_fn(t))
+    return KernelSource(name, "\n\n".join(parts) + "\n", plan.compute.inputs, plan.compute.outputs, dict(plan.packs))

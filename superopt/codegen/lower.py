@@ -1,0 +1,383 @@
+"""Apply a schedule trace to a Compute, giving a KernelPlan: one loop nest per statement (stage).
+
+Illegal traces raise :class:`ScheduleError` with the reason; a legal trace never changes results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from superopt.codegen.linexpr import Lin
+from superopt.ir.compute import Compute
+from superopt.ir.expr import Access, Affine, Expr, map_expr, substitute_dims
+from superopt.ir.statement import Statement
+from superopt.ir.types import TensorType
+from superopt.schedule.primitives import (
+    CacheWrite,
+    ComputeAt,
+    Fuse,
+    Inline,
+    Pack,
+    Parallel,
+    Primitive,
+    Reorder,
+    Split,
+    Unroll,
+    Vectorize,
+)
+
+MAX_TILE = 4096  # elements of a cache_write tile
+MAX_UNROLL = 64
+MAX_LOCAL_BYTES = 1 << 18  # a compute_at buffer lives on the stack
+
+
+class ScheduleError(ValueError):
+    """An illegal schedule; the message says which primitive and why."""
+
+
+@dataclass
+class Loop:
+    name: str
+    extent: int
+    reduce: bool
+    parallel: bool = False
+    vector: bool = False
+    unroll: bool = False
+
+
+@dataclass
+class Stage:
+    stmt: Statement
+    loops: list[Loop]
+    dims: dict[str, Lin]  # dim -> linear expression over loop atoms
+    tails: list[tuple[Lin, int]] = field(default_factory=list)  # each: lin < limit
+    cache_at: str | None = None
+    attach: tuple[str, str] | None = None  # (consumer stage, consumer loop)
+    bound: dict[str, str] = field(default_factory=dict)  # my out dim -> consumer loop var
+
+    @property
+    def name(self) -> str:
+        return self.stmt.out
+
+    def loop(self, name: str, prim: Primitive) -> Loop:
+        for lp in self.loops:
+            if lp.name == name:
+                return lp
+        raise ScheduleError(f"{prim}: stage {self.name!r} has no loop {name!r} "
+                            f"(loops: {[lp.name for lp in self.loops]})")
+
+    def index_of(self, name: str) -> int:
+        return [lp.name for lp in self.loops].index(name)
+
+    @property
+    def acc_at(self) -> str | None:
+        """Where the accumulator lives: explicit cache_write, else above the innermost reduce suffix."""
+        if self.stmt.reduce == "=":
+            return None
+        if self.cache_at is not None:
+            return self.cache_at
+        k = len(self.loops)
+        while k > 0 and self.loops[k - 1].reduce:
+            k -= 1
+        return self.loops[k].name if k < len(self.loops) else None
+
+    def tile_loops(self) -> list[Loop]:
+        at = self.acc_at
+        if at is None:
+            return []
+        return [lp for lp in self.loops[self.index_of(at):] if not lp.reduce]
+
+    @property
+    def partial(self) -> bool:
+        """True when some reduction happens outside the accumulator (needs an init pass)."""
+        if self.stmt.reduce == "=":
+            return False
+        at = self.acc_at
+        if at is None:
+            return True
+        return any(lp.reduce for lp in self.loops[: self.index_of(at)])
+
+
+@dataclass(frozen=True)
+class PackLayout:
+    """Packed layout of an input: permuted axes, one optionally split (outer part moved first)."""
+
+    perm: tuple[int, ...]
+    split_axis: int
+    factor: int
+    src_shape: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        s = [self.src_shape[p] for p in self.perm]
+        if self.split_axis < 0:
+            return tuple(s)
+        a = self.split_axis
+        outer = math.ceil(s[a] / self.factor)
+        return (outer, *s[:a], self.factor, *s[a + 1:])
+
+    def map_index(self, index: Sequence) -> list:
+        """Original per-axis indices -> packed per-axis (as ('div'|'mod', x, f) for the split axis)."""
+        s = [index[p] for p in self.perm]
+        if self.split_axis < 0:
+            return s
+        a = self.split_axis
+        return [("div", s[a], self.factor), *s[:a], ("mod", s[a], self.factor), *s[a + 1:]]
+
+
+@dataclass
+class KernelPlan:
+    compute: Compute
+    stages: dict[str, Stage]
+    packs: dict[str, PackLayout]
+    types: dict[str, TensorType]
+
+    def consumers_of(self, name: str) -> list[Stage]:
+        return [s for s in self.stages.values() if name in s.stmt.inputs()]
+
+
+def _inline(statements: list[Statement], prim: Inline, outputs: Sequence[str]) -> list[Statement]:
+    prod = next((s for s in statements if s.out == prim.stage), None)
+    if prod is None:
+        raise ScheduleError(f"{prim}: no stage {prim.stage!r}")
+    if prod.reduce != "=":
+        raise ScheduleError(f"{prim}: only elementwise ('=') stages can be inlined, {prim.stage} is a reduction")
+    if prod.out in outputs:
+        raise ScheduleError(f"{prim}: {prim.stage} is a kernel output")
+    out_dims = prod.out_dims
+    result = []
+    for s in statements:
+        if s is prod:
+            continue
+        if prod.out in s.inputs():
+            if prod.out in s.pad_value:
+                raise ScheduleError(f"{prim}: {s.out} reads {prod.out} with padding")
+            pads = dict(s.padding)
+            for t, v in prod.padding:
+                if t in pads and pads[t] != v:
+                    raise ScheduleError(f"{prim}: conflicting padding for {t}")
+                pads[t] = v
+
+            def sub(e: Expr) -> Expr:
+                if isinstance(e, Access) and e.tensor == prod.out:
+                    return substitute_dims(prod.expr, dict(zip(out_dims, e.index)))
+                return e
+
+            s = Statement(s.out, s.out_dims, s.reduce, map_expr(s.expr, sub), s.extents,
+                          tuple(sorted(pads.items())))
+        result.append(s)
+    return result
+
+
+def _new_stage(st: Statement) -> Stage:
+    red = set(st.reduce_dims)
+    loops = [Loop(d, n, d in red) for d, n in st.extents]
+    return Stage(st, loops, {d: Lin.var(d) for d, _ in st.extents})
+
+
+def _substitute(stage: Stage, var: str, repl: Lin) -> None:
+    stage.dims = {d: e.substitute(var, repl) if var in e.vars() else e for d, e in stage.dims.items()}
+    stage.tails = [(e.substitute(var, repl) if var in e.vars() else e, lim) for e, lim in stage.tails]
+
+
+def _fresh(stage: Stage, base: str) -> str:
+    names = {lp.name for lp in stage.loops} | set(stage.dims)
+    name = base
+    k = 2
+    while name in names:
+        name = f"{base}{k}"
+        k += 1
+    return name
+
+
+def lower(compute: Compute, trace: Sequence[Primitive] = ()) -> KernelPlan:
+    statements = list(compute.statements)
+    inlined: set[str] = set()
+    for p in trace:
+        if isinstance(p, Inline):
+            statements = _inline(statements, p, compute.outputs)
+            inlined.add(p.stage)
+    stages = {s.out: _new_stage(s) for s in statements}
+    packs: dict[str, PackLayout] = {}
+    for p in trace:
+        if isinstance(p, Inline):
+            continue
+        if isinstance(p, Pack):
+            if p.stage not in compute.inputs:
+                raise ScheduleError(f"{p}: only kernel inputs can be packed, {p.stage!r} is not one")
+            shape = compute.type_of[p.stage].shape
+            if sorted(p.perm) != list(range(len(shape))):
+                raise ScheduleError(f"{p}: perm {p.perm} is not a permutation of {len(shape)} axes")
+            if p.split_axis >= len(shape) or (p.split_axis >= 0 and p.factor < 1):
+                raise ScheduleError(f"{p}: bad split axis/factor")
+            if any(p.stage in s.stmt.pad_value for s in stages.values()):
+                raise ScheduleError(f"{p}: {p.stage} is read with padding and cannot be packed")
+            packs[p.stage] = PackLayout(tuple(p.perm), p.split_axis, p.factor, shape)
+            continue
+        if p.stage in inlined:
+            raise ScheduleError(f"{p}: stage {p.stage!r} was inlined")
+        stage = stages.get(p.stage)
+        if stage is None:
+            raise ScheduleError(f"{p}: no stage {p.stage!r} (stages: {list(stages)})")
+        _apply(stage, p, stages)
+    plan = KernelPlan(compute, stages, packs, dict(compute.types))
+    _check(plan)
+    return plan
+
+
+def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
+    if isinstance(p, Split):
+        lp = stage.loop(p.loop, p)
+        if p.factor < 1:
+            raise ScheduleError(f"{p}: factor must be positive")
+        if any(isinstance(a, tuple) and a[1] == p.loop for e in stage.dims.values() for a, _ in e.terms):
+            raise ScheduleError(f"{p}: loop {p.loop!r} is a fused loop and cannot be split")
+        k = stage.index_of(p.loop)
+        outer, inner = _fresh(stage, f"{p.loop}_o"), _fresh(stage, f"{p.loop}_i")
+        n_outer = math.ceil(lp.extent / p.factor)
+        stage.loops[k:k + 1] = [Loop(outer, n_outer, lp.reduce), Loop(inner, min(p.factor, lp.extent), lp.reduce)]
+        repl = Lin.of({outer: p.factor, inner: 1})
+        if lp.extent % p.factor and p.factor < lp.extent:
+            stage.tails.append((repl, lp.extent))
+        _substitute(stage, p.loop, repl)
+    elif isinstance(p, Reorder):
+        names = [lp.name for lp in stage.loops]
+        for n in p.order:
+            stage.loop(n, p)
+        if len(set(p.order)) != len(p.order):
+            raise ScheduleError(f"{p}: a loop repeats")
+        slots = sorted(names.index(n) for n in p.order)
+        by_name = {lp.name: lp for lp in stage.loops}
+        for slot, n in zip(slots, p.order):
+            stage.loops[slot] = by_name[n]
+    elif isinstance(p, Fuse):
+        a, b = stage.loop(p.outer, p), stage.loop(p.inner, p)
+        ia, ib = stage.index_of(p.outer), stage.index_of(p.inner)
+        if ib != ia + 1:
+            raise ScheduleError(f"{p}: loops must be adjacent, outer then inner")
+        if a.reduce != b.reduce:
+            raise ScheduleError(f"{p}: cannot fuse a reduction loop with a spatial loop")
+        if any({p.outer, p.inner} & e.vars() for e, _ in stage.tails):
+            raise ScheduleError(f"{p}: a loop with a tail (non-dividing split) cannot be fused")
+        name = _fresh(stage, f"{p.outer}_{p.inner}")
+        stage.loops[ia:ib + 1] = [Loop(name, a.extent * b.extent, a.reduce)]
+        _substitute(stage, p.outer, Lin.var(("/", name, b.extent)))
+        _substitute(stage, p.inner, Lin.var(("%", name, b.extent)))
+    elif isinstance(p, Vectorize):
+        stage.loop(p.loop, p).vector = True
+    elif isinstance(p, Parallel):
+        lp = stage.loop(p.loop, p)
+        if lp.reduce:
+            raise ScheduleError(f"{p}: a reduction loop cannot run in parallel")
+        lp.parallel = True
+    elif isinstance(p, Unroll):
+        lp = stage.loop(p.loop, p)
+        if lp.extent > MAX_UNROLL:
+            raise ScheduleError(f"{p}: extent {lp.extent} is too large to unroll (max {MAX_UNROLL})")
+        lp.unroll = True
+    elif isinstance(p, CacheWrite):
+        if stage.stmt.reduce == "=":
+            raise ScheduleError(f"{p}: {stage.name} is not a reduction")
+        stage.loop(p.at, p)
+        stage.cache_at = p.at
+    elif isinstance(p, ComputeAt):
+        if p.consumer not in stages or p.consumer == p.stage:
+            raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
+        stage.attach = (p.consumer, p.loop)
+    else:
+        raise ScheduleError(f"unknown primitive {p!r}")
+
+
+def _check(plan: KernelPlan) -> None:
+    for s in plan.stages.values():
+        names = [lp.name for lp in s.loops]
+        for i, lp in enumerate(s.loops):
+            if lp.parallel and (i != 0 or s.attach is not None):
+                raise ScheduleError(f"Parallel({s.name}, {lp.name}): only the outermost loop of a root stage "
+                                    "can run in parallel")
+            if lp.vector and i != len(s.loops) - 1:
+                raise ScheduleError(f"Vectorize({s.name}, {lp.name}): the vectorized loop must be innermost "
+                                    f"(loops: {names})")
+            if lp.vector and lp.reduce and s.tile_loops():
+                raise ScheduleError(f"Vectorize({s.name}, {lp.name}): reduction loop inside a multi-element tile")
+        if s.stmt.reduce != "=":
+            tile = math.prod(lp.extent for lp in s.tile_loops())
+            if tile > MAX_TILE:
+                raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds {MAX_TILE}")
+    for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
+        if s.attach is not None:
+            _check_attach(plan, s)
+    # attachment must be acyclic
+    for s in plan.stages.values():
+        seen = {s.name}
+        cur = s
+        while cur.attach is not None:
+            cur = plan.stages[cur.attach[0]]
+            if cur.name in seen:
+                raise ScheduleError(f"ComputeAt: cycle through {cur.name}")
+            seen.add(cur.name)
+
+
+def _check_attach(plan: KernelPlan, s: Stage) -> None:
+    cname, loop = s.attach
+    prim = f"ComputeAt({s.name}, {cname}, {loop})"
+    if s.name in plan.compute.outputs:
+        raise ScheduleError(f"{prim}: {s.name} is a kernel output and needs its full buffer")
+    c = plan.stages.get(cname)
+    if c is None:
+        raise ScheduleError(f"{prim}: no consumer stage {cname!r}")
+    siblings = {r.name for r in plan.stages.values() if r.attach == s.attach and r is not s}
+    readers = [r for r in plan.consumers_of(s.name)]
+    if not readers or any(r.name != cname and r.name not in siblings for r in readers):
+        raise ScheduleError(f"{prim}: {s.name} is read by {[r.name for r in readers]}; only {cname} and stages "
+                            f"computed at the same loop may read it")
+    names = [lp.name for lp in c.loops]
+    if loop not in names:
+        raise ScheduleError(f"{prim}: {cname} has no loop {loop!r}")
+    outer = c.loops[: names.index(loop) + 1]
+    plain = {lp.name for lp in outer if c.dims.get(lp.name) == Lin.var(lp.name)}
+    bound: dict[str, str] = {}
+    first = True
+    for r in readers:
+        if s.name in r.stmt.pad_value:
+            raise ScheduleError(f"{prim}: {r.name} reads {s.name} with padding")
+        for a in r.stmt.expr.accesses():
+            if a.tensor != s.name:
+                continue
+            this: dict[str, str] = {}
+            for d, ix in zip(s.stmt.out_dims, a.index):
+                if not ix.is_plain_dim:
+                    continue
+                rd = ix.dims[0]
+                if r is c and rd in plain:
+                    this[d] = rd
+                elif r is not c and rd in r.bound:
+                    this[d] = r.bound[rd]
+            if not first and this != bound:
+                raise ScheduleError(f"{prim}: {s.name} is read at different points of the bound loops")
+            bound, first = this, False
+    for lp in outer:
+        if lp.name not in plain:
+            raise ScheduleError(f"{prim}: consumer loop {lp.name!r} above the attach point is split or fused")
+    s.bound = bound
+    # bound dims: drop their loops (they must not have been split)
+    for d, var in bound.items():
+        if s.dims.get(d) != Lin.var(d) or d not in [lp.name for lp in s.loops]:
+            raise ScheduleError(f"{prim}: loop {d!r} of {s.name} is bound by the consumer and must stay whole")
+    s.loops = [lp for lp in s.loops if lp.name not in bound]
+    size = math.prod(n for d, n in zip(s.stmt.out_dims, s.stmt.out_shape) if d not in bound)
+    if size * plan.types[s.name].np_dtype.itemsize > MAX_LOCAL_BYTES:
+        raise ScheduleError(f"{prim}: local buffer of {size} elements is too large")
+    for lp in s.loops:
+        if lp.parallel:
+            raise ScheduleError(f"{prim}: an attached stage cannot have a parallel loop")
+
+
+def local_shape(stage: Stage) -> tuple[tuple[str, int], ...]:
+    """The (dim, extent) axes of a stage's buffer (bound dims of an attached stage dropped)."""
+    return tuple((d, n) for d, n in zip(stage.stmt.out_dims, stage.stmt.out_shape) if d not in stage.bound)
+
+
+__all__ = ["lower", "KernelPlan", "Stage", "Loop", "ScheduleError", "PackLayout", "local_shape", "Affine"]

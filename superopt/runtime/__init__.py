@@ -1,0 +1,1 @@
+"""Runtime: compile generated C into cached shared libraries, load kernels, execute graphs."""

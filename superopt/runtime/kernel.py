@@ -1,0 +1,100 @@
+"""Build and call compiled kernels with numpy arrays."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import numpy as np
+
+from superopt.codegen.c_emit import KernelSource, emit_c
+from superopt.codegen.lower import lower
+from superopt.ir.compute import Compute
+from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
+from superopt.schedule.primitives import Primitive
+
+
+class CompiledKernel:
+    """A kernel in a loaded library. Call with the compute's inputs; returns its outputs."""
+
+    def __init__(self, lib: ctypes.CDLL, source: KernelSource, compute: Compute) -> None:
+        self.lib = lib
+        self.source = source
+        self.compute = compute
+        self.fn = getattr(lib, source.name)
+        self.fn.restype = None
+        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        self.pack_fns = {}
+        for t in source.packs:
+            f = getattr(lib, f"{source.name}_pack_{t}")
+            f.restype = None
+            f.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            self.pack_fns[t] = f
+        self.prepacked: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._n = len(compute.inputs) + len(compute.outputs)
+
+    def set_threads(self, n: int) -> None:
+        self.lib.so_set_threads(ctypes.c_int(n))
+
+    def pack(self, name: str, arr: np.ndarray) -> np.ndarray:
+        lay = self.source.packs[name]
+        dst = np.empty(lay.shape, dtype=self.compute.type_of[name].np_dtype)
+        src = np.ascontiguousarray(arr, dtype=dst.dtype)
+        self.pack_fns[name](src.ctypes.data, dst.ctypes.data)
+        return dst
+
+    def prepack(self, name: str, arr: np.ndarray) -> None:
+        """Pack a constant input once; later calls passing this same array skip the packing."""
+        self.prepacked[name] = (arr, self.pack(name, arr))
+
+    def prepare_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self.compute.inputs):
+            raise ValueError(f"kernel takes {len(self.compute.inputs)} inputs, got {len(inputs)}")
+        out = []
+        for name, x in zip(self.compute.inputs, inputs):
+            t = self.compute.type_of[name]
+            if tuple(np.shape(x)) != t.shape:
+                raise ValueError(f"input {name!r} has shape {np.shape(x)} but the kernel expects {t.shape}")
+            if name in self.pack_fns:
+                pre = self.prepacked.get(name)
+                out.append(pre[1] if pre is not None and pre[0] is x else self.pack(name, x))
+            else:
+                out.append(np.ascontiguousarray(x, dtype=t.np_dtype))
+        return out
+
+    def run_raw(self, arrays: Sequence[np.ndarray]) -> None:
+        """Call with already prepared inputs followed by output buffers (no checks, no copies)."""
+        ptrs = (ctypes.c_void_p * self._n)(*[a.ctypes.data for a in arrays])
+        self.fn(ptrs)
+
+    def __call__(self, *inputs: np.ndarray, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        ins = self.prepare_inputs(inputs)
+        outs = list(out) if out is not None else [
+            np.empty(self.compute.type_of[o].shape, self.compute.type_of[o].np_dtype) for o in self.compute.outputs]
+        self.run_raw(ins + outs)
+        return outs
+
+
+def kernel_name(compute: Compute, trace: Sequence[Primitive], index: int = 0) -> str:
+    import hashlib
+
+    from superopt.schedule.primitives import trace_to_json
+
+    h = hashlib.sha256((compute.digest() + trace_to_json(trace)).encode()).hexdigest()[:12]
+    return f"k{index}_{h}"
+
+
+def build_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: CompilerConfig | None = None,
+                  threads: int | None = None) -> list[CompiledKernel]:
+    """Lower, emit and compile many kernels into ONE shared library (one compiler start)."""
+    sources = [emit_c(lower(c, tr), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
+    lib = load_library(compile_library([s.code for s in sources], config))
+    kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]
+    if threads is not None:
+        lib.so_set_threads(ctypes.c_int(threads))
+    return kernels
+
+
+def build_kernel(compute: Compute, trace: Sequence[Primitive] = (), config: CompilerConfig | None = None,
+                 threads: int | None = None) -> CompiledKernel:
+    return build_kernels([(compute, trace)], config, threads)[0]

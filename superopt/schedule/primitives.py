@@ -1,0 +1,122 @@
+"""Schedule primitives. A stage is named by the tensor its statement defines; loops by name.
+
+Loop names: a statement's dims start as loops of the same name. ``Split(s, "j", 32)`` replaces
+loop ``j`` by ``j_o`` (outer) and ``j_i`` (inner); ``Fuse(s, "a", "b")`` replaces adjacent loops
+``a``, ``b`` by ``a_b``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class Primitive:
+    stage: str
+
+
+@dataclass(frozen=True)
+class Split(Primitive):
+    """loop -> loop_o * factor + loop_i; a tail iteration is bounded when factor does not divide."""
+
+    loop: str
+    factor: int
+
+
+@dataclass(frozen=True)
+class Reorder(Primitive):
+    """Permute the named loops among the positions they occupy."""
+
+    order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fuse(Primitive):
+    """Two adjacent loops (outer, inner) become one of extent outer*inner."""
+
+    outer: str
+    inner: str
+
+
+@dataclass(frozen=True)
+class Vectorize(Primitive):
+    """SIMD across the innermost loop (``#pragma omp simd``)."""
+
+    loop: str
+
+
+@dataclass(frozen=True)
+class Parallel(Primitive):
+    """Distribute the outermost loop over threads (OpenMP); never a reduction loop."""
+
+    loop: str
+
+
+@dataclass(frozen=True)
+class Unroll(Primitive):
+    """Fully unroll a loop of small constant extent."""
+
+    loop: str
+
+
+@dataclass(frozen=True)
+class CacheWrite(Primitive):
+    """Accumulate the stage in a local (register) tile placed just above loop ``at``.
+
+    The tile spans the spatial loops inside ``at``; it is written back when ``at`` finishes.
+    """
+
+    at: str
+
+
+@dataclass(frozen=True)
+class ComputeAt(Primitive):
+    """Compute the producer stage inside loop ``loop`` of ``consumer``, for that iteration only.
+
+    The consumer loops down to ``loop`` must be dims the consumer reads the producer by (plain
+    index); the producer's buffer shrinks to the dims not bound by them.
+    """
+
+    consumer: str
+    loop: str
+
+
+@dataclass(frozen=True)
+class Inline(Primitive):
+    """Substitute an elementwise ('=') stage's expression into its consumers; it gets no loops."""
+
+
+@dataclass(frozen=True)
+class Pack(Primitive):
+    """Re-layout input tensor ``stage`` (a kernel input): permute its axes by ``perm``, then split
+    axis ``split_axis`` (an index into the permuted axes) by ``factor``, moving the outer part first.
+    For constant weights the packing is done once ahead of time."""
+
+    perm: tuple[int, ...]
+    split_axis: int = -1
+    factor: int = 1
+
+
+PRIMITIVES: dict[str, type[Primitive]] = {
+    c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Inline, Pack)
+}
+
+
+def trace_to_json(trace: tuple[Primitive, ...] | list[Primitive]) -> str:
+    return json.dumps([{"kind": type(p).__name__, **asdict(p)} for p in trace])
+
+
+def trace_from_json(text: str) -> tuple[Primitive, ...]:
+    out = []
+    for rec in json.loads(text):
+        rec = dict(rec)
+        cls = PRIMITIVES.get(rec.pop("kind", None))
+        if cls is None:
+            raise ValueError(f"unknown schedule primitive in {text[:80]!r}")
+        kw = {}
+        for f in fields(cls):
+            v = rec[f.name]
+            kw[f.name] = tuple(v) if isinstance(v, list) else v
+        out.append(cls(**kw))
+    return tuple(out)
