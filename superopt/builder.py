@@ -35,12 +35,13 @@ class GraphBuilder:
         self.constants: dict[str, np.ndarray] = {}
         self._counter = 0
         self._const_by_digest: dict[str, str] = {}
+        self._node_names: set[str] = set()
 
     # ---- naming ----------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
         base = _clean(hint)
         name = base
-        while name in self.types or any(n.name == name for n in self.nodes[-1:]):
+        while name in self.types or name in self._node_names:
             self._counter += 1
             name = f"{base}_{self._counter}"
         return name
@@ -94,7 +95,9 @@ class GraphBuilder:
             o = self.fresh(out_names[i] if out_names else f"{name}_{local}")
             self.types[o] = compute.type_of[local]
             outs.append(o)
-        self.nodes.append(Node(self.fresh(name), compute, tuple(inputs), tuple(outs)))
+        node_name = self.fresh(name)
+        self._node_names.add(node_name)
+        self.nodes.append(Node(node_name, compute, tuple(inputs), tuple(outs)))
         return outs
 
     def compute(self, src: str, inputs: Mapping[str, str], name: str = "op", *, extents: Mapping[str, int] | None = None,
@@ -117,7 +120,9 @@ class GraphBuilder:
             o = self.fresh(f"{name or kind}_out")
             self.types[o] = t
             outs.append(o)
-        self.nodes.append(Node(self.fresh(name or kind), op, tuple(inputs), tuple(outs)))
+        node_name = self.fresh(name or kind)
+        self._node_names.add(node_name)
+        self.nodes.append(Node(node_name, op, tuple(inputs), tuple(outs)))
         return outs
 
     # ---- result ----------------------------------------------------------------------------

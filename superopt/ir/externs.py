@@ -55,7 +55,7 @@ def evaluate_extern(kind: str, inputs: Sequence[np.ndarray], attrs: dict[str, An
     if kind not in EXTERNS:
         raise NotImplementedError(f"no extern op {kind!r}; known: {sorted(EXTERNS)}")
     out = EXTERNS[kind][0](inputs, attrs)
-    return [np.ascontiguousarray(o) for o in out]
+    return [np.ascontiguousarray(o).reshape(np.shape(o)) for o in out]  # keep rank 0
 
 
 def infer_extern(kind: str, types: Sequence[TensorType], attrs: dict[str, Any]) -> list[TensorType]:

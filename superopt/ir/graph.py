@@ -24,7 +24,7 @@ class Constant:
     array: np.ndarray = field(repr=False)
 
     def __post_init__(self) -> None:
-        a = np.ascontiguousarray(self.array)
+        a = np.ascontiguousarray(self.array).reshape(np.shape(self.array))  # keep rank 0
         dtype_name(a.dtype)
         a = a.copy() if a.flags.writeable or a.base is not None else a
         a.flags.writeable = False

@@ -1,0 +1,111 @@
+"""Normalizations: layer/RMS norm over trailing axes, inference batch norm, local response norm."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from superopt.builder import GraphBuilder
+from superopt.ops._util import bcast_index, dims, idx, lit, norm_axis
+
+
+def _norm_over_tail(
+    b: GraphBuilder,
+    x: str,
+    scale: str | None,
+    bias: str | None,
+    axis: int,
+    eps: float,
+    center: bool,
+    name: str,
+) -> str:
+    shape = b.shape(x)
+    rank = len(shape)
+    a = norm_axis(axis, rank)
+    ds = dims(rank)
+    n = int(np.prod(shape[a:], dtype=np.int64))
+    full = idx(ds)
+    keep = idx(ds[:a] + [f"u{k}" for k in range(a, rank)])
+    red = idx(ds[:a] + [f"r{k}" for k in range(a, rank)])
+    zero = idx(ds[:a] + ["0"] * (rank - a))
+    ext = dict(zip(ds, shape, strict=False))
+    ext.update({f"u{k}": 1 for k in range(a, rank)})
+    ext.update({f"r{k}": shape[k] for k in range(a, rank)})
+    inputs = {"X": x}
+    if center:
+        lines = [
+            f"S[{keep}] += X[{red}]",
+            f"Mu[{keep}] = S[{keep}] / {n}.0",
+            f"D[{full}] = X[{full}] - Mu[{zero}]",
+            f"Q[{keep}] += D[{red}] * D[{red}]",
+            f"R[{keep}] = rsqrt(Q[{keep}] / {n}.0 + {lit(eps)})",
+            f"Y[{full}] = D[{full}] * R[{zero}]",
+        ]
+    else:
+        lines = [
+            f"Q[{keep}] += X[{red}] * X[{red}]",
+            f"R[{keep}] = rsqrt(Q[{keep}] / {n}.0 + {lit(eps)})",
+            f"Y[{full}] = X[{full}] * R[{zero}]",
+        ]
+    tail = shape[a:]
+    result = "Y"
+    expr = f"Y[{full}]"
+    if scale is not None:
+        inputs["G"] = scale
+        expr = f"{expr} * G[{idx(bcast_index(b.shape(scale), shape, ds))}]"
+        np.broadcast_shapes(b.shape(scale), tail)
+    if bias is not None:
+        inputs["Bi"] = bias
+        expr = f"{expr} + Bi[{idx(bcast_index(b.shape(bias), shape, ds))}]"
+        np.broadcast_shapes(b.shape(bias), tail)
+    if scale is not None or bias is not None:
+        lines.append(f"O[{full}] = {expr}")
+        result = "O"
+    return b.compute1("\n".join(lines), inputs, name, extents=ext, outputs=[result])
+
+
+def layer_norm(
+    b: GraphBuilder,
+    x: str,
+    scale: str | None = None,
+    bias: str | None = None,
+    axis: int = -1,
+    eps: float = 1e-5,
+) -> str:
+    return _norm_over_tail(b, x, scale, bias, axis, eps, True, "layer_norm")
+
+
+def rms_norm(b: GraphBuilder, x: str, scale: str | None = None, axis: int = -1, eps: float = 1e-6) -> str:
+    return _norm_over_tail(b, x, scale, None, axis, eps, False, "rms_norm")
+
+
+def batch_norm(b: GraphBuilder, x: str, scale: str, bias: str, mean: str, var: str, eps: float = 1e-5) -> str:
+    """Inference batch norm over channel axis 1."""
+    shape = b.shape(x)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm needs rank >= 2, got shape {shape}")
+    for t in (scale, bias, mean, var):
+        if b.shape(t) != (shape[1],):
+            raise ValueError(f"batch_norm: parameter shape {b.shape(t)} does not match {shape[1]} channels")
+    ds = dims(len(shape))
+    c = ds[1]
+    full = idx(ds)
+    src = f"O[{full}] = (X[{full}] - M[{c}]) * (G[{c}] * rsqrt(V[{c}] + {lit(eps)})) + B[{c}]"
+    return b.compute1(src, {"X": x, "G": scale, "B": bias, "M": mean, "V": var}, "batch_norm")
+
+
+def lrn(
+    b: GraphBuilder, x: str, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0
+) -> str:
+    """ONNX LRN across channels (axis 1)."""
+    shape = b.shape(x)
+    ds = dims(len(shape))
+    lo = (size - 1) // 2
+    full = idx(ds)
+    win = idx([ds[0], f"{ds[1]}+k-{lo}"] + ds[2:])
+    src = (
+        f"S[{full}] += X[{win}] * X[{win}]\n"
+        f"O[{full}] = X[{full}] / pow({lit(bias)} + {lit(alpha / size)} * S[{full}], {lit(beta)})"
+    )
+    ext = dict(zip(ds, shape, strict=False))
+    ext["k"] = size
+    return b.compute1(src, {"X": x}, "lrn", extents=ext, padding={"X": 0.0}, outputs=["O"])

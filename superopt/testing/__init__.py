@@ -1,0 +1,1 @@
+"""Shared test fixtures: the declarative op table and the light-model loader."""
