@@ -1,0 +1,138 @@
+"""An ``onnx.backend.base.Backend`` over superopt: ``prepare``/``run_model``/``run_node`` like onnxruntime.backend.
+
+``prepare(model, device="CPU", mode="reference")`` imports the model and returns a BackendRep whose ``run``
+executes it. Execution strategies are pluggable: :data:`RUNNERS` maps a mode name to a factory
+``(ImportedModel) -> runner(list[np.ndarray]) -> list[np.ndarray]``; other engineers add e.g. "compiled".
+
+Integer graph inputs that the model uses as compile-time values (a Reshape target, Slice bounds, ...) are
+bound at run time: the model is then imported once per distinct value of those inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep
+
+from superopt.frontends.onnx_frontend import ImportedModel, OnnxImportError, _NeedsConstant, import_onnx_model
+from superopt.interp.reference import evaluate
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+RunnerFactory = Callable[[ImportedModel], Runner]
+
+
+def _reference_runner(im: ImportedModel) -> Runner:
+    precise = any(t.dtype == "float64" for _, t in im.graph.types)
+    dtype = np.float64 if precise else np.float32
+
+    def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        out = evaluate(im.graph, dict(zip(im.graph.inputs, inputs)), dtype=dtype)
+        return [np.asarray(out[o]).astype(dt, copy=False) for o, dt in zip(im.graph.outputs, im.output_dtypes)]
+
+    return run
+
+
+RUNNERS: dict[str, RunnerFactory] = {"reference": _reference_runner}
+
+
+def _check_mode(mode: str) -> RunnerFactory:
+    if mode not in RUNNERS:
+        raise ValueError(f"unknown superopt backend mode {mode!r}; available modes: {sorted(RUNNERS)}")
+    return RUNNERS[mode]
+
+
+class SuperoptRep(BackendRep):
+    def __init__(self, model: onnx.ModelProto, mode: str = "reference") -> None:
+        self.model = model
+        self.mode = mode
+        self._factory = _check_mode(mode)
+        self._all_inputs = [vi.name for vi in model.graph.input
+                            if vi.name not in {t.name for t in model.graph.initializer}]
+        self._int_inputs = [vi.name for vi in model.graph.input if vi.name in self._all_inputs
+                            and vi.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)]
+        self._cache: dict[Any, tuple[ImportedModel, Runner]] = {}
+        self._static: tuple[ImportedModel, Runner] | None = None
+        try:
+            im = import_onnx_model(model)
+            self._static = (im, self._factory(im))
+        except _NeedsConstant:
+            if not self._int_inputs:
+                raise
+
+    def _for(self, feed: dict[str, np.ndarray]) -> tuple[ImportedModel, Runner]:
+        if self._static is not None:
+            return self._static
+        bind = {n: np.asarray(feed[n]) for n in self._int_inputs}
+        key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in bind.items())
+        if key not in self._cache:
+            im = import_onnx_model(self.model, bind=bind)
+            self._cache[key] = (im, self._factory(im))
+        return self._cache[key]
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, dict):
+            feed = {k: np.asarray(v) for k, v in inputs.items()}
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            if len(inputs) != len(self._all_inputs):
+                raise ValueError(f"model takes {len(self._all_inputs)} inputs {self._all_inputs}, got {len(inputs)}")
+            feed = {n: np.asarray(v) for n, v in zip(self._all_inputs, inputs)}
+        missing = [n for n in self._all_inputs if n not in feed]
+        if missing:
+            raise ValueError(f"missing model input(s) {missing}")
+        im, runner = self._for(feed)
+        return tuple(runner([feed[n] for n in im.input_names]))
+
+
+class SuperoptBackend(Backend):
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        return cls.supports_device(device)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper().startswith("CPU")
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", mode: str = "reference", **kwargs: Any) -> SuperoptRep:
+        if not cls.supports_device(device):
+            raise ValueError(f"superopt backend: device {device!r} is not supported (CPU only)")
+        _check_mode(mode)
+        if not isinstance(model, onnx.ModelProto):
+            from superopt.frontends.onnx_frontend import _load
+
+            model = _load(model)
+        return SuperoptRep(model, mode)
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", mode: str = "reference",
+                  **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, mode).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Sequence[np.ndarray], device: str = "CPU",
+                 outputs_info: Any = None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        from onnx import helper
+
+        ins = [np.asarray(x) for x in inputs]
+        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+               for n, x in zip(node.input, ins) if n]
+        outs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+        graph = helper.make_graph([node], "run_node", vis, outs)
+        opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", min(opset, 21))])
+        return cls.run_model(model, [x for n, x in zip(node.input, ins) if n], device)
+
+
+prepare = SuperoptBackend.prepare
+run_model = SuperoptBackend.run_model
+run_node = SuperoptBackend.run_node
+supports_device = SuperoptBackend.supports_device
+is_compatible = SuperoptBackend.is_compatible
+
+__all__ = ["SuperoptBackend", "SuperoptRep", "RUNNERS", "OnnxImportError", "prepare", "run_model", "run_node",
+           "supports_device", "is_compatible"]

@@ -1,0 +1,149 @@
+"""The nine "light" model zoo graphs shipped in the onnx wheel, with seeded random weights.
+
+The shipped models fill every weight with one constant (ConstantOfShape 0.02), which hides most bugs. Here
+each weight becomes a seeded random initializer scaled so activations stay O(1): He-normal conv / gemm
+weights, small biases, batch-norm scales near 1 and positive variances.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+                "squeezenet", "vgg19", "zfnet512")
+
+
+def light_model_dir() -> Path:
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def light_model_path(name: str) -> Path:
+    p = light_model_dir() / f"light_{name}.onnx"
+    if not p.exists():
+        raise FileNotFoundError(f"no light model {name!r} at {p}; known: {LIGHT_MODELS}")
+    return p
+
+
+def _consumer_role(graph: onnx.GraphProto, name: str) -> tuple[str, int]:
+    """(op type, input position) of the first real consumer, looking through Unsqueeze/Reshape."""
+    for _ in range(4):
+        for n in graph.node:
+            if name in n.input:
+                if n.op_type in ("Unsqueeze", "Reshape", "Identity") and n.input[0] == name:
+                    name = n.output[0]
+                    break
+                return n.op_type, list(n.input).index(name)
+        else:
+            return "", -1
+    return "", -1
+
+
+def _random_weight(rng: np.random.Generator, role: tuple[str, int], shape: tuple[int, ...],
+                   node_attrs: dict) -> np.ndarray:
+    op, pos = role
+    if op == "Conv" and pos == 1:
+        fan_in = int(np.prod(shape[1:]))
+        return rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+    if op == "Gemm" and pos == 1:
+        fan_in = shape[1] if node_attrs.get("transB", 0) else shape[0]
+        return rng.standard_normal(shape) * np.sqrt(1.0 / fan_in)
+    if op == "BatchNormalization":
+        if pos == 1:  # scale
+            return rng.uniform(0.5, 1.0, shape)
+        if pos == 4:  # variance
+            return rng.uniform(0.5, 1.5, shape)
+        return rng.standard_normal(shape) * 0.1  # bias, mean
+    if op == "Mul":
+        return rng.uniform(0.5, 1.0, shape)
+    return rng.standard_normal(shape) * 0.1  # biases and anything else
+
+
+def randomized_light_model(name: str, seed: int = 0) -> onnx.ModelProto:
+    """The light model with every float weight (initializer or constant ConstantOfShape) seeded random."""
+    m = onnx.load(str(light_model_path(name)))
+    g = m.graph
+    rng = np.random.default_rng(seed)
+    init = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    attrs_of = {}
+    for n in g.node:
+        attrs_of.update({o: None for o in n.output})
+    new_init: dict[str, np.ndarray] = {}
+    keep_nodes = []
+    for n in g.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in init:
+            new_init[n.output[0]] = np.zeros(tuple(int(s) for s in init[n.input[0]]), np.float32)
+        else:
+            keep_nodes.append(n)
+    for k, v in init.items():
+        if v.dtype == np.float32:
+            new_init[k] = v
+    consumers_attrs = {}
+    for n in keep_nodes:
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+        for i in n.input:
+            consumers_attrs.setdefault(i, a)
+    for k in sorted(new_init):
+        role = _consumer_role(g, k)
+        new_init[k] = _random_weight(rng, role, new_init[k].shape, consumers_attrs.get(k, {})).astype(np.float32)
+    int_init = {k: v for k, v in init.items() if v.dtype != np.float32 and k not in
+                {n.input[0] for n in g.node if n.op_type == "ConstantOfShape"}}
+    inits = [numpy_helper.from_array(v, k) for k, v in {**int_init, **new_init}.items()]
+    del g.node[:]
+    g.node.extend(keep_nodes)
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    init_names = {t.name for t in inits}
+    inputs = [vi for vi in g.input if vi.name not in init_names and vi.name not in init]
+    del g.input[:]
+    g.input.extend(inputs)
+    if m.ir_version < 4:
+        m.ir_version = 4  # initializers need not be graph inputs from IR 4 on
+    return m
+
+
+def light_model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + 1)
+    feed = {}
+    init = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in init:
+            continue
+        shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        feed[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feed
+
+
+def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    s = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return s.run(None, feed)
+
+
+def run_superopt(model: onnx.ModelProto, feed: dict[str, np.ndarray], dtype=np.float64) -> list[np.ndarray]:
+    """The reference interpreter on the imported model (float64 by default, for verification)."""
+    from superopt.frontends.onnx_frontend import import_onnx_model
+    from superopt.interp.reference import evaluate
+
+    im = import_onnx_model(model)
+    out = evaluate(im.graph, {g: feed[n] for g, n in zip(im.graph.inputs, im.input_names)}, dtype=dtype)
+    return [out[o] for o in im.graph.outputs]
+
+
+def compare(name: str, seed: int = 0, dtype=np.float64) -> dict[str, float]:
+    """Max abs / rel error of superopt vs onnxruntime (float32) on the randomized light model."""
+    m = randomized_light_model(name, seed)
+    feed = light_model_inputs(m, seed)
+    want = run_onnxruntime(m, feed)
+    got = run_superopt(m, feed, dtype)
+    abs_err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+    rel_err = max(float(np.max(np.abs(g - w) / (np.abs(w) + 1e-12))) for g, w in zip(got, want))
+    scale = max(float(np.max(np.abs(w))) for w in want)
+    ok = all(np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want))
+    return {"max_abs": abs_err, "max_rel": rel_err, "max_out": scale, "allclose": ok}
