@@ -46,7 +46,7 @@ class Lin:
             if a == var:
                 out = out + repl.scale(c)
             elif isinstance(a, tuple) and a[1] == var:
-                raise ValueError(f"cannot substitute {var} under {a}")
+                out = out + _split_atom(a, repl).scale(c)
             else:
                 out = out + Lin.of({a: c})
         return out
@@ -96,3 +96,19 @@ class Lin:
             else:
                 parts.append(f" + {s.const}" if s.const > 0 else f" - {-s.const}")
         return "".join(parts)
+
+
+def _split_atom(atom: tuple, repl: Lin) -> Lin:
+    """(v / k) or (v % k) with v = m*outer + inner, m a multiple of k (and inner < m)."""
+    op, _, k = atom
+    terms = repl.map
+    inner = [a for a, c in terms.items() if c == 1 and isinstance(a, str)]
+    for i in inner:
+        rest = {a: c for a, c in terms.items() if a != i}
+        if len(rest) == 1 and repl.const == 0:
+            (outer, m), = rest.items()
+            if isinstance(outer, str) and m % k == 0:
+                if op == "/":
+                    return Lin.of({outer: m // k, ("/", i, k): 1})
+                return Lin.of({("%", i, k): 1})
+    raise ValueError(f"cannot substitute under {atom}")

@@ -232,8 +232,10 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         lp = stage.loop(p.loop, p)
         if p.factor < 1:
             raise ScheduleError(f"{p}: factor must be positive")
-        if any(isinstance(a, tuple) and a[1] == p.loop for e in stage.dims.values() for a, _ in e.terms):
-            raise ScheduleError(f"{p}: loop {p.loop!r} is a fused loop and cannot be split")
+        fused_atoms = [a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, tuple) and a[1] == p.loop]
+        if any(lp.extent % a[2] == 0 and p.factor % a[2] for a in fused_atoms):
+            raise ScheduleError(f"{p}: splitting fused loop {p.loop!r} needs a factor that is a multiple of "
+                                f"{sorted({a[2] for a in fused_atoms})}")
         k = stage.index_of(p.loop)
         outer, inner = _fresh(stage, f"{p.loop}_o"), _fresh(stage, f"{p.loop}_i")
         n_outer = math.ceil(lp.extent / p.factor)

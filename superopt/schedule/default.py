@@ -1,0 +1,205 @@
+"""The default schedule heuristic: adequate code in seconds, with no search and no measurement.
+
+Contractions get register tiles (rows x a vector of columns) with the weight-like operand packed
+so the vector loop reads it contiguously; multi-statement row-wise ops (softmax, layernorm) are
+computed one row at a time inside the final stage's outer loop; everything else is parallelized
+on outer loops and vectorized on the innermost contiguous one. Candidate traces are tried from the
+most aggressive down; the first that lowers legally wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from superopt.ir.compute import Compute
+from superopt.ir.expr import Access, Binary
+from superopt.ir.statement import Statement
+from superopt.schedule.primitives import (
+    CacheWrite,
+    ComputeAt,
+    Fuse,
+    Inline,
+    Pack,
+    Parallel,
+    Primitive,
+    Reorder,
+    Split,
+    Unroll,
+    Vectorize,
+)
+
+VECTOR = 16  # float32 lanes of AVX-512
+ROWS = 4
+
+
+def _product_accesses(e) -> list[Access] | None:
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Binary) and e.op == "*":
+        a, b = _product_accesses(e.a), _product_accesses(e.b)
+        if a is not None and b is not None:
+            return a + b
+    return None
+
+
+def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent: int) -> tuple[list, str, int]:
+    """Fuse outer loops left to right until the fused extent reaches min_extent."""
+    prims: list[Primitive] = []
+    name, ext = loops[0], extents[loops[0]]
+    for nxt in loops[1:]:
+        if ext >= min_extent:
+            break
+        prims.append(Fuse(stage, name, nxt))
+        name, ext = f"{name}_{nxt}", ext * extents[nxt]
+    return prims, name, ext
+
+
+def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pack: bool = True) -> list[Primitive]:
+    """Register-tiled schedule for ``out += A[...] * B[...]``."""
+    s = st.out
+    ext = st.extent
+    accs = _product_accesses(st.expr)
+    if not accs or len(accs) != 2 or not st.reduce_dims:
+        raise ValueError("not a two-operand contraction")
+    last = st.out_dims[-1]
+    b = next(a for a in accs if any(ix.coeff(last) for ix in a.index))
+    a = next(x for x in accs if x is not b)
+    in_a = {d for ix in a.index for d in ix.dims}
+    in_b = {d for ix in b.index for d in ix.dims}
+    n_dims = [d for d in st.out_dims if d in in_b and d not in in_a]
+    m_dims = [d for d in st.out_dims if d not in n_dims]
+    if not n_dims:
+        raise ValueError("no column dims")
+    prims: list[Primitive] = []
+    # loop order: M dims, then N dims, then reductions
+    order = m_dims + n_dims + list(st.reduce_dims)
+    prims.append(Reorder(s, tuple(order)))
+    extents = dict(ext)
+    col = n_dims[0]
+    for d in n_dims[1:]:
+        prims.append(Fuse(s, col, d))
+        extents[f"{col}_{d}"] = extents[col] * extents[d]
+        col = f"{col}_{d}"
+    ncol = extents[col]
+    width = 2 * VECTOR if ncol >= 2 * VECTOR else (VECTOR if ncol >= VECTOR else ncol)
+    col_o = None
+    if ncol > width:
+        prims.append(Split(s, col, width))
+        col_o, col_i = f"{col}_o", f"{col}_i"
+        extents[col_o] = math.ceil(ncol / width)
+    else:
+        col_i = col
+    rows_o, row_i = None, None
+    outer_m = list(m_dims)
+    if m_dims:
+        row = m_dims[-1]
+        outer_m = m_dims[:-1]
+        rows = 6 if width == 2 * VECTOR else 8
+        if extents[row] > rows:
+            prims.append(Split(s, row, rows if extents[row] % rows == 0 or extents[row] > 64 else ROWS))
+            rows_o, row_i = f"{row}_o", f"{row}_i"
+            extents[rows_o] = math.ceil(extents[row] / (rows if extents[row] % rows == 0 or extents[row] > 64
+                                                        else ROWS))
+        else:
+            row_i = row
+    outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
+    inner = list(st.reduce_dims) + ([row_i] if row_i else []) + [col_i]
+    prims.append(Reorder(s, tuple(outer + inner)))
+    prims.append(CacheWrite(s, st.reduce_dims[0]))
+    if row_i:
+        prims.append(Unroll(s, row_i))
+    prims.append(Vectorize(s, col_i))
+    if outer:
+        plain_outer = [d for d in outer_m]  # plain (unsplit) loops can be fused safely
+        if len(plain_outer) >= 2:
+            fprims, fname, fext = _fuse_chain(s, plain_outer, extents, 4 * threads)
+            prims += fprims
+            prims.append(Parallel(s, fname))
+        else:
+            prims.append(Parallel(s, outer[0]))
+    # pack the column operand so the vector loop reads it contiguously
+    if pack and b.tensor in inputs and all(ix.is_plain_dim or not ix.dims for ix in b.index):
+        axes = [ix.dims[0] if ix.dims else None for ix in b.index]
+        red = [i for i, d in enumerate(axes) if d in st.reduce_dims]
+        cols = sorted((i for i, d in enumerate(axes) if d in n_dims), key=lambda i: n_dims.index(axes[i]))
+        rest = [i for i in range(len(axes)) if i not in red and i not in cols]
+        perm = tuple(rest + red + cols)
+        if len(cols) == 1 and ncol > width:
+            prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
+        elif perm != tuple(range(len(axes))):
+            prims.append(Pack(b.tensor, perm))
+    return prims
+
+
+def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list[Primitive]:
+    """Parallel outer loops, vectorized innermost loop."""
+    s = st.out
+    ext = st.extent
+    loops = [d for d, _ in st.extents]
+    prims: list[Primitive] = []
+    inner = loops[-1]
+    if ext[inner] >= 4:
+        prims.append(Vectorize(s, inner))
+    if not attached:
+        outer = [d for d in st.out_dims if d != inner]
+        if outer:
+            fprims, fname, _ = _fuse_chain(s, outer, dict(ext), 4 * threads)
+            prims += fprims
+            prims.append(Parallel(s, fname))
+    return prims
+
+
+def default_schedule(compute: Compute, threads: int = 2, constant_inputs: Sequence[str] = ()) -> list[Primitive]:
+    """The first legal of a few candidate traces, most aggressive first."""
+    from superopt.codegen.lower import ScheduleError, lower
+
+    for trace in _candidates(compute, threads):
+        try:
+            lower(compute, trace)
+            return trace
+        except (ScheduleError, ValueError, KeyError, StopIteration):
+            continue
+    return []
+
+
+def _candidates(compute: Compute, threads: int):
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    temps = [s for s in stmts if s.out not in compute.outputs]
+    # 1. every temporary computed row by row inside the last stage's outermost loop(s)
+    if temps and len(compute.outputs) == 1 and final.reduce == "=":
+        for depth in (1, 2):
+            if depth > len(final.out_dims) - 1:
+                break
+            trace: list[Primitive] = []
+            attach_loop = final.out_dims[depth - 1]
+            for t in temps:
+                trace.append(ComputeAt(t.out, final.out, attach_loop))
+                trace += simple_schedule(t, threads, attached=True)
+            loops = [d for d, _ in final.extents]
+            if depth == 2:
+                trace.append(Parallel(final.out, loops[0]))
+            else:
+                trace.append(Parallel(final.out, loops[0]))
+            if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop:
+                trace.append(Vectorize(final.out, loops[-1]))
+            yield trace
+    # 2. per-stage schedules, contractions register-tiled
+    for use_contraction in (True, False):
+        trace = []
+        for st in stmts:
+            if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
+                consumers = [c for c in stmts if st.out in c.inputs()]
+                if consumers and all(st.out not in c.pad_value for c in consumers):
+                    trace.append(Inline(st.out))
+                    continue
+            if use_contraction and st.reduce == "+=":
+                try:
+                    trace += contraction_schedule(st, compute.inputs, threads)
+                    continue
+                except (ValueError, StopIteration):
+                    pass
+            trace += simple_schedule(st, threads)
+        yield trace
+    yield []
