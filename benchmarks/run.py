@@ -1,0 +1,305 @@
+"""Run the issue-4 benchmark suite.
+
+    python benchmarks/run.py [--quick] [--only name,...] [--systems name,...] [--out benchmarks/results]
+
+Writes results.md, results.json and chart.png into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks import timing  # noqa: E402
+from benchmarks.systems import SYSTEM_MODULES, load_system  # noqa: E402
+from benchmarks.systems.base import THREADS  # noqa: E402
+from benchmarks.workloads import WORKLOADS, WORKLOADS_BY_NAME  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_sgemm_gflops(n: int = 2048, reps: int = 7) -> dict:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    c = torch.empty(n, n)
+    for _ in range(2):
+        torch.matmul(a, b, out=c)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.matmul(a, b, out=c)
+        ts.append(time.perf_counter() - t0)
+    fl = 2.0 * n ** 3
+    return {"n": n, "median_gflops": fl / statistics.median(ts) / 1e9, "best_gflops": fl / min(ts) / 1e9}
+
+
+def to_numpy(y) -> np.ndarray:
+    if isinstance(y, (tuple, list)):
+        y = y[0]
+    if isinstance(y, torch.Tensor):
+        return y.detach().float().numpy()
+    return np.asarray(y)
+
+
+def max_err(a: np.ndarray, b: np.ndarray | None) -> float | None:
+    if b is None:
+        return None
+    if a.shape != b.shape:
+        return float("nan")
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+
+
+def versions(systems) -> dict:
+    v = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    for s in systems:
+        try:
+            v.update(s.versions())
+        except Exception:  # noqa: BLE001
+            pass
+    return v
+
+
+def run_workload(w, systems, quick: bool, cfg: timing.TimingConfig, log) -> dict:
+    t_build = time.perf_counter()
+    inst = w.build()
+    log(f"  built in {time.perf_counter() - t_build:.1f}s")
+    res = {"workload": w.name, "description": w.description, "flops": inst.flops, "systems": {},
+           "meta": {k: v for k, v in inst.meta.items() if isinstance(v, (str, int, float, list))}}
+    fns, eager_out = {}, None
+    entries = [(s.name, s) for s in systems]
+    # capsule: the other torch formulations are timed as extra eager systems
+    from benchmarks.systems.torch_eager import eager_fn
+
+    for vname, vmod in inst.variants.items():
+        entries.append((f"eager[{vname}]", vmod))
+    for name, s in entries:
+        rec: dict = {"status": "ok"}
+        res["systems"][name] = rec
+        try:
+            if isinstance(s, torch.nn.Module):
+                fn = eager_fn(s, inst.inputs)
+                t0 = time.perf_counter()
+                fn()
+                prep = time.perf_counter() - t0
+            else:
+                if not s.supports(inst):
+                    rec.update(status="unsupported")
+                    continue
+                if quick and s.skip_in_quick(inst):
+                    rec.update(status="skipped (--quick)")
+                    log(f"  {name}: skipped in --quick")
+                    continue
+                s.last_note = ""
+                fn, prep = s.prepare(inst, quick)
+                if getattr(s, "last_note", ""):
+                    rec["status"] = f"ok ({s.last_note})"
+            out = to_numpy(fn())
+            if name == "eager":
+                eager_out = out
+            rec["prepare_s"] = prep
+            rec["err_vs_eager"] = max_err(out, eager_out) if eager_out is not None else None
+            rec["err_vs_ref"] = max_err(out, inst.reference)
+            fns[name] = fn
+            log(f"  {name}: prepared in {prep:.2f}s, err vs eager {rec['err_vs_eager']}, "
+                f"vs f64 {rec['err_vs_ref']}")
+        except Exception as e:  # noqa: BLE001 - report and go on
+            rec.update(status=f"error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            log(f"  {name}: FAILED {rec['status']}")
+            traceback.print_exc(limit=3)
+    if fns:
+        tr = timing.time_alternating(fns, cfg)
+        base = tr["eager"].median_s if "eager" in tr else None
+        for name, r in tr.items():
+            rec = res["systems"][name]
+            rec.update(median_ms=r.median_s * 1e3, min_ms=r.min_s * 1e3, calls_per_sample=r.calls_per_sample,
+                       rounds=len(r.samples_s))
+            rec["speedup_vs_eager"] = base / r.median_s if base else None
+            if inst.flops:
+                rec["gflops"] = inst.flops / r.median_s / 1e9
+            log(f"  {name:28s} {r.median_s * 1e3:9.3f} ms  x{rec['speedup_vs_eager'] or 0:.2f}")
+    del inst, fns
+    gc.collect()
+    return res
+
+
+def fmt(v, spec: str, none: str = "-") -> str:
+    if v is None:
+        return none
+    if isinstance(v, float) and np.isnan(v):
+        return "nan"
+    return format(v, spec)
+
+
+def write_markdown(path: str, report: dict) -> None:
+    m = report["machine"]
+    lines = [
+        "# superopt benchmark results (issue 4)",
+        "",
+        f"- date: {report['date']}",
+        f"- mode: {'quick' if report['quick'] else 'full'}; timing: {report['timing']}",
+        f"- CPU: {m['cpu_model']} ({m['logical_cpus']} logical CPUs), threads per system: {m['threads']}",
+        f"- machine sgemm (torch.matmul {m['sgemm']['n']}^3, {m['threads']} threads): "
+        f"{m['sgemm']['median_gflops']:.1f} GFLOP/s median (best {m['sgemm']['best_gflops']:.1f}); "
+        f"at end of run: {m['sgemm_end']['median_gflops']:.1f} (a large drop means a contended machine)",
+        f"- load average (1/5/15 min) at start {m['loadavg_start']}, at end {m['loadavg_end']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
+        "- systems skipped: "
+        + (", ".join(f"{k} ({v})" for k, v in report["skipped_systems"].items()) or "none"),
+        "",
+        "Times are medians over alternating rounds (per call, ms). Speed = eager time / system time "
+        "(higher is better). Errors are max |diff| vs PyTorch eager float32 and vs a float64 reference. "
+        "Prepare = torch.compile compile time (incl. first call) / onnxruntime session creation.",
+        "",
+    ]
+    sys_names = report["main_systems"]
+    lines += ["## Summary: speed relative to PyTorch eager", "",
+              "| workload | eager ms | " + " | ".join(sys_names[1:]) + " |",
+              "|---|---:|" + "---:|" * (len(sys_names) - 1)]
+    for w in report["workloads"]:
+        e = w["systems"].get("eager", {})
+        cells = []
+        for s in sys_names[1:]:
+            r = w["systems"].get(s, {})
+            sp = r.get("speedup_vs_eager")
+            cells.append(f"{sp:.2f}x" if sp else r.get("status", "-"))
+        lines.append(f"| {w['workload']} | {fmt(e.get('median_ms'), '.3f')} | " + " | ".join(cells) + " |")
+    lines += ["", "## Details", "",
+              "| workload | system | time ms (median) | min ms | speed vs eager | GFLOP/s | err vs eager "
+              "| err vs f64 ref | prepare s | status |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for w in report["workloads"]:
+        for s, r in w["systems"].items():
+            lines.append(
+                f"| {w['workload']} | {s} | {fmt(r.get('median_ms'), '.3f')} | "
+                f"{fmt(r.get('min_ms'), '.3f')} | "
+                f"{fmt(r.get('speedup_vs_eager'), '.2f')} | {fmt(r.get('gflops'), '.1f')} | "
+                f"{fmt(r.get('err_vs_eager'), '.1e')} | {fmt(r.get('err_vs_ref'), '.1e')} | "
+                f"{fmt(r.get('prepare_s'), '.2f')} | {r.get('status', '')} |")
+    cap = next((w for w in report["workloads"] if w["workload"] == "capsule_votes"), None)
+    if cap:
+        sg = m["sgemm"]["median_gflops"]
+        lines += ["", "## capsule_votes formulations (PyTorch eager)", "",
+                  f"`{cap['meta'].get('einsum', '')}`; P{cap['meta'].get('P')}, W{cap['meta'].get('W')}, "
+                  f"{cap['flops'] / 1e6:.1f} MFLOP. 'eager' = expert formulation "
+                  f"`{cap['meta'].get('expert_formulation')}` (p folded into the batch, channels-last "
+                  "conv2d via oneDNN). W is a layer parameter, pre-packed once (not timed).", "",
+                  "| formulation | time ms | GFLOP/s | % of machine sgemm | err vs f64 ref |",
+                  "|---|---:|---:|---:|---:|"]
+        for s, r in sorted(cap["systems"].items(), key=lambda kv: kv[1].get("median_ms") or 1e9):
+            if r.get("gflops"):
+                lines.append(f"| {s} | {r['median_ms']:.3f} | {r['gflops']:.1f} | "
+                             f"{100 * r['gflops'] / sg:.0f}% | {fmt(r.get('err_vs_ref'), '.1e')} |")
+    lines += ["", "![speed relative to eager](chart.png)", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def write_chart(path: str, report: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = report["main_systems"]
+    wls = [w["workload"] for w in report["workloads"]]
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(wls) + 2), 4.5))
+    width = 0.8 / len(names)
+    for i, s in enumerate(names):
+        vals = [w["systems"].get(s, {}).get("speedup_vs_eager") or 0.0 for w in report["workloads"]]
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(wls))]
+        ax.bar(xs, [v if v > 0 else np.nan for v in vals], width, label=s)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(wls)))
+    ax.set_xticklabels(wls, rotation=30, ha="right")
+    ax.set_ylabel("speed relative to PyTorch eager (x)")
+    ax.set_title(f"{report['machine']['cpu_model']}, {report['machine']['threads']} threads "
+                 f"({'quick' if report['quick'] else 'full'})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats; skip big-model torch.compile")
+    ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
+    ap.add_argument("--systems", default="", help="comma-separated systems (default: all registered)")
+    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(THREADS)
+    t_start = time.perf_counter()
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    wanted = [n for n in args.only.split(",") if n] or [w.name for w in WORKLOADS]
+    unknown = [n for n in wanted if n not in WORKLOADS_BY_NAME]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; known: {list(WORKLOADS_BY_NAME)}")
+    sys_wanted = [n for n in args.systems.split(",") if n] or list(SYSTEM_MODULES)
+    if "eager" not in sys_wanted:
+        sys_wanted.insert(0, "eager")
+    systems, skipped = [], {}
+    for n in sys_wanted:
+        s, note = load_system(n)
+        if s is None:
+            print(f"NOTE: skipping system '{n}': {note}")
+            skipped[n] = note
+        else:
+            systems.append(s)
+    cfg = timing.QUICK if args.quick else timing.FULL
+    log(f"measuring machine sgemm (2048^3, {THREADS} threads)...")
+    sg = machine_sgemm_gflops()
+    log(f"  {sg['median_gflops']:.1f} GFLOP/s")
+    report = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "timing": vars(cfg),
+        "machine": {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "threads": THREADS,
+                    "platform": platform.platform(), "sgemm": sg, "loadavg_start": os.getloadavg()},
+        "versions": versions(systems),
+        "skipped_systems": skipped,
+        "main_systems": [s.name for s in systems],
+        "workloads": [],
+    }
+    for name in wanted:
+        log(f"== {name}")
+        report["workloads"].append(run_workload(WORKLOADS_BY_NAME[name], systems, args.quick, cfg, log))
+    report["machine"]["sgemm_end"] = machine_sgemm_gflops()
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    report["total_seconds"] = time.perf_counter() - t_start
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    write_markdown(os.path.join(args.out, "results.md"), report)
+    write_chart(os.path.join(args.out, "chart.png"), report)
+    log(f"done in {report['total_seconds']:.0f}s; wrote {args.out}/results.md, results.json, chart.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
