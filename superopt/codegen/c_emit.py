@@ -243,7 +243,8 @@ class _Emitter:
                 bound = f"SO_MIN({self.extents[inner]}, {limit} - ({rest.c()}))"
                 out[inner] = bound if inner not in out else f"SO_MIN({out[inner]}, {limit} - ({rest.c()}))"
             else:
-                self._guards.append(f"({cl.c()}) < {limit}")
+                reduce_vars = {cvars[lp.name] for lp in s.loops if lp.reduce}
+                self._guards.append((f"({cl.c()}) < {limit}", bool(cl.vars() & reduce_vars)))
         return out
 
     def open_loop(self, s: Stage, lp, bounds: dict[str, str], reduction_clause: str = "") -> None:
@@ -312,7 +313,7 @@ class _Emitter:
         acc_at = s.acc_at
         if k == len(s.loops):
             val = self.expr(s, st.expr, t.dtype)
-            guard = self._guards
+            guard = [g for g, _ in self._guards]
             pre = f"if ({' && '.join(guard)}) " if guard else ""
             if st.reduce == "=":
                 self.line(f"{pre}{self.out_ref(s)} = {val};")
@@ -351,7 +352,9 @@ class _Emitter:
             ref = self.out_ref(s)
             acc = "acc" if not tile else f"acc[{self.tile_index(s)}]"
             val = self.combine(st.reduce, ref, acc, t.dtype) if s.partial else acc
-            self.line(f"{ref} = {val};")
+            guard = [g for g, on_reduce in self._guards if not on_reduce]
+            pre = f"if ({' && '.join(guard)}) " if guard else ""
+            self.line(f"{pre}{ref} = {val};")
             for _ in tile:
                 self.close()
             self.ind -= 1

@@ -299,6 +299,10 @@ def _check(plan: KernelPlan) -> None:
             if lp.parallel and (i != 0 or s.attach is not None):
                 raise ScheduleError(f"Parallel({s.name}, {lp.name}): only the outermost loop of a root stage "
                                     "can run in parallel")
+            if lp.unroll and (lp.parallel or lp.vector):
+                raise ScheduleError(f"Unroll({s.name}, {lp.name}): a parallel or vectorized loop cannot be unrolled")
+            if lp.parallel and lp.vector:
+                raise ScheduleError(f"Parallel({s.name}, {lp.name}): the loop is also vectorized")
             if lp.vector and i != len(s.loops) - 1:
                 raise ScheduleError(f"Vectorize({s.name}, {lp.name}): the vectorized loop must be innermost "
                                     f"(loops: {names})")
