@@ -1,0 +1,102 @@
+"""Measurement records: one JSON object per line, appended to ``<dataset_dir>/measurements.jsonl``.
+
+Each record holds the format version, the workload (canonical IR text and digest), the schedule trace,
+the target, the timings, the error code and message, and a timestamp. Appends take an exclusive
+``flock`` so several processes may share one file; :func:`load_records` skips a truncated last line
+(a writer killed mid-append).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from superopt.schedule.primitives import Primitive, trace_from_json, trace_to_json
+
+FORMAT_VERSION = 1
+RECORDS_FILE = "measurements.jsonl"
+
+
+@dataclass(frozen=True)
+class MeasureRecord:
+    workload_text: str
+    workload_digest: str
+    trace: tuple[Primitive, ...]
+    target: dict
+    error_code: str  # an ErrorCode name
+    error_msg: str = ""
+    times_s: tuple[float, ...] = ()
+    median_s: float | None = None
+    build_s: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+    source_sha256: str | None = None  # set when a hand-written kernel source replaced codegen
+    version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "version": self.version,
+            "workload": {"text": self.workload_text, "digest": self.workload_digest},
+            "trace": json.loads(trace_to_json(self.trace)),
+            "target": self.target,
+            "timings": {"times_s": list(self.times_s), "median_s": self.median_s, "build_s": self.build_s},
+            "error_code": self.error_code,
+            "error_msg": self.error_msg,
+            "timestamp": self.timestamp,
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.timestamp)),
+            "source_sha256": self.source_sha256,
+        }, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MeasureRecord:
+        version = d.get("version")
+        if version != FORMAT_VERSION:
+            raise ValueError(f"unsupported measurement record version {version!r} "
+                             f"(expected {FORMAT_VERSION})")
+        tm = d["timings"]
+        return cls(
+            workload_text=d["workload"]["text"], workload_digest=d["workload"]["digest"],
+            trace=trace_from_json(json.dumps(d["trace"])), target=d["target"], error_code=d["error_code"],
+            error_msg=d.get("error_msg", ""), times_s=tuple(tm.get("times_s", ())),
+            median_s=tm.get("median_s"), build_s=tm.get("build_s", 0.0),
+            timestamp=d["timestamp"], source_sha256=d.get("source_sha256"),
+            version=version)
+
+
+def records_path(dataset_dir: str | Path) -> Path:
+    return Path(dataset_dir) / RECORDS_FILE
+
+
+def append_records(path: str | Path, records: Iterable[MeasureRecord]) -> None:
+    text = "".join(r.to_json() + "\n" for r in records)
+    if not text:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.write(text)
+            f.flush()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def load_records(path: str | Path) -> list[MeasureRecord]:
+    """Read a records file back. A truncated or unparsable LAST line is skipped; one elsewhere raises."""
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    out = []
+    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(MeasureRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if i == last:
+                break
+            raise ValueError(f"{path}:{i + 1}: corrupt measurement record: {e}") from e
+    return out

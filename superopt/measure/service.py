@@ -1,0 +1,367 @@
+"""The measurement service: build candidate kernels, check them against the reference, time them.
+
+``measure(inputs, config)`` lowers and emits every candidate, compiles them in batches (one shared
+library per batch; when a batch fails to compile, its candidates are compiled one by one so one bad
+kernel does not sink the rest), then runs each in a worker process (``superopt.measure.worker``).
+A kernel that crashes or hangs costs one recorded error: the worker is killed/reaped and replaced,
+and the batch carries on. Each candidate's outputs are checked against the float64 reference
+interpreter on seeded random inputs before its timing counts.
+
+Use :class:`MeasureService` directly to keep workers (and the reference cache) alive across calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from superopt.codegen.c_emit import KernelSource, emit_c
+from superopt.codegen.lower import ScheduleError, lower
+from superopt.interp.reference import evaluate_compute
+from superopt.ir.compute import Compute
+from superopt.measure.records import MeasureRecord, append_records, records_path
+from superopt.measure.worker import recv_frame, send_frame
+from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
+from superopt.runtime.kernel import kernel_name
+from superopt.runtime.target import host_target
+from superopt.schedule.primitives import Primitive
+
+
+class ErrorCode(Enum):
+    OK = 0
+    ILLEGAL_SCHEDULE = 1  # lower() raised ScheduleError
+    COMPILE_ERROR = 2  # codegen or the C compiler failed
+    RUNTIME_ERROR = 3  # the kernel crashed its worker (or could not be loaded)
+    TIMEOUT = 4  # build or run exceeded its limit
+    WRONG_ANSWER = 5  # outputs differ from the reference interpreter
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    threads: int = 1
+    build_timeout_s: float = 60.0  # one compiler run (a batch, or one candidate)
+    run_timeout_s: float = 10.0  # one candidate: load, correctness run, warm-up and all repeats
+    warmup: int = 1
+    min_repeat_s: float = 0.02  # calls per repeat are chosen so that one repeat lasts at least this
+    repeats: int = 5  # the result is the median over repeats
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    workers: int = 1  # parallel run workers (more than 1 perturbs timings on a small machine)
+    dataset_dir: Path | str | None = None
+    compiler: CompilerConfig = field(default_factory=CompilerConfig)
+    seed: int = 0
+    batch_size: int = 32  # candidates per shared library
+    worker_start_timeout_s: float = 60.0
+    reference_cache: int = 8  # distinct workloads whose inputs/reference outputs are kept
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    compute: Compute
+    trace: tuple[Primitive, ...] | list[Primitive] = ()
+    source: KernelSource | None = None  # hand-written kernel used instead of codegen (tests, baselines)
+
+
+@dataclass
+class MeasureResult:
+    error_code: ErrorCode
+    times_s: list[float] = field(default_factory=list)
+    median_s: float | None = None
+    error_msg: str = ""
+    build_s: float = 0.0  # compile time (a batch's time is shared equally among its candidates)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is ErrorCode.OK
+
+    @property
+    def cost(self) -> float:
+        """Median seconds, or +inf for a failed candidate (convenient for ranking)."""
+        return self.median_s if self.ok and self.median_s is not None else float("inf")
+
+
+def _signal_name(rc: int | None) -> str:
+    if rc is None:
+        return "unknown status"
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit code {rc}"
+
+
+def random_inputs(compute: Compute, seed: int) -> list[np.ndarray]:
+    """Seeded inputs: standard normal floats, nonzero small ints, random bools."""
+    rng = np.random.default_rng([seed, int(compute.digest()[:15], 16)])
+    out = []
+    for name in compute.inputs:
+        t = compute.type_of[name]
+        dt = t.np_dtype
+        if dt == np.bool_:
+            a = rng.random(t.shape) < 0.5
+        elif np.issubdtype(dt, np.integer):
+            a = rng.integers(1, 6, t.shape) * rng.choice(np.array([-1, 1]), t.shape)
+            if np.issubdtype(dt, np.unsignedinteger):
+                a = np.abs(a)
+        else:
+            a = rng.standard_normal(t.shape)
+        out.append(np.ascontiguousarray(a, dtype=dt))
+    return out
+
+
+class _WorkerProc:
+    """One worker subprocess and the workloads whose data it already holds."""
+
+    def __init__(self, config: MeasureConfig) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cmd = [sys.executable, "-c", "from superopt.measure.worker import main; main()"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+        self.known: OrderedDict[str, None] = OrderedDict()
+        self.limit = config.reference_cache
+        if not self.wait_readable(config.worker_start_timeout_s):
+            self.kill()
+            raise RuntimeError(f"measurement worker did not start within {config.worker_start_timeout_s}s")
+        try:
+            hello = recv_frame(self.proc.stdout)
+        except EOFError:
+            rc = self.kill()
+            raise RuntimeError(f"measurement worker failed to start ({_signal_name(rc)})") from None
+        if not hello.get("ready"):
+            self.kill()
+            raise RuntimeError(f"measurement worker sent {hello!r} instead of ready")
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def wait_readable(self, timeout: float) -> bool:
+        r, _, _ = select.select([self.fileno()], [], [], max(timeout, 0.0))
+        return bool(r)
+
+    def send(self, task: dict, data) -> None:
+        digest = task["digest"]
+        if digest in self.known:
+            self.known.move_to_end(digest)
+        else:
+            task["data"] = data
+            self.known[digest] = None
+            forget = []
+            while len(self.known) > self.limit:
+                forget.append(self.known.popitem(last=False)[0])
+            task["forget"] = forget
+        send_frame(self.proc.stdin, task)
+
+    def kill(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        return rc
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                send_frame(self.proc.stdin, None)
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+class MeasureService:
+    """Measures candidates; keeps run workers and the per-workload reference cache between calls."""
+
+    def __init__(self, config: MeasureConfig | None = None) -> None:
+        self.config = config or MeasureConfig()
+        if self.config.workers < 1 or self.config.repeats < 1:
+            raise ValueError("MeasureConfig needs workers >= 1 and repeats >= 1")
+        self._workers: list[_WorkerProc | None] = [None] * self.config.workers
+        self._refs: OrderedDict[str, tuple[list[np.ndarray], list[np.ndarray]] | str] = OrderedDict()
+        self._target: dict | None = None
+
+    def __enter__(self) -> MeasureService:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for i, w in enumerate(self._workers):
+            if w is not None:
+                w.close()
+                self._workers[i] = None
+
+    @property
+    def target(self) -> dict:
+        if self._target is None:
+            self._target = host_target(self.config.threads, self.config.compiler.cc).to_dict()
+        return self._target
+
+    # -- build ---------------------------------------------------------------------------------
+
+    def _sources(self, inputs: Sequence[MeasureInput], results: list) -> dict[int, KernelSource]:
+        sources = {}
+        for i, inp in enumerate(inputs):
+            if inp.source is not None:
+                sources[i] = inp.source
+                continue
+            try:
+                sources[i] = emit_c(lower(inp.compute, inp.trace), kernel_name(inp.compute, inp.trace, i))
+            except ScheduleError as e:
+                results[i] = MeasureResult(ErrorCode.ILLEGAL_SCHEDULE, error_msg=str(e))
+            except Exception as e:  # noqa: BLE001 - a codegen bug costs this candidate only
+                results[i] = MeasureResult(ErrorCode.COMPILE_ERROR, error_msg=f"codegen failed: {e!r}")
+        return sources
+
+    def _compile(self, idx: list[int], sources: dict[int, KernelSource], results: list) -> dict[int, tuple]:
+        """Compile ``idx`` into one library; on failure fall back to one library per candidate."""
+        cc = replace(self.config.compiler, timeout_s=self.config.build_timeout_s)
+        t0 = time.perf_counter()
+        try:
+            path = compile_library([sources[i].code for i in idx], cc)
+        except CompileError as e:
+            dt = time.perf_counter() - t0
+            if len(idx) > 1:
+                return {k: v for i in idx for k, v in self._compile([i], sources, results).items()}
+            timed_out = "timed out" in str(e) or dt >= self.config.build_timeout_s
+            code = ErrorCode.TIMEOUT if timed_out else ErrorCode.COMPILE_ERROR
+            results[idx[0]] = MeasureResult(code, error_msg=str(e)[:4000], build_s=dt)
+            return {}
+        share = (time.perf_counter() - t0) / len(idx)
+        return {i: (str(path), share) for i in idx}
+
+    # -- reference -----------------------------------------------------------------------------
+
+    def _reference(self, compute: Compute):
+        d = compute.digest()
+        hit = self._refs.get(d)
+        if hit is not None:
+            self._refs.move_to_end(d)
+            return hit
+        try:
+            ins = random_inputs(compute, self.config.seed)
+            refs = [np.asarray(r, dtype=np.float64) if np.issubdtype(np.asarray(r).dtype, np.floating)
+                    else np.asarray(r) for r in evaluate_compute(compute, ins, dtype=np.float64)]
+            val = (ins, refs)
+        except Exception as e:  # noqa: BLE001
+            val = f"reference interpreter failed: {e!r}"
+        self._refs[d] = val
+        while len(self._refs) > self.config.reference_cache:
+            self._refs.popitem(last=False)
+        return val
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def _run(self, inputs: Sequence[MeasureInput], sources: dict, built: dict, results: list) -> None:
+        cfg = self.config
+        pending = deque(sorted(built))
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
+        while pending or busy:
+            for slot in range(len(self._workers)):
+                if slot in busy or not pending:
+                    continue
+                i = pending.popleft()
+                ref = self._reference(inputs[i].compute)
+                if isinstance(ref, str):
+                    results[i] = MeasureResult(ErrorCode.RUNTIME_ERROR, error_msg=ref, build_s=built[i][1])
+                    continue
+                task = {"lib": built[i][0], "source": sources[i], "compute": inputs[i].compute,
+                        "digest": inputs[i].compute.digest(), "threads": cfg.threads, "rtol": cfg.rtol,
+                        "atol": cfg.atol, "warmup": cfg.warmup, "min_repeat_s": cfg.min_repeat_s,
+                        "repeats": cfg.repeats}
+                for attempt in (0, 1):
+                    if self._workers[slot] is None:
+                        self._workers[slot] = _WorkerProc(cfg)
+                    try:
+                        self._workers[slot].send(dict(task), ref)
+                        break
+                    except OSError:  # the idle worker had died: replace it and resend once
+                        self._workers[slot].kill()
+                        self._workers[slot] = None
+                        if attempt:
+                            raise
+                busy[slot] = (i, time.monotonic() + cfg.run_timeout_s)
+            if not busy:
+                continue
+            now = time.monotonic()
+            wait = min(d for _, d in busy.values()) - now
+            fds = {self._workers[s].fileno(): s for s in busy}
+            ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
+            for fd in ready:
+                slot = fds[fd]
+                i, _ = busy.pop(slot)
+                w = self._workers[slot]
+                try:
+                    reply = recv_frame(w.proc.stdout)
+                except (EOFError, OSError):
+                    rc = w.kill()
+                    self._workers[slot] = None
+                    results[i] = MeasureResult(ErrorCode.RUNTIME_ERROR, build_s=built[i][1],
+                                               error_msg=f"kernel crashed its worker ({_signal_name(rc)})")
+                    continue
+                times = [float(t) for t in reply["times_s"]]
+                results[i] = MeasureResult(ErrorCode[reply["code"]], times, float(np.median(times)) if times
+                                           else None, reply["msg"], built[i][1])
+            now = time.monotonic()
+            for slot, (i, deadline) in list(busy.items()):
+                if now >= deadline:
+                    del busy[slot]
+                    self._workers[slot].kill()
+                    self._workers[slot] = None
+                    results[i] = MeasureResult(ErrorCode.TIMEOUT, build_s=built[i][1],
+                                               error_msg=f"run exceeded {cfg.run_timeout_s}s; worker killed")
+
+    # -- entry point ---------------------------------------------------------------------------
+
+    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+        inputs = list(inputs)
+        results: list[MeasureResult | None] = [None] * len(inputs)
+        sources = self._sources(inputs, results)
+        built: dict[int, tuple] = {}
+        order = sorted(sources)
+        for k in range(0, len(order), max(self.config.batch_size, 1)):
+            built.update(self._compile(order[k:k + self.config.batch_size], sources, results))
+        self._run(inputs, sources, built, results)
+        assert all(r is not None for r in results)
+        if self.config.dataset_dir is not None:
+            self._record(inputs, results)
+        return results
+
+    def _record(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        now = time.time()
+        recs = []
+        for inp, r in zip(inputs, results, strict=True):
+            sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
+            recs.append(MeasureRecord(
+                workload_text=inp.compute.text(), workload_digest=inp.compute.digest(),
+                trace=tuple(inp.trace), target=self.target, error_code=r.error_code.name,
+                error_msg=r.error_msg, times_s=tuple(r.times_s), median_s=r.median_s,
+                build_s=r.build_s, timestamp=now, source_sha256=sha))
+        append_records(records_path(self.config.dataset_dir), recs)
+
+
+def measure(inputs: Sequence[MeasureInput], config: MeasureConfig | None = None) -> list[MeasureResult]:
+    """Measure a batch with fresh workers (see :class:`MeasureService` to reuse them across batches)."""
+    with MeasureService(config) as service:
+        return service.measure(inputs)

@@ -1,0 +1,172 @@
+"""Measurement worker: a separate process that loads compiled kernels, checks and times them.
+
+Run as ``python -c "from superopt.measure.worker import main; main()"`` (what the service does).
+The parent talks to it over stdin/stdout with length-prefixed pickle frames (:func:`send_frame`,
+:func:`recv_frame`); the worker moves its own fd 1 onto stderr first, so a kernel that prints
+cannot corrupt the protocol. A kernel that
+crashes kills only this process, and one that hangs is killed by the parent after its run timeout.
+
+Protocol: the worker sends ``{"ready": True}`` once imported, then answers each task dict with one
+reply dict ``{"code": <ErrorCode name>, "times_s": [...], "msg": str}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import struct
+import sys
+import time
+import traceback
+from typing import BinaryIO
+
+import numpy as np
+
+_HEADER = struct.Struct("<Q")
+
+
+def send_frame(f: BinaryIO, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:  # a raw (unbuffered) file may write only part
+        n = f.write(view)
+        view = view[n if n is not None else 0:]
+    f.flush()
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = f.read(n - len(buf))
+        if not chunk:
+            raise EOFError("peer closed the pipe")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(f: BinaryIO):
+    (n,) = _HEADER.unpack(_read_exact(f, _HEADER.size))
+    return pickle.loads(_read_exact(f, n))
+
+
+def outputs_match(outs, refs, rtol: float, atol: float) -> tuple[bool, str]:
+    """Compare kernel outputs with float64 reference outputs (floats: allclose; others: exact)."""
+    for k, (o, r) in enumerate(zip(outs, refs, strict=False)):
+        if o.shape != r.shape:
+            return False, f"output {k}: shape {o.shape} != reference {r.shape}"
+        if np.issubdtype(o.dtype, np.floating):
+            ok = np.isclose(o.astype(np.float64), r, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            ok = o == r.astype(o.dtype)
+        if not ok.all():
+            bad = int((~ok).sum())
+            idx = np.unravel_index(int(np.argmin(ok.ravel())), o.shape)
+            where = tuple(int(i) for i in idx)
+            return False, (f"output {k}: {bad}/{o.size} elements differ; first at {where}: "
+                           f"got {o[idx]!r}, expected {r[idx]!r} (rtol={rtol}, atol={atol})")
+    return True, ""
+
+
+def _fresh_outputs(compute) -> list[np.ndarray]:
+    outs = []
+    for name in compute.outputs:
+        t = compute.type_of[name]
+        a = np.empty(t.shape, t.np_dtype)
+        # poison, so that a kernel that leaves part of its output unwritten is caught
+        if np.issubdtype(a.dtype, np.floating):
+            a.fill(np.nan)
+        elif a.dtype == np.bool_:
+            a.fill(True)
+        else:
+            a.fill(np.iinfo(a.dtype).min // 3)
+        outs.append(a)
+    return outs
+
+
+def time_kernel(run, warmup: int, min_repeat_s: float, repeats: int) -> list[float]:
+    """Warm up, pick a call count per repeat so one repeat lasts ``min_repeat_s``, time ``repeats``.
+
+    Returns seconds per call for each repeat.
+    """
+    for _ in range(warmup):
+        run()
+    number = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        dt = time.perf_counter() - t0
+        if dt >= min_repeat_s or number >= 1 << 20:
+            break
+        # aim a bit above the target; grow at most 10x per step, at least 2x
+        number = max(number * 2, min(number * 10, int(number * min_repeat_s * 1.2 / max(dt, 1e-9)) + 1))
+    times = [dt / number]
+    for _ in range(repeats - 1):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            run()
+        times.append((time.perf_counter() - t0) / number)
+    return times
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.libs: dict[str, ctypes.CDLL] = {}
+        self.data: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}  # digest -> (inputs, refs)
+
+    def handle(self, task: dict) -> dict:
+        from superopt.runtime.kernel import CompiledKernel
+
+        if task.get("data") is not None:
+            self.data[task["digest"]] = task["data"]
+        if task.get("forget"):
+            for d in task["forget"]:
+                self.data.pop(d, None)
+        inputs, refs = self.data[task["digest"]]
+        compute = task["compute"]
+        try:
+            lib = self.libs.get(task["lib"])
+            if lib is None:
+                lib = self.libs[task["lib"]] = ctypes.CDLL(task["lib"])
+            kernel = CompiledKernel(lib, task["source"], compute)
+            kernel.set_threads(task["threads"])
+            # copies: a kernel that writes its inputs must not corrupt the cached ones
+            ins = kernel.prepare_inputs([x.copy() for x in inputs])
+            outs = _fresh_outputs(compute)
+        except Exception as e:  # noqa: BLE001 - any failure to set up is this candidate's runtime error
+            return {"code": "RUNTIME_ERROR", "times_s": [], "msg": f"kernel setup failed: {e!r}"}
+        args = ins + outs
+        kernel.run_raw(args)
+        ok, msg = outputs_match(outs, refs, task["rtol"], task["atol"])
+        if not ok:
+            return {"code": "WRONG_ANSWER", "times_s": [], "msg": msg}
+        times = time_kernel(lambda: kernel.run_raw(args), task["warmup"], task["min_repeat_s"],
+                            task["repeats"])
+        return {"code": "OK", "times_s": times, "msg": ""}
+
+
+def main() -> None:
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed (by Python or C) now goes to stderr
+    sys.stdout = sys.stderr
+    proto_in = os.fdopen(os.dup(0), "rb")
+    worker = Worker()
+    send_frame(proto_out, {"ready": True, "pid": os.getpid()})
+    while True:
+        try:
+            task = recv_frame(proto_in)
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            reply = worker.handle(task)
+        except Exception:  # noqa: BLE001 - report, keep serving
+            msg = "worker error: " + traceback.format_exc(limit=5)
+            reply = {"code": "RUNTIME_ERROR", "times_s": [], "msg": msg}
+        send_frame(proto_out, reply)
+
+
+if __name__ == "__main__":
+    main()

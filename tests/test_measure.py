@@ -1,0 +1,165 @@
+"""The measurement service: good kernels time OK; bad ones (crash, hang, wrong, broken C, illegal
+schedule, slow compiler) are recorded with the right error code while the rest of the batch carries on."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from superopt.codegen.c_emit import KernelSource
+from superopt.lang import compile_op
+from superopt.measure import (
+    FORMAT_VERSION,
+    ErrorCode,
+    MeasureConfig,
+    MeasureInput,
+    MeasureService,
+    load_records,
+    measure,
+    records_path,
+)
+from superopt.runtime.compiler import CompilerConfig
+from superopt.schedule import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize
+
+N = 64
+
+
+@pytest.fixture(scope="module")
+def mm():
+    return compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (N, N), "B": (N, N)})
+
+
+TILED = (Split("C", "i", 4), Split("C", "j", 16), Reorder("C", ("i_o", "j_o", "k", "i_i", "j_i")),
+         CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "j_i"), Parallel("C", "i_o"))
+
+
+def _cfg(tmp_path: Path, **kw) -> MeasureConfig:
+    base = dict(threads=1, run_timeout_s=3.0, build_timeout_s=60.0, min_repeat_s=0.005, repeats=3,
+                compiler=CompilerConfig(cache_dir=tmp_path / "kcache"))
+    base.update(kw)
+    return MeasureConfig(**base)
+
+
+def _src(name: str, body: str) -> KernelSource:
+    return KernelSource(name=name, code=f"void {name}(void **args) {{\n{body}\n}}\n", inputs=("A", "B"),
+                        outputs=("C",), packs={})
+
+
+# a correct naive matmul by hand, and deliberately bad kernels with the same ABI
+GOOD_C = _src("hand_mm", f"""
+  const float *A = args[0], *B = args[1]; float *C = args[2];
+  for (int i = 0; i < {N}; i++) for (int j = 0; j < {N}; j++) {{
+    float s = 0; for (int k = 0; k < {N}; k++) s += A[i*{N}+k] * B[k*{N}+j]; C[i*{N}+j] = s; }}""")
+SEGV_C = _src("bad_segv", "  *(volatile int *)0 = 1;")
+HANG_C = _src("bad_hang", "  volatile int x = 0; for (;;) x++;")
+WRONG_C = _src("bad_wrong", f"  float *C = args[2]; for (int i = 0; i < {N * N}; i++) C[i] = 1.0f;")
+# correct except that it never writes the last element (the output buffer is poisoned, so this is caught)
+PARTIAL_C = _src("bad_partial", f"""
+  const float *A = args[0], *B = args[1]; float *C = args[2];
+  for (int i = 0; i < {N}; i++) for (int j = 0; j < {N}; j++) {{
+    float s = 0; for (int k = 0; k < {N}; k++) s += A[i*{N}+k] * B[k*{N}+j];
+    if (i * {N} + j != {N * N - 1}) C[i*{N}+j] = s; }}""")
+SYNTAX_C = _src("bad_syntax", "  this is not C;")
+
+
+def test_good_kernel_measures_ok(mm, tmp_path):
+    (r,) = measure([MeasureInput(mm, TILED)], _cfg(tmp_path))
+    assert r.error_code is ErrorCode.OK, r.error_msg
+    assert r.median_s is not None and r.median_s > 0 and len(r.times_s) == 3
+    assert r.build_s > 0 and r.cost == r.median_s
+
+
+def test_bad_kernels_recorded_batch_carries_on(mm, tmp_path):
+    inputs = [
+        MeasureInput(mm, TILED),
+        MeasureInput(mm, (), source=SEGV_C),
+        MeasureInput(mm, ()),
+        MeasureInput(mm, (), source=HANG_C),
+        MeasureInput(mm, (), source=GOOD_C),
+        MeasureInput(mm, (), source=WRONG_C),
+        MeasureInput(mm, (), source=SYNTAX_C),  # sinks the batch library: fall back to one by one
+        MeasureInput(mm, (Split("C", "nope", 4),)),
+        MeasureInput(mm, (), source=PARTIAL_C),
+        MeasureInput(mm, TILED[:2]),
+    ]
+    res = measure(inputs, _cfg(tmp_path, dataset_dir=tmp_path / "ds"))
+    codes = [r.error_code for r in res]
+    assert codes == [ErrorCode.OK, ErrorCode.RUNTIME_ERROR, ErrorCode.OK, ErrorCode.TIMEOUT, ErrorCode.OK,
+                     ErrorCode.WRONG_ANSWER, ErrorCode.COMPILE_ERROR, ErrorCode.ILLEGAL_SCHEDULE,
+                     ErrorCode.WRONG_ANSWER, ErrorCode.OK], [(r.error_code, r.error_msg[:200]) for r in res]
+    assert "SIGSEGV" in res[1].error_msg or "signal" in res[1].error_msg
+    assert "differ" in res[5].error_msg
+    for r in res:
+        assert (r.median_s is not None and r.median_s > 0) == (r.error_code is ErrorCode.OK)
+    recs = load_records(records_path(tmp_path / "ds"))
+    assert [r.error_code for r in recs] == [c.name for c in codes]
+
+
+def test_service_reuses_worker_across_calls_and_after_crash(mm, tmp_path):
+    with MeasureService(_cfg(tmp_path)) as svc:
+        a = svc.measure([MeasureInput(mm, (), source=SEGV_C)])
+        b = svc.measure([MeasureInput(mm, TILED), MeasureInput(mm, ())])
+        pid = svc._workers[0].proc.pid
+        c = svc.measure([MeasureInput(mm, ())])
+        assert svc._workers[0].proc.pid == pid  # a healthy worker stays alive between calls
+    assert a[0].error_code is ErrorCode.RUNTIME_ERROR
+    assert [r.error_code for r in b + c] == [ErrorCode.OK] * 3
+
+
+def test_build_timeout(mm, tmp_path):
+    cc = tmp_path / "slowcc"
+    cc.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo slowcc 1.0; exit 0; fi\nexec sleep 30\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    cfg = _cfg(tmp_path, build_timeout_s=0.5, compiler=CompilerConfig(cc=str(cc), cache_dir=tmp_path / "kc"))
+    (r,) = measure([MeasureInput(mm, TILED)], cfg)
+    assert r.error_code is ErrorCode.TIMEOUT, r.error_msg
+
+
+def test_records_round_trip(mm, tmp_path):
+    ds = tmp_path / "ds"
+    inputs = [MeasureInput(mm, TILED), MeasureInput(mm, (), source=WRONG_C)]
+    res = measure(inputs, _cfg(tmp_path, dataset_dir=ds, threads=2))
+    path = records_path(ds)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    raw = json.loads(lines[0])
+    assert raw["version"] == FORMAT_VERSION
+    assert raw["target"]["threads"] == 2 and raw["target"]["cpu_model"] and raw["target"]["compiler"] == "gcc"
+    assert raw["workload"] == {"text": mm.text(), "digest": mm.digest()}
+    assert raw["error_code"] == "OK" and raw["timings"]["median_s"] == res[0].median_s
+    assert raw["timestamp"] > 0 and raw["source_sha256"] is None
+
+    recs = load_records(path)
+    assert recs[0].trace == TILED
+    assert recs[0].times_s == tuple(res[0].times_s) and recs[0].median_s == res[0].median_s
+    assert recs[1].error_code == "WRONG_ANSWER" and recs[1].source_sha256 and recs[1].median_s is None
+    assert [r.to_json() for r in recs] == lines
+
+    # a writer killed mid-append leaves a truncated last line: skipped
+    with open(path, "a") as f:
+        f.write(lines[0][: len(lines[0]) // 2])
+    assert len(load_records(path)) == 2
+    # a corrupt line in the middle is an error
+    path.write_text(lines[0][:20] + "\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_records(path)
+
+
+def test_inputs_are_seeded(mm):
+    from superopt.measure import random_inputs
+
+    a, b = random_inputs(mm, 0), random_inputs(mm, 0)
+    assert all((x == y).all() for x, y in zip(a, b, strict=True))
+    assert not (random_inputs(mm, 1)[0] == a[0]).all()
+
+
+def test_two_workers_hang_does_not_block_the_other(mm, tmp_path):
+    inputs = [MeasureInput(mm, (), source=HANG_C), MeasureInput(mm, TILED), MeasureInput(mm, ()),
+              MeasureInput(mm, (), source=SEGV_C), MeasureInput(mm, (), source=GOOD_C)]
+    res = measure(inputs, _cfg(tmp_path, workers=2, run_timeout_s=2.0))
+    E = ErrorCode
+    want = [E.TIMEOUT, E.OK, E.OK, E.RUNTIME_ERROR, E.OK]
+    assert [r.error_code for r in res] == want, [r.error_msg[:200] for r in res]
