@@ -1,0 +1,190 @@
+"""Run a whole Graph: compiled kernels and extern ops over a static memory plan.
+
+Intermediate tensors live in a few preallocated buffers reused once their last reader has run;
+``reshape`` externs are aliases (no copy); graph outputs are written straight into fresh arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from superopt.ir.compute import Compute
+from superopt.ir.externs import evaluate_extern
+from superopt.ir.graph import Graph
+from superopt.runtime.compiler import CompilerConfig
+from superopt.runtime.kernel import CompiledKernel, build_kernels
+from superopt.schedule.default import default_schedule
+from superopt.schedule.primitives import Primitive
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    threads: int = 2
+    compiler: CompilerConfig = field(default_factory=CompilerConfig)
+
+
+@dataclass
+class MemoryPlan:
+    buffer_of: dict[str, int]  # storage tensor -> buffer index
+    buffer_bytes: list[int]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.buffer_bytes)
+
+
+def _storage_roots(graph: Graph) -> dict[str, str]:
+    """Tensor -> the tensor owning its memory (reshape outputs alias their input)."""
+    root: dict[str, str] = {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            root[o] = o
+        if n.is_extern and n.op.kind == "reshape":
+            src = n.inputs[0]
+            root[n.outputs[0]] = root.get(src, src)
+    return root
+
+
+def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
+    root = _storage_roots(graph)
+    external = set(graph.inputs) | set(graph.constant)
+    fresh = {root.get(o, o) for o in graph.outputs}  # outputs own fresh arrays each call
+    last_use: dict[str, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for t in n.inputs:
+            r = root.get(t, t)
+            last_use[r] = max(last_use.get(r, -1), i)
+        for o in n.outputs:
+            r = root[o]
+            last_use[r] = max(last_use.get(r, -1), i)
+    buffer_of: dict[str, int] = {}
+    sizes: list[int] = []
+    free: list[int] = []
+    for i, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            r = root[o]
+            if r != o or r in external or r in fresh or r in buffer_of:
+                continue
+            need = graph.type_of[o].nbytes
+            fits = sorted((sizes[b], b) for b in free if sizes[b] >= need)
+            if fits:
+                b = fits[0][1]
+                free.remove(b)
+            elif free:  # grow the largest free buffer rather than adding one
+                b = max(free, key=lambda k: sizes[k])
+                free.remove(b)
+                sizes[b] = need
+            else:
+                b = len(sizes)
+                sizes.append(need)
+            buffer_of[r] = b
+        for r, b in list(buffer_of.items()):
+            if last_use.get(r) == i and b not in free and not any(
+                    buffer_of.get(x) == b and last_use.get(x, -1) > i for x in buffer_of):
+                free.append(b)
+    return MemoryPlan(buffer_of, sizes), root
+
+
+class GraphExecutor:
+    """Compile every compute node of ``graph`` (default schedules unless given) and run it."""
+
+    def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]] | None = None,
+                 config: ExecutorConfig | None = None) -> None:
+        self.graph = graph
+        self.config = config or ExecutorConfig()
+        schedules = dict(schedules or {})
+        items: list[tuple[Compute, list[Primitive]]] = []
+        index: dict[tuple[str, str], int] = {}
+        self.node_kernel: dict[str, int] = {}
+        self.traces: dict[str, list[Primitive]] = {}
+        default_cache: dict[str, list[Primitive]] = {}
+        for n in graph.nodes:
+            if n.is_extern:
+                continue
+            consts = [local for local, g in zip(n.op.inputs, n.inputs) if g in graph.constant]
+            if n.name in schedules:
+                trace = list(schedules[n.name])
+            else:
+                key = n.op.digest() + "|" + ",".join(consts)
+                if key not in default_cache:
+                    default_cache[key] = default_schedule(n.op, self.config.threads, consts)
+                trace = default_cache[key]
+            self.traces[n.name] = trace
+            k = (n.op.digest(), repr(trace))
+            if k not in index:
+                index[k] = len(items)
+                items.append((n.op, trace))
+            self.node_kernel[n.name] = index[k]
+        self.kernels: list[CompiledKernel] = build_kernels(items, self.config.compiler, self.config.threads) \
+            if items else []
+        self.memory, self.root = plan_memory(graph)
+        self._buffers = [np.empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
+        self._packed: dict[tuple[str, str], np.ndarray] = {}
+        for n in graph.nodes:  # pack constant weights once, ahead of time
+            if n.is_extern:
+                continue
+            kern = self.kernels[self.node_kernel[n.name]]
+            for local, g in zip(n.op.inputs, n.inputs):
+                if local in kern.pack_fns and g in graph.constant:
+                    self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
+
+    def _view(self, tensor: str) -> np.ndarray:
+        t = self.graph.type_of[tensor]
+        buf = self._buffers[self.memory.buffer_of[tensor]]
+        return buf[: t.nbytes].view(t.np_dtype).reshape(t.shape)
+
+    def __call__(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        g = self.graph
+        if not isinstance(inputs, Mapping):
+            inputs = dict(zip(g.inputs, inputs))
+        env: dict[str, np.ndarray] = {}
+        for name in g.inputs:
+            if name not in inputs:
+                raise ValueError(f"missing graph input {name!r}")
+            t = g.type_of[name]
+            x = np.asarray(inputs[name])
+            if tuple(x.shape) != t.shape:
+                raise ValueError(f"graph input {name!r} has shape {tuple(x.shape)} but {t.shape} is expected")
+            env[name] = np.ascontiguousarray(x, dtype=t.np_dtype)
+        for name, c in g.constants:
+            env[name] = c.array
+        for n in g.nodes:
+            if n.is_extern:
+                if n.op.kind == "reshape":
+                    env[n.outputs[0]] = env[n.inputs[0]].reshape(g.type_of[n.outputs[0]].shape)
+                else:
+                    for o, v in zip(n.outputs, evaluate_extern(n.op.kind, [env[i] for i in n.inputs], n.op.attr)):
+                        env[o] = self._place(o, v)
+                continue
+            kern = self.kernels[self.node_kernel[n.name]]
+            args = []
+            for local, gname in zip(n.op.inputs, n.inputs):
+                if local in kern.pack_fns:
+                    pre = self._packed.get((n.name, local))
+                    args.append(pre if pre is not None else kern.pack(local, env[gname]))
+                else:
+                    args.append(env[gname])
+            outs = []
+            for o in n.outputs:
+                r = self.root[o]
+                arr = self._view(o) if r in self.memory.buffer_of else np.empty(g.type_of[o].shape,
+                                                                                  g.type_of[o].np_dtype)
+                env[o] = arr
+                outs.append(arr)
+            kern.run_raw(args + outs)
+        result = {}
+        for o in g.outputs:
+            v = env[o]
+            result[o] = v.copy() if (o in g.inputs or o in g.constant or not v.flags.owndata and
+                                     self.root.get(o, o) in self.memory.buffer_of) else v
+        return result
+
+    def _place(self, tensor: str, value: np.ndarray) -> np.ndarray:
+        if tensor in self.memory.buffer_of:
+            view = self._view(tensor)
+            view[...] = value
+            return view
+        return value
