@@ -251,3 +251,34 @@ def test_dynamo_graph_output_structure():
     assert got[1][1] == 3
     np.testing.assert_allclose(got[1][0].detach().numpy(), ref[1][0].detach().numpy(), rtol=RTOL, atol=ATOL)
     assert len(seen["imp"].baked) == 2  # fc.weight, fc.bias
+
+
+# ---- ATen-level graphs (aot_autograd forward graphs, FakeTensor examples) ---------------------------
+class CnnLn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cbr = ConvBnRelu()
+        self.pool = nn.MaxPool2d(2)
+        self.gap = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(8, 10)
+        self.ln = nn.LayerNorm(10)
+
+    def forward(self, x):
+        x = torch.flatten(self.gap(self.pool(self.cbr(x))), 1)
+        return torch.softmax(self.ln(self.fc(x)), -1)
+
+
+def test_aten_graphs_via_aot_autograd():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True,
+                                       dropout=0.0).eval()
+    with torch.no_grad():
+        _check_compiled(CnnLn().eval(), torch.randn(2, 3, 8, 8), backend="superopt_aot")
+        _check_compiled(layer, torch.randn(2, 5, 64), backend="superopt_aot")
+
+
+def test_aot_autograd_with_grad_is_a_clear_error():
+    torch._dynamo.reset()
+    compiled = torch.compile(CnnLn().eval(), backend="superopt_aot")
+    with pytest.raises(Exception, match="inference only"):
+        compiled(torch.randn(2, 3, 8, 8))

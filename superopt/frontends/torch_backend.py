@@ -110,14 +110,27 @@ def make_backend(runner_factory: RunnerFactory) -> Callable[..., Any]:
     return functools.partial(superopt_backend, runner_factory=runner_factory)
 
 
+def superopt_aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                         runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
+    """The same through aot_autograd: the forward graph is ATen-level, with FakeTensor examples, so
+    parameters stay run-time inputs. Inference only (under ``torch.no_grad()``)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    fw = functools.partial(superopt_backend, runner_factory=runner_factory)
+    return aot_autograd(fw_compiler=fw)(gm, example_inputs)
+
+
 def _register() -> None:
     try:
         from torch._dynamo import list_backends, register_backend
     except ImportError:  # pragma: no cover - older/newer torch without the API
         return
     try:
-        if "superopt" not in list_backends(exclude_tags=()):
+        known = list_backends(exclude_tags=())
+        if "superopt" not in known:
             register_backend(name="superopt")(superopt_backend)
+        if "superopt_aot" not in known:
+            register_backend(name="superopt_aot")(superopt_aot_backend)
     except Exception:  # noqa: BLE001 - registration is a convenience, never fatal  # pragma: no cover
         pass
 
