@@ -105,6 +105,10 @@ def test_service_reuses_worker_across_calls_and_after_crash(mm, tmp_path):
         pid = svc._workers[0].proc.pid
         c = svc.measure([MeasureInput(mm, ())])
         assert svc._workers[0].proc.pid == pid  # a healthy worker stays alive between calls
+    with MeasureService(_cfg(tmp_path, max_tasks_per_worker=1)) as svc:
+        d = svc.measure([MeasureInput(mm, ()), MeasureInput(mm, TILED)])  # recycled after each task
+        assert svc._workers[0] is None
+    assert [r.error_code for r in d] == [ErrorCode.OK] * 2
     assert a[0].error_code is ErrorCode.RUNTIME_ERROR
     assert [r.error_code for r in b + c] == [ErrorCode.OK] * 3
 

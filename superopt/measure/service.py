@@ -65,6 +65,7 @@ class MeasureConfig:
     batch_size: int = 32  # candidates per shared library
     worker_start_timeout_s: float = 60.0
     reference_cache: int = 8  # distinct workloads whose inputs/reference outputs are kept
+    max_tasks_per_worker: int = 500  # a worker is recycled after this many (it keeps every library loaded)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class _WorkerProc:
         cmd = [sys.executable, "-c", "from superopt.measure.worker import main; main()"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
         self.known: OrderedDict[str, None] = OrderedDict()
+        self.tasks = 0
         self.limit = config.reference_cache
         if not self.wait_readable(config.worker_start_timeout_s):
             self.kill()
@@ -164,6 +166,7 @@ class _WorkerProc:
                 forget.append(self.known.popitem(last=False)[0])
             task["forget"] = forget
         send_frame(self.proc.stdin, task)
+        self.tasks += 1
 
     def kill(self) -> int | None:
         if self.proc.poll() is None:
@@ -320,6 +323,9 @@ class MeasureService:
                     results[i] = MeasureResult(ErrorCode.RUNTIME_ERROR, build_s=built[i][1],
                                                error_msg=f"kernel crashed its worker ({_signal_name(rc)})")
                     continue
+                if w.tasks >= cfg.max_tasks_per_worker:
+                    w.close()
+                    self._workers[slot] = None
                 times = [float(t) for t in reply["times_s"]]
                 results[i] = MeasureResult(ErrorCode[reply["code"]], times, float(np.median(times)) if times
                                            else None, reply["msg"], built[i][1])
