@@ -282,3 +282,11 @@ def test_aot_autograd_with_grad_is_a_clear_error():
     compiled = torch.compile(CnnLn().eval(), backend="superopt_aot")
     with pytest.raises(Exception, match="inference only"):
         compiled(torch.randn(2, 3, 8, 8))
+
+
+def test_compiled_executor_runner():
+    from superopt.frontends.torch_backend import executor_runner
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        _check_compiled(TinyCNN().eval(), torch.randn(2, 3, 16, 16), backend=make_backend(executor_runner))

@@ -38,7 +38,20 @@ def interpreter_runner(graph: Graph) -> Runner:
     return run
 
 
-# The one line to change to swap in the compiled executor.
+def executor_runner(graph: Graph) -> Runner:
+    """Run ``graph`` with the compiled executor (superopt.runtime.executor.GraphExecutor)."""
+    from superopt.runtime.executor import GraphExecutor
+
+    ex = GraphExecutor(graph)
+
+    def run(args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = ex(list(args))
+        return [out[o] for o in graph.outputs]
+
+    return run
+
+
+# The one line to change to swap in the compiled executor (``= executor_runner``).
 DEFAULT_RUNNER_FACTORY: RunnerFactory = interpreter_runner
 
 
