@@ -1,0 +1,39 @@
+/* trace: [{"kind": "ComputeAt", "stage": "m", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "m", "loop": "j"}, {"kind": "ComputeAt", "stage": "e", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "e", "loop": "j"}, {"kind": "ComputeAt", "stage": "s", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "s", "loop": "j"}, {"kind": "Parallel", "stage": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "Y", "loop": "j"}] */
+void softmax_rowwise(void **args) {
+    const float *restrict X = (const float *)args[0];
+    float *restrict Y = (float *)args[1];
+    /* Y[i,j] = (e[i,j] / s[i])  over(i:16 j:40) */
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < 16; ++i) {
+        /* m[i] max= X[i,j]  over(i:16 j:40) */
+        float m[1];
+        {
+            float acc = (-INFINITY);
+            #pragma omp simd reduction(max:acc)
+            for (int m_j = 0; m_j < 40; ++m_j) {
+                acc = so_maxf(acc, X[40*i + m_j]);
+            }
+            m[0] = acc;
+        }
+        /* e[i,j] = exp((X[i,j] - m[i]))  over(i:16 j:40) */
+        float e[40];
+        #pragma omp simd
+        for (int e_j = 0; e_j < 40; ++e_j) {
+            e[e_j] = expf((X[e_j + 40*i] - m[0]));
+        }
+        /* s[i] += e[i,j]  over(i:16 j:40) */
+        float s[1];
+        {
+            float acc = 0.0f;
+            #pragma omp simd reduction(+:acc)
+            for (int s_j = 0; s_j < 40; ++s_j) {
+                acc = acc + e[s_j];
+            }
+            s[0] = acc;
+        }
+        #pragma omp simd
+        for (int j = 0; j < 40; ++j) {
+            Y[40*i + j] = (e[j] / s[0]);
+        }
+    }
+}
