@@ -1,4 +1,4 @@
-"""An ``onnx.backend.base.Backend`` over superopt: ``prepare``/``run_model``/``run_node`` like onnxruntime.backend.
+"""An ``onnx.backend.base.Backend`` over superopt: ``prepare``/``run_model``/``run_node``, like onnxruntime.
 
 ``prepare(model, device="CPU", mode="reference")`` imports the model and returns a BackendRep whose ``run``
 executes it. Execution strategies are pluggable: :data:`RUNNERS` maps a mode name to a factory
@@ -29,8 +29,11 @@ def _reference_runner(im: ImportedModel) -> Runner:
     dtype = np.float64 if precise else np.float32
 
     def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        out = evaluate(im.graph, dict(zip(im.graph.inputs, inputs)), dtype=dtype)
-        return [np.asarray(out[o]).astype(dt, copy=False) for o, dt in zip(im.graph.outputs, im.output_dtypes)]
+        out = evaluate(im.graph, dict(zip(im.graph.inputs, inputs, strict=False)), dtype=dtype)
+        return [
+            np.asarray(out[o]).astype(dt, copy=False)
+            for o, dt in zip(im.graph.outputs, im.output_dtypes, strict=False)
+        ]
 
     return run
 
@@ -49,10 +52,19 @@ class SuperoptRep(BackendRep):
         self.model = model
         self.mode = mode
         self._factory = _check_mode(mode)
-        self._all_inputs = [vi.name for vi in model.graph.input
-                            if vi.name not in {t.name for t in model.graph.initializer}]
-        self._int_inputs = [vi.name for vi in model.graph.input if vi.name in self._all_inputs
-                            and vi.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)]
+        self._all_inputs = [
+            vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}
+        ]
+        # inputs that may carry compile-time values: integer tensors and small (scalar-like) tensors
+        self._int_inputs = [
+            vi.name
+            for vi in model.graph.input
+            if vi.name in self._all_inputs
+            and (
+                vi.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+                or int(np.prod([d.dim_value for d in vi.type.tensor_type.shape.dim])) <= 1
+            )
+        ]
         self._cache: dict[Any, tuple[ImportedModel, Runner]] = {}
         self._static: tuple[ImportedModel, Runner] | None = None
         try:
@@ -79,8 +91,10 @@ class SuperoptRep(BackendRep):
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
             if len(inputs) != len(self._all_inputs):
-                raise ValueError(f"model takes {len(self._all_inputs)} inputs {self._all_inputs}, got {len(inputs)}")
-            feed = {n: np.asarray(v) for n, v in zip(self._all_inputs, inputs)}
+                raise ValueError(
+                    f"model takes {len(self._all_inputs)} inputs {self._all_inputs}, got {len(inputs)}"
+                )
+            feed = {n: np.asarray(v) for n, v in zip(self._all_inputs, inputs, strict=False)}
         missing = [n for n in self._all_inputs if n not in feed]
         if missing:
             raise ValueError(f"missing model input(s) {missing}")
@@ -109,23 +123,33 @@ class SuperoptBackend(Backend):
         return SuperoptRep(model, mode)
 
     @classmethod
-    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", mode: str = "reference",
-                  **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run_model(
+        cls, model: Any, inputs: Any, device: str = "CPU", mode: str = "reference", **kwargs: Any
+    ) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, mode).run(inputs)
 
     @classmethod
-    def run_node(cls, node: onnx.NodeProto, inputs: Sequence[np.ndarray], device: str = "CPU",
-                 outputs_info: Any = None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run_node(
+        cls,
+        node: onnx.NodeProto,
+        inputs: Sequence[np.ndarray],
+        device: str = "CPU",
+        outputs_info: Any = None,
+        **kwargs: Any,
+    ) -> tuple[np.ndarray, ...]:
         from onnx import helper
 
         ins = [np.asarray(x) for x in inputs]
-        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-               for n, x in zip(node.input, ins) if n]
+        vis = [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+            for n, x in zip(node.input, ins, strict=False)
+            if n
+        ]
         outs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
         graph = helper.make_graph([node], "run_node", vis, outs)
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", min(opset, 21))])
-        return cls.run_model(model, [x for n, x in zip(node.input, ins) if n], device)
+        return cls.run_model(model, [x for n, x in zip(node.input, ins, strict=False) if n], device)
 
 
 prepare = SuperoptBackend.prepare
@@ -134,5 +158,14 @@ run_node = SuperoptBackend.run_node
 supports_device = SuperoptBackend.supports_device
 is_compatible = SuperoptBackend.is_compatible
 
-__all__ = ["SuperoptBackend", "SuperoptRep", "RUNNERS", "OnnxImportError", "prepare", "run_model", "run_node",
-           "supports_device", "is_compatible"]
+__all__ = [
+    "SuperoptBackend",
+    "SuperoptRep",
+    "RUNNERS",
+    "OnnxImportError",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+    "is_compatible",
+]

@@ -23,6 +23,9 @@ from superopt.interp.reference import evaluate
 from superopt.ir.graph import Graph
 
 MIN_OPSET, MAX_OPSET = 9, 21
+# Later opsets (up to the installed onnx) are accepted: for every op mapped here the versions after 21 only
+# add element types (bfloat16, float8, int4, ...), which the importer rejects by type anyway.
+MAX_ACCEPTED_OPSET = max(MAX_OPSET, onnx.defs.onnx_opset_version())
 
 _ELEM = {
     onnx.TensorProto.FLOAT: "float32",
@@ -85,17 +88,33 @@ _BIN = {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div, "Pow": o
 for _name, _fn in _BIN.items():
     CONVERTERS[_name] = lambda c, x, _fn=_fn: _fn(c.b, x[0], x[1])
 
-_UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Tanh": "tanh", "Erf": "erf", "Sigmoid": "sigmoid",
-          "Abs": "abs", "Neg": "neg", "Relu": "relu", "Floor": "floor", "Ceil": "ceil", "Reciprocal": "reciprocal",
-          "Sin": "sin", "Cos": "cos", "Round": "round", "Sign": "sign", "Not": "not"}
+_UNARY = {
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Sigmoid": "sigmoid",
+    "Abs": "abs",
+    "Neg": "neg",
+    "Relu": "relu",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Reciprocal": "reciprocal",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Round": "round",
+    "Sign": "sign",
+    "Not": "not",
+}
 for _name, _fn in _UNARY.items():
     CONVERTERS[_name] = lambda c, x, _fn=_fn: ops.unary(c.b, _fn, x[0])
 
 _CMP = {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=", "GreaterOrEqual": ">="}
 for _name, _op in _CMP.items():
     CONVERTERS[_name] = lambda c, x, _op=_op: ops.compare(c.b, _op, x[0], x[1])
-for _name in ("And", "Or", "Xor"):
-    CONVERTERS[_name] = lambda c, x, _op=_name.lower(): ops.logical(c.b, _op, x[0], x[1])
+for _name, _op in (("And", "and"), ("Or", "or"), ("Xor", "xor")):
+    CONVERTERS[_name] = lambda c, x, _op=_op: ops.logical(c.b, _op, x[0], x[1])
 
 
 @_conv("Sum", "Max", "Min", "Mean")
@@ -127,10 +146,17 @@ def _clip(c: _Ctx, x):
     if c.opset < 11:
         lo, hi = c.attr("min"), c.attr("max")
     else:
-        lo = c.const(x[1] if len(x) > 1 else None, "Clip min")
-        hi = c.const(x[2] if len(x) > 2 else None, "Clip max")
-        lo = None if lo is None else lo.item()
-        hi = None if hi is None else hi.item()
+        lo_t = x[1] if len(x) > 1 else None
+        hi_t = x[2] if len(x) > 2 else None
+        if any(t is not None and c.b.const_value(t) is None for t in (lo_t, hi_t)):  # run-time bounds
+            out = x[0]
+            if lo_t is not None:
+                out = ops.maximum(c.b, out, lo_t)
+            if hi_t is not None:
+                out = ops.minimum(c.b, out, hi_t)
+            return out
+        lo = None if lo_t is None else c.b.const_value(lo_t).item()
+        hi = None if hi_t is None else c.b.const_value(hi_t).item()
     return ops.clip(c.b, x[0], lo, hi)
 
 
@@ -143,14 +169,18 @@ def _gelu(c, x):
 def _leaky(c, x):
     from superopt.ops._util import ewise, lit
 
-    return ewise(c.b, f"where({{0}} < 0.0, {{0}} * {lit(c.attr('alpha', 0.01))}, {{0}})", [x[0]], "leaky_relu")
+    return ewise(
+        c.b, f"where({{0}} < 0.0, {{0}} * {lit(c.attr('alpha', 0.01))}, {{0}})", [x[0]], "leaky_relu"
+    )
 
 
 @_conv("Elu")
 def _elu(c, x):
     from superopt.ops._util import ewise, lit
 
-    return ewise(c.b, f"where({{0}} < 0.0, {lit(c.attr('alpha', 1.0))} * (exp({{0}}) - 1.0), {{0}})", [x[0]], "elu")
+    return ewise(
+        c.b, f"where({{0}} < 0.0, {lit(c.attr('alpha', 1.0))} * (exp({{0}}) - 1.0), {{0}})", [x[0]], "elu"
+    )
 
 
 @_conv("HardSigmoid")
@@ -175,6 +205,11 @@ def _prelu(c, x):
     return ewise(c.b, "where({0} < 0.0, {0} * {1}, {0})", [x[0], x[1]], "prelu", c.b.shape(x[0]))
 
 
+@_conv("CastLike")
+def _cast_like(c: _Ctx, x):
+    return ops.cast(c.b, x[0], c.b.type(x[1]).dtype)
+
+
 @_conv("Cast")
 def _cast(c: _Ctx, x):
     to = c.attr("to")
@@ -197,8 +232,15 @@ def _reduce(c: _Ctx, x):
     src = x[0]
     if op in ("ReduceSumSquare", "ReduceL2"):
         src = ops.mul(c.b, src, src)
-    kind = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod",
-            "ReduceSumSquare": "sum", "ReduceL2": "sum"}[op]
+    kind = {
+        "ReduceSum": "sum",
+        "ReduceMean": "mean",
+        "ReduceMax": "max",
+        "ReduceMin": "min",
+        "ReduceProd": "prod",
+        "ReduceSumSquare": "sum",
+        "ReduceL2": "sum",
+    }[op]
     out = ops.reduce(c.b, src, kind, axes, keepdims=keep)
     return ops.unary(c.b, "sqrt", out) if op == "ReduceL2" else out
 
@@ -217,10 +259,13 @@ def _softmax(c: _Ctx, x):
 
 @_conv("LayerNormalization")
 def _layer_norm(c: _Ctx, x):
-    if any(o for o in c.node.output[1:]):
-        raise OnnxImportError("LayerNormalization Mean/InvStdDev outputs are not supported")
-    return ops.layer_norm(c.b, x[0], x[1], x[2] if len(x) > 2 else None, c.attr("axis", -1),
-                          c.attr("epsilon", 1e-5))
+    from superopt.ops.normalization import layer_norm_with_stats
+
+    if c.b.type(x[0]).dtype != "float32" and any(o for o in c.node.output[1:]):
+        raise OnnxImportError("LayerNormalization statistics outputs are only supported for float32")
+    return layer_norm_with_stats(
+        c.b, x[0], x[1], x[2] if len(x) > 2 else None, c.attr("axis", -1), c.attr("epsilon", 1e-5)
+    )
 
 
 @_conv("BatchNormalization")
@@ -232,7 +277,9 @@ def _batch_norm(c: _Ctx, x):
 
 @_conv("LRN")
 def _lrn(c: _Ctx, x):
-    return ops.lrn(c.b, x[0], c.attr("size"), c.attr("alpha", 1e-4), c.attr("beta", 0.75), c.attr("bias", 1.0))
+    return ops.lrn(
+        c.b, x[0], c.attr("size"), c.attr("alpha", 1e-4), c.attr("beta", 0.75), c.attr("bias", 1.0)
+    )
 
 
 # ---- contractions and pooling ----------------------------------------------------------------------
@@ -243,8 +290,16 @@ def _matmul(c, x):
 
 @_conv("Gemm")
 def _gemm(c: _Ctx, x):
-    return ops.gemm(c.b, x[0], x[1], x[2] if len(x) > 2 else None, c.attr("alpha", 1.0), c.attr("beta", 1.0),
-                    bool(c.attr("transA", 0)), bool(c.attr("transB", 0)))
+    return ops.gemm(
+        c.b,
+        x[0],
+        x[1],
+        x[2] if len(x) > 2 else None,
+        c.attr("alpha", 1.0),
+        c.attr("beta", 1.0),
+        bool(c.attr("transA", 0)),
+        bool(c.attr("transB", 0)),
+    )
 
 
 def _auto_pads(c: _Ctx, in_sp, kernel, strides, dilations) -> list[int]:
@@ -402,7 +457,7 @@ def _tile(c: _Ctx, x):
     for a, r in enumerate(reps):
         if r == 1:
             continue
-        pre, post = shape[:a], shape[a + 1:]
+        pre, post = shape[:a], shape[a + 1 :]
         t = ops.reshape(c.b, t, pre + [1, shape[a]] + post)
         t = ops.expand(c.b, t, pre + [r, shape[a]] + post)
         shape[a] *= r
@@ -483,8 +538,10 @@ def _load(model: str | Path | bytes | onnx.ModelProto) -> onnx.ModelProto:
         raise
     except Exception as err:  # protobuf decode errors
         what = "bytes" if isinstance(model, (bytes, bytearray)) else f"file {model}"
-        raise OnnxImportError(f"cannot parse ONNX model from {what}: not a valid (or a truncated) ONNX protobuf "
-                              f"({type(err).__name__})") from None
+        raise OnnxImportError(
+            f"cannot parse ONNX model from {what}: not a valid (or a truncated) ONNX protobuf "
+            f"({type(err).__name__})"
+        ) from None
     if not m.graph.node and not m.graph.output:
         raise OnnxImportError("cannot parse ONNX model: the protobuf holds no graph (truncated or not ONNX)")
     return m
@@ -500,14 +557,17 @@ def _opset(m: onnx.ModelProto) -> int:
 def _tensor_type(vi: onnx.ValueInfoProto, what: str) -> tuple[tuple[int, ...], str]:
     tt = vi.type.tensor_type
     if tt.elem_type not in _ELEM:
-        raise OnnxImportError(f"{what} {vi.name!r} has unsupported element type "
-                              f"{onnx.TensorProto.DataType.Name(tt.elem_type)}")
+        raise OnnxImportError(
+            f"{what} {vi.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(tt.elem_type)}"
+        )
     if not tt.HasField("shape"):
         raise OnnxImportError(f"{what} {vi.name!r} has no static shape")
     dims = []
     for d in tt.shape.dim:
         if not d.HasField("dim_value"):
-            raise OnnxImportError(f"{what} {vi.name!r} has a symbolic dimension {d.dim_param!r}; static shapes only")
+            raise OnnxImportError(
+                f"{what} {vi.name!r} has a symbolic dimension {d.dim_param!r}; static shapes only"
+            )
         dims.append(int(d.dim_value))
     return tuple(dims), _ELEM[tt.elem_type]
 
@@ -518,8 +578,9 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
 
 def _to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     if t.data_type not in _ELEM:
-        raise OnnxImportError(f"{what} {t.name!r} has unsupported element type "
-                              f"{onnx.TensorProto.DataType.Name(t.data_type)}")
+        raise OnnxImportError(
+            f"{what} {t.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(t.data_type)}"
+        )
     return numpy_helper.to_array(t)
 
 
@@ -531,12 +592,13 @@ class ImportedModel:
     output_dtypes: list[str]
 
 
-def import_onnx_model(model: str | Path | bytes | onnx.ModelProto,
-                      bind: Mapping[str, np.ndarray] | None = None) -> ImportedModel:
+def import_onnx_model(
+    model: str | Path | bytes | onnx.ModelProto, bind: Mapping[str, np.ndarray] | None = None
+) -> ImportedModel:
     """Import with details; ``bind`` gives run-time values to treat as constants (shape-like inputs)."""
     m = _load(model)
     opset = _opset(m)
-    if not MIN_OPSET <= opset <= MAX_OPSET:
+    if not MIN_OPSET <= opset <= MAX_ACCEPTED_OPSET:
         raise OnnxImportError(f"opset {opset} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})")
     for o in m.opset_import:
         if o.domain not in ("", "ai.onnx"):
@@ -562,7 +624,9 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto,
             continue
         shape, dtype = _tensor_type(vi, "graph input")
         if vi.name in bind:
-            env[vi.name] = b.constant(np.asarray(bind[vi.name]).astype(dtype).reshape(shape), vi.name, dtype=dtype)
+            env[vi.name] = b.constant(
+                np.asarray(bind[vi.name]).astype(dtype).reshape(shape), vi.name, dtype=dtype
+            )
             continue
         env[vi.name] = b.input(vi.name, shape, dtype)
         input_names.append(vi.name)
@@ -571,7 +635,9 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto,
         label = _node_label(node, i)
         where = f"{node.op_type} node {label!r} (opset {opset})"
         if node.domain not in ("", "ai.onnx"):
-            raise OnnxImportError(f"unsupported op {node.domain}.{node.op_type} at node {label!r} (opset {opset})")
+            raise OnnxImportError(
+                f"unsupported op {node.domain}.{node.op_type} at node {label!r} (opset {opset})"
+            )
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
             raise OnnxImportError(f"unsupported ONNX op {node.op_type!r} at node {label!r} (opset {opset})")
@@ -592,27 +658,32 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto,
             if any(t is None for t in ins):  # optional inputs skipped in the middle: keep positions
                 pass
             ctx = _Ctx(b, opset, node, attrs)
-            folding = all(b.const_value(t) is not None for t in ins if t is not None) and \
-                node.op_type not in _CONST_ONLY
+            folding = (
+                all(b.const_value(t) is not None for t in ins if t is not None)
+                and node.op_type not in _CONST_ONLY
+            )
             outs = _fold(ctx, conv, ins) if folding else conv(ctx, ins)
         except OnnxImportError as err:
             msg = str(err)
             raise (_NeedsConstant if isinstance(err, _NeedsConstant) else OnnxImportError)(
-                msg if label in msg else f"{where}: {msg}") from None
+                msg if label in msg else f"{where}: {msg}"
+            ) from None
         except Exception as err:
             raise OnnxImportError(f"cannot import {where}: {type(err).__name__}: {err}") from None
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
         names = [o for o in node.output]
         if len(outs) < len([o for o in names if o]):
             raise OnnxImportError(f"{where}: produced {len(outs)} outputs but the node has {len(names)}")
-        for o, t in zip(names, outs):
+        for o, t in zip(names, outs, strict=False):
             if not o:
                 continue
             vi = value_types.get(o)
             if vi is not None and vi.type.tensor_type.HasField("shape"):
-                want = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+                want = tuple(
+                    d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim
+                )
                 got = b.shape(t)
-                if len(want) != len(got) or any(w not in (-1, gg) for w, gg in zip(want, got)):
+                if len(want) != len(got) or any(w not in (-1, gg) for w, gg in zip(want, got, strict=False)):
                     raise OnnxImportError(f"{where}: output {o!r} has shape {got} but ONNX infers {want}")
             env[o] = t
     outputs, out_names, out_dtypes = [], [], []
@@ -651,7 +722,9 @@ def _fold(ctx: _Ctx, conv: Converter, ins: list) -> list[str]:
     """Evaluate a node whose inputs are all constants, at import time."""
     b = ctx.b
     sb = GraphBuilder("fold")
-    local = [None if t is None else sb.constant(b.const_value(t), dtype=b.const_value(t).dtype.name) for t in ins]
+    local = [
+        None if t is None else sb.constant(b.const_value(t), dtype=b.const_value(t).dtype.name) for t in ins
+    ]
     outs = conv(_Ctx(sb, ctx.opset, ctx.node, ctx.attrs), local)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     g = sb.build(outs)

@@ -130,8 +130,11 @@ class _StatementEval:
         val = np.broadcast_to(val, full)
         if st.reduce != "=":
             red_axes = tuple(range(len(st.out_dims), len(full)))
-            val = REDUCE[st.reduce].reduce(val, axis=red_axes, initial=REDUCE_IDENTITY[st.reduce]) \
-                if red_axes else val
+            init = REDUCE_IDENTITY[st.reduce]
+            if st.reduce in ("max=", "min=") and np.issubdtype(val.dtype, np.integer):  # no int infinity
+                info = np.iinfo(val.dtype)
+                init = info.min if st.reduce == "max=" else info.max
+            val = REDUCE[st.reduce].reduce(val, axis=red_axes, initial=init) if red_axes else val
         return np.ascontiguousarray(val, dtype=out_dtype).reshape(st.out_shape)
 
     def _einsum(self, factors: list[Expr]) -> np.ndarray:

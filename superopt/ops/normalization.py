@@ -17,7 +17,8 @@ def _norm_over_tail(
     eps: float,
     center: bool,
     name: str,
-) -> str:
+    stats: bool = False,
+) -> str | list[str]:
     shape = b.shape(x)
     rank = len(shape)
     a = norm_axis(axis, rank)
@@ -60,6 +61,8 @@ def _norm_over_tail(
     if scale is not None or bias is not None:
         lines.append(f"O[{full}] = {expr}")
         result = "O"
+    if stats:  # also the mean and 1/std, with the normalized axes kept as size 1 (ONNX LayerNormalization)
+        return b.compute("\n".join(lines), inputs, name, extents=ext, outputs=[result, "Mu", "R"])
     return b.compute1("\n".join(lines), inputs, name, extents=ext, outputs=[result])
 
 
@@ -72,6 +75,18 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> str:
     return _norm_over_tail(b, x, scale, bias, axis, eps, True, "layer_norm")
+
+
+def layer_norm_with_stats(
+    b: GraphBuilder,
+    x: str,
+    scale: str | None = None,
+    bias: str | None = None,
+    axis: int = -1,
+    eps: float = 1e-5,
+) -> list[str]:
+    """[y, mean, inv_std]; mean and inv_std keep the normalized axes as size 1."""
+    return _norm_over_tail(b, x, scale, bias, axis, eps, True, "layer_norm", stats=True)
 
 
 def rms_norm(b: GraphBuilder, x: str, scale: str | None = None, axis: int = -1, eps: float = 1e-6) -> str:

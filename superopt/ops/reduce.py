@@ -25,6 +25,10 @@ def reduce(
 ) -> str:
     if kind not in _OPS:
         raise ValueError(f"unknown reduction {kind!r}; known: {list(_OPS)}")
+    if b.type(x).dtype == "bool" and kind in ("max", "min", "prod"):  # any / all
+        from superopt.ops.elementwise import cast
+
+        return cast(b, reduce(b, cast(b, x, "int32"), kind, axes, keepdims), "bool")
     x = lift(b, x)
     shape = b.shape(x)
     rank = len(shape)

@@ -13,8 +13,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-                "squeezenet", "vgg19", "zfnet512")
+LIGHT_MODELS = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 
 
 def light_model_dir() -> Path:
@@ -42,8 +51,9 @@ def _consumer_role(graph: onnx.GraphProto, name: str) -> tuple[str, int]:
     return "", -1
 
 
-def _random_weight(rng: np.random.Generator, role: tuple[str, int], shape: tuple[int, ...],
-                   node_attrs: dict) -> np.ndarray:
+def _random_weight(
+    rng: np.random.Generator, role: tuple[str, int], shape: tuple[int, ...], node_attrs: dict
+) -> np.ndarray:
     op, pos = role
     if op == "Conv" and pos == 1:
         fan_in = int(np.prod(shape[1:]))
@@ -88,9 +98,14 @@ def randomized_light_model(name: str, seed: int = 0) -> onnx.ModelProto:
             consumers_attrs.setdefault(i, a)
     for k in sorted(new_init):
         role = _consumer_role(g, k)
-        new_init[k] = _random_weight(rng, role, new_init[k].shape, consumers_attrs.get(k, {})).astype(np.float32)
-    int_init = {k: v for k, v in init.items() if v.dtype != np.float32 and k not in
-                {n.input[0] for n in g.node if n.op_type == "ConstantOfShape"}}
+        new_init[k] = _random_weight(rng, role, new_init[k].shape, consumers_attrs.get(k, {})).astype(
+            np.float32
+        )
+    int_init = {
+        k: v
+        for k, v in init.items()
+        if v.dtype != np.float32 and k not in {n.input[0] for n in g.node if n.op_type == "ConstantOfShape"}
+    }
     inits = [numpy_helper.from_array(v, k) for k, v in {**int_init, **new_init}.items()]
     del g.node[:]
     g.node.extend(keep_nodes)
@@ -132,7 +147,9 @@ def run_superopt(model: onnx.ModelProto, feed: dict[str, np.ndarray], dtype=np.f
     from superopt.interp.reference import evaluate
 
     im = import_onnx_model(model)
-    out = evaluate(im.graph, {g: feed[n] for g, n in zip(im.graph.inputs, im.input_names)}, dtype=dtype)
+    out = evaluate(
+        im.graph, {g: feed[n] for g, n in zip(im.graph.inputs, im.input_names, strict=False)}, dtype=dtype
+    )
     return [out[o] for o in im.graph.outputs]
 
 
@@ -142,8 +159,8 @@ def compare(name: str, seed: int = 0, dtype=np.float64) -> dict[str, float]:
     feed = light_model_inputs(m, seed)
     want = run_onnxruntime(m, feed)
     got = run_superopt(m, feed, dtype)
-    abs_err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
-    rel_err = max(float(np.max(np.abs(g - w) / (np.abs(w) + 1e-12))) for g, w in zip(got, want))
+    abs_err = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=False))
+    rel_err = max(float(np.max(np.abs(g - w) / (np.abs(w) + 1e-12))) for g, w in zip(got, want, strict=False))
     scale = max(float(np.max(np.abs(w))) for w in want)
-    ok = all(np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want))
+    ok = all(np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want, strict=False))
     return {"max_abs": abs_err, "max_rel": rel_err, "max_out": scale, "allclose": ok}
