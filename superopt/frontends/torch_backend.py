@@ -110,9 +110,8 @@ def _rebuild(spec: Any, by_name: dict[str, np.ndarray], device: torch.device) ->
     raise TypeError(f"bad output spec {spec!r}")
 
 
-def superopt_backend(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, runner_factory: RunnerFactory | None = None
-) -> Callable[..., Any]:
+def superopt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                     runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
     """``torch.compile`` backend. Imports eagerly, so unsupported ops fail at compile time."""
     compiled = SuperoptCompiled(gm, runner_factory or DEFAULT_RUNNER_FACTORY)
     compiled.specialize(list(example_inputs))
@@ -124,9 +123,8 @@ def make_backend(runner_factory: RunnerFactory) -> Callable[..., Any]:
     return functools.partial(superopt_backend, runner_factory=runner_factory)
 
 
-def superopt_aot_backend(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, runner_factory: RunnerFactory | None = None
-) -> Callable[..., Any]:
+def superopt_aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                         runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
     """The same through aot_autograd: the forward graph is ATen-level, with FakeTensor examples, so
     parameters stay run-time inputs. Inference only (under ``torch.no_grad()``)."""
     from torch._dynamo.backends.common import aot_autograd

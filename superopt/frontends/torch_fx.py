@@ -42,16 +42,9 @@ class T(str):
 
 # ---- dtypes ------------------------------------------------------------------------------------
 _IR_DTYPE = {
-    torch.float32: "float32",
-    torch.float16: "float32",
-    torch.bfloat16: "float32",
-    torch.float64: "float64",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.int16: "int32",
-    torch.int8: "int32",
-    torch.uint8: "int32",
-    torch.bool: "bool",
+    torch.float32: "float32", torch.float16: "float32", torch.bfloat16: "float32",
+    torch.float64: "float64", torch.int64: "int64", torch.int32: "int32", torch.int16: "int32",
+    torch.int8: "int32", torch.uint8: "int32", torch.bool: "bool",
 }
 
 
@@ -93,9 +86,8 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str
     return import_fx_full(gm, example_inputs, name).graph
 
 
-def import_fx_full(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str | None = None
-) -> FxImport:
+def import_fx_full(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   name: str | None = None) -> FxImport:
     return _Importer(gm, list(example_inputs), name or type(gm).__name__).run()
 
 
@@ -115,7 +107,6 @@ def function(*targets: Any) -> Callable[[Handler], Handler]:
         for t in _targets(*targets):
             FUNCTIONS[t] = h
         return h
-
     return deco
 
 
@@ -124,7 +115,6 @@ def method(*names: str) -> Callable[[Handler], Handler]:
         for n in names:
             METHODS[n] = h
         return h
-
     return deco
 
 
@@ -133,26 +123,14 @@ def module(*types: type) -> Callable[[Handler], Handler]:
         for t in types:
             MODULES[t] = h
         return h
-
     return deco
 
 
 _RANDOM = ("rand", "normal", "bernoulli", "uniform", "multinomial", "dropout", "empty", "poisson")
 
 # Pure Python functions folded when none of their arguments is a run-time tensor.
-_PY_FOLDABLE = {
-    builtins.getattr,
-    builtins.len,
-    builtins.int,
-    builtins.float,
-    builtins.max,
-    builtins.min,
-    builtins.abs,
-    builtins.tuple,
-    builtins.list,
-    builtins.round,
-    builtins.sum,
-}
+_PY_FOLDABLE = {builtins.getattr, builtins.len, builtins.int, builtins.float, builtins.max, builtins.min,
+                builtins.abs, builtins.tuple, builtins.list, builtins.round, builtins.sum}
 _PY_FOLDABLE |= {getattr(operator, n) for n in dir(operator) if not n.startswith("_")}
 _PY_FOLDABLE |= {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
 
@@ -272,10 +250,8 @@ class _Importer:
         gm = self.gm
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.examples):
-            raise FxImportError(
-                f"the graph has {len(placeholders)} placeholders but {len(self.examples)} "
-                "example inputs were given"
-            )
+            raise FxImportError(f"the graph has {len(placeholders)} placeholders but {len(self.examples)} "
+                                "example inputs were given")
         self._propagate_shapes()
         positions, baked = [], []
         for pos, (n, ex) in enumerate(zip(placeholders, self.examples, strict=True)):
@@ -319,10 +295,8 @@ class _Importer:
             if isinstance(v, dict):
                 return {k: spec(e) for k, e in v.items()}
             if isinstance(v, _Missing):
-                raise self.fail(
-                    f"the graph returns {v.what}, which the import does not compute "
-                    "(aot_autograd forward graphs are supported for inference only)"
-                )
+                raise self.fail(f"the graph returns {v.what}, which the import does not compute "
+                                "(aot_autograd forward graphs are supported for inference only)")
             return ("value", v)
 
         out_spec = spec(map_arg(out_node.args[0], lambda a: self.env[a]))
@@ -339,11 +313,8 @@ class _Importer:
             inplace = inplace or (n.target.endswith("_") and not n.target.startswith("__"))
         elif n.op == "call_function":
             name = getattr(n.target, "__name__", "")
-            inplace = (
-                inplace
-                or (name.endswith("_") and not name.startswith("_"))
-                or n.target in (operator.iadd, operator.isub, operator.imul, operator.itruediv)
-            )
+            inplace = inplace or (name.endswith("_") and not name.startswith("_")) or n.target in (
+                operator.iadd, operator.isub, operator.imul, operator.itruediv)
         elif n.op == "call_module":
             inplace = bool(getattr(self.gm.get_submodule(n.target), "inplace", False))
         if inplace and n.args and isinstance(n.args[0], torch.fx.Node) and isinstance(self.env[n], T):
@@ -458,17 +429,8 @@ class _Importer:
 
 
 _NOT_FOLDED = object()
-_FACTORIES = {
-    torch.arange,
-    torch.zeros,
-    torch.ones,
-    torch.full,
-    torch.tensor,
-    torch.eye,
-    torch.linspace,
-    torch.scalar_tensor,
-    torch.as_tensor,
-}
+_FACTORIES = {torch.arange, torch.zeros, torch.ones, torch.full, torch.tensor, torch.eye, torch.linspace,
+              torch.scalar_tensor, torch.as_tensor}
 
 
 def _concrete(v: Any) -> Any:
@@ -483,7 +445,7 @@ def _short(target: Any) -> str:
     s = str(target)
     for pre in ("L_self_", "L_fn_", "L_", "l_self_", "l_"):
         if s.startswith(pre):
-            s = s[len(pre) :]
+            s = s[len(pre):]
             break
     return s.replace("modules_", "").replace("parameters_", "").replace("buffers_", "").strip("_.") or "param"
 
@@ -577,7 +539,6 @@ def _tanh(cx: _Importer, x: T) -> T:
 def _unary_fn(fn: str) -> Handler:
     def h(cx: _Importer, x: T) -> T:
         return T(ops.unary(cx.b, fn, x))
-
     return h
 
 
@@ -683,20 +644,9 @@ def _max_min(cx: _Importer, kind: str, x: T, dim: Any = None, keepdim: bool = Fa
     raise cx.fail(f"torch.{kind} along a dim returns indices too; use amax/amin")
 
 
-_CMP = {
-    operator.lt: "<",
-    operator.le: "<=",
-    operator.gt: ">",
-    operator.ge: ">=",
-    operator.eq: "==",
-    operator.ne: "!=",
-    torch.lt: "<",
-    torch.le: "<=",
-    torch.gt: ">",
-    torch.ge: ">=",
-    torch.eq: "==",
-    torch.ne: "!=",
-}
+_CMP = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.eq: "==",
+        operator.ne: "!=", torch.lt: "<", torch.le: "<=", torch.gt: ">", torch.ge: ">=", torch.eq: "==",
+        torch.ne: "!="}
 
 
 def _compare_fn(op: str, pyop: Callable[[Any, Any], Any]) -> Handler:
@@ -705,19 +655,12 @@ def _compare_fn(op: str, pyop: Callable[[Any, Any], Any]) -> Handler:
             return pyop(x, y)
         like = x if isinstance(x, T) else y
         return T(ops.compare(cx.b, op, cx.tensor(x, like), cx.tensor(y, like)))
-
     return h
 
 
 for _t, _op in _CMP.items():
-    _py = {
-        "<": operator.lt,
-        "<=": operator.le,
-        ">": operator.gt,
-        ">=": operator.ge,
-        "==": operator.eq,
-        "!=": operator.ne,
-    }[_op]
+    _py = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+           "!=": operator.ne}[_op]
     function(_t)(_compare_fn(_op, _py))
 for _m, _op in {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}.items():
     method(_m, f"__{_m}__")(_compare_fn(_op, getattr(operator, _m)))
@@ -767,21 +710,13 @@ def _leaky_relu(cx: _Importer, x: T, negative_slope: float = 0.01, inplace: bool
 
 
 # dtype conversion ---------------------------------------------------------------------------------
-_DTYPE_METHODS = {
-    "float": torch.float32,
-    "double": torch.float64,
-    "long": torch.int64,
-    "int": torch.int32,
-    "bool": torch.bool,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+_DTYPE_METHODS = {"float": torch.float32, "double": torch.float64, "long": torch.int64, "int": torch.int32,
+                  "bool": torch.bool, "half": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def _dtype_method(dt: torch.dtype) -> Handler:
     def h(cx: _Importer, x: T, *a: Any, **kw: Any) -> T:
         return T(ops.cast(cx.b, x, ir_dtype(dt)))
-
     return h
 
 
@@ -835,17 +770,11 @@ def _reducer(kind: str) -> Handler:
         if cx.rank(x) == 0:
             return x
         return T(ops.reduce(cx.b, x, kind, _reduce_axes(cx, x, dim), keepdims=keepdim))
-
     return h
 
 
-for _kind, _names in {
-    "mean": ("mean",),
-    "sum": ("sum",),
-    "max": ("amax",),
-    "min": ("amin",),
-    "prod": ("prod",),
-}.items():
+for _kind, _names in {"mean": ("mean",), "sum": ("sum",), "max": ("amax",), "min": ("amin",),
+                      "prod": ("prod",)}.items():
     for _n in _names:
         function(getattr(torch, _n))(_reducer(_kind))
         method(_n)(_reducer(_kind))
@@ -882,32 +811,23 @@ def _log_softmax(cx: _Importer, x: T, dim: int | None = None, _stacklevel: int =
 
 
 @function(F.layer_norm, torch.layer_norm)
-def _layer_norm(
-    cx: _Importer,
-    x: T,
-    normalized_shape: Sequence[int],
-    weight: T | None = None,
-    bias: T | None = None,
-    eps: float = 1e-5,
-    cudnn_enable: bool = True,
-) -> T:
+def _layer_norm(cx: _Importer, x: T, normalized_shape: Sequence[int], weight: T | None = None,
+                bias: T | None = None, eps: float = 1e-5, cudnn_enable: bool = True) -> T:
     n = len(_ints(normalized_shape, 1))
     return T(ops.layer_norm(cx.b, x, weight, bias, axis=cx.rank(x) - n, eps=eps))
 
 
 @function(getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))
-def _rms_norm(
-    cx: _Importer, x: T, normalized_shape: Sequence[int], weight: T | None = None, eps: float | None = None
-) -> T:
+def _rms_norm(cx: _Importer, x: T, normalized_shape: Sequence[int], weight: T | None = None,
+              eps: float | None = None) -> T:
     n = len(_ints(normalized_shape, 1))
     if eps is None:
         eps = float(torch.finfo(getattr(torch, cx.dtype(x))).eps)
     return T(ops.rms_norm(cx.b, x, weight, axis=cx.rank(x) - n, eps=eps))
 
 
-def _bn(
-    cx: _Importer, x: T, mean: T, var: T, weight: T | None, bias: T | None, training: bool, eps: float
-) -> T:
+def _bn(cx: _Importer, x: T, mean: T, var: T, weight: T | None, bias: T | None, training: bool,
+        eps: float) -> T:
     if training:
         raise cx.fail("batch_norm in training mode is not supported (call model.eval())")
     if mean is None or var is None:
@@ -921,33 +841,16 @@ def _bn(
 
 
 @function(F.batch_norm)
-def _f_batch_norm(
-    cx: _Importer,
-    x: T,
-    running_mean: T | None,
-    running_var: T | None,
-    weight: T | None = None,
-    bias: T | None = None,
-    training: bool = False,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> T:
+def _f_batch_norm(cx: _Importer, x: T, running_mean: T | None, running_var: T | None,
+                  weight: T | None = None, bias: T | None = None, training: bool = False,
+                  momentum: float = 0.1, eps: float = 1e-5) -> T:
     return _bn(cx, x, running_mean, running_var, weight, bias, training, eps)
 
 
 @function(torch.batch_norm)
-def _torch_batch_norm(
-    cx: _Importer,
-    x: T,
-    weight: T | None,
-    bias: T | None,
-    running_mean: T | None,
-    running_var: T | None,
-    training: bool,
-    momentum: float,
-    eps: float,
-    cudnn_enabled: bool = True,
-) -> T:
+def _torch_batch_norm(cx: _Importer, x: T, weight: T | None, bias: T | None, running_mean: T | None,
+                      running_var: T | None, training: bool, momentum: float, eps: float,
+                      cudnn_enabled: bool = True) -> T:
     return _bn(cx, x, running_mean, running_var, weight, bias, training, eps)
 
 
@@ -975,9 +878,8 @@ def _addmm(cx: _Importer, bias: T, x: T, y: T, *, beta: float = 1, alpha: float 
     return T(ops.add(cx.b, out, bias))
 
 
-def _conv_pads(
-    cx: _Importer, padding: Any, weight: T, dilation: tuple[int, int], stride: tuple[int, int]
-) -> tuple[int, int, int, int]:
+def _conv_pads(cx: _Importer, padding: Any, weight: T, dilation: tuple[int, int],
+               stride: tuple[int, int]) -> tuple[int, int, int, int]:
     if isinstance(padding, str):
         if padding == "valid":
             return (0, 0, 0, 0)
@@ -993,16 +895,8 @@ def _conv_pads(
 
 
 @function(F.conv2d)
-def _conv2d(
-    cx: _Importer,
-    x: T,
-    weight: T,
-    bias: T | None = None,
-    stride: Any = 1,
-    padding: Any = 0,
-    dilation: Any = 1,
-    groups: int = 1,
-) -> T:
+def _conv2d(cx: _Importer, x: T, weight: T, bias: T | None = None, stride: Any = 1, padding: Any = 0,
+            dilation: Any = 1, groups: int = 1) -> T:
     stride, dilation = _ints(stride, 2), _ints(dilation, 2)
     unbatched = cx.rank(x) == 3
     if unbatched:
@@ -1023,16 +917,8 @@ def _pool_args(kernel: Any, stride: Any, padding: Any, dilation: Any = 1):
 
 
 @function(F.max_pool2d, torch.max_pool2d, getattr(F, "max_pool2d_with_indices", None))
-def _max_pool2d(
-    cx: _Importer,
-    x: T,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-    return_indices: bool = False,
-) -> T:
+def _max_pool2d(cx: _Importer, x: T, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> T:
     if return_indices:
         raise cx.fail("max_pool2d with return_indices=True is not supported")
     k, s, p, d = _pool_args(kernel_size, stride, padding, dilation)
@@ -1040,16 +926,8 @@ def _max_pool2d(
 
 
 @function(F.avg_pool2d, torch._C._nn.avg_pool2d)
-def _avg_pool2d(
-    cx: _Importer,
-    x: T,
-    kernel_size: Any,
-    stride: Any = None,
-    padding: Any = 0,
-    ceil_mode: bool = False,
-    count_include_pad: bool = True,
-    divisor_override: Any = None,
-) -> T:
+def _avg_pool2d(cx: _Importer, x: T, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> T:
     if divisor_override is not None:
         raise cx.fail("avg_pool2d divisor_override is not supported")
     k, s, p, _ = _pool_args(kernel_size, stride, padding)
@@ -1095,7 +973,7 @@ def _flatten(cx: _Importer, x: T, start_dim: int = 0, end_dim: int = -1) -> T:
     if not s:
         return cx.reshape(x, (1,))
     a, e = cx.axis(start_dim, len(s)), cx.axis(end_dim, len(s))
-    return cx.reshape(x, s[:a] + (math.prod(s[a : e + 1]),) + s[e + 1 :])
+    return cx.reshape(x, s[:a] + (math.prod(s[a:e + 1]),) + s[e + 1:])
 
 
 @function(torch.unflatten)
@@ -1103,7 +981,7 @@ def _flatten(cx: _Importer, x: T, start_dim: int = 0, end_dim: int = -1) -> T:
 def _unflatten(cx: _Importer, x: T, dim: int, sizes: Sequence[int]) -> T:
     s = cx.shape(x)
     d = cx.axis(dim, len(s))
-    return cx.reshape(x, s[:d] + tuple(sizes) + s[d + 1 :])
+    return cx.reshape(x, s[:d] + tuple(sizes) + s[d + 1:])
 
 
 @function(torch.squeeze)
@@ -1220,7 +1098,7 @@ def _chunk(cx: _Importer, x: T, chunks: int, dim: int = 0) -> tuple[T, ...]:
 def _unbind(cx: _Importer, x: T, dim: int = 0) -> tuple[T, ...]:
     d = cx.axis(dim, cx.rank(x))
     s = cx.shape(x)
-    return tuple(cx.reshape(cx.slice_axis(x, d, i, i + 1), s[:d] + s[d + 1 :]) for i in range(s[d]))
+    return tuple(cx.reshape(cx.slice_axis(x, d, i, i + 1), s[:d] + s[d + 1:]) for i in range(s[d]))
 
 
 @function(torch.narrow)
@@ -1242,7 +1120,7 @@ def _getitem(cx: _Importer, x: T, index: Any) -> T:
         raise cx.fail("more than one Ellipsis in an index")
     if Ellipsis in idx:
         k = idx.index(Ellipsis)
-        idx = idx[:k] + (slice(None),) * (cx.rank(x) - n_real) + idx[k + 1 :]
+        idx = idx[:k] + (slice(None),) * (cx.rank(x) - n_real) + idx[k + 1:]
     shape: list[int] = []
     axis = 0
     out = x
@@ -1325,46 +1203,20 @@ def _bool_mask_to_additive(cx: _Importer, mask: T, like: T, true_means_masked: b
 
 
 @function(F.scaled_dot_product_attention)
-def _sdpa(
-    cx: _Importer,
-    q: T,
-    k: T,
-    v: T,
-    attn_mask: T | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> T:
+def _sdpa(cx: _Importer, q: T, k: T, v: T, attn_mask: T | None = None, dropout_p: float = 0.0,
+          is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> T:
     if dropout_p > 0:
         raise cx.fail("scaled_dot_product_attention with dropout_p > 0 is not supported")
     if enable_gqa and cx.shape(q)[-3] != cx.shape(k)[-3]:
         raise cx.fail("grouped-query attention (enable_gqa) is not supported")
-    return T(
-        ops.scaled_dot_product_attention(cx.b, q, k, v, mask=attn_mask, is_causal=is_causal, scale=scale)
-    )
+    return T(ops.scaled_dot_product_attention(cx.b, q, k, v, mask=attn_mask, is_causal=is_causal,
+                                              scale=scale))
 
 
-def _mha_core(
-    cx: _Importer,
-    query: T,
-    key: T,
-    value: T,
-    num_heads: int,
-    wq: T,
-    wk: T,
-    wv: T,
-    bq: T | None,
-    bk: T | None,
-    bv: T | None,
-    out_w: T,
-    out_b: T | None,
-    key_padding_mask: T | None,
-    need_weights: bool,
-    attn_mask: T | None,
-    average_attn_weights: bool,
-    is_causal: bool,
-) -> tuple[T, T | None]:
+def _mha_core(cx: _Importer, query: T, key: T, value: T, num_heads: int, wq: T, wk: T, wv: T,
+              bq: T | None, bk: T | None, bv: T | None, out_w: T, out_b: T | None,
+              key_padding_mask: T | None, need_weights: bool, attn_mask: T | None,
+              average_attn_weights: bool, is_causal: bool) -> tuple[T, T | None]:
     """Multi-head attention on seq-first (L, N, E) inputs; returns ((L, N, E), weights or None)."""
     b = cx.b
     L, N, E = cx.shape(query)
@@ -1411,38 +1263,16 @@ def _mha_core(
 
 
 @function(F.multi_head_attention_forward)
-def _f_mha(
-    cx: _Importer,
-    query: T,
-    key: T,
-    value: T,
-    embed_dim_to_check: int,
-    num_heads: int,
-    in_proj_weight: T | None,
-    in_proj_bias: T | None,
-    bias_k: T | None,
-    bias_v: T | None,
-    add_zero_attn: bool,
-    dropout_p: float,
-    out_proj_weight: T,
-    out_proj_bias: T | None,
-    training: bool = True,
-    key_padding_mask: T | None = None,
-    need_weights: bool = True,
-    attn_mask: T | None = None,
-    use_separate_proj_weight: bool = False,
-    q_proj_weight: T | None = None,
-    k_proj_weight: T | None = None,
-    v_proj_weight: T | None = None,
-    static_k: T | None = None,
-    static_v: T | None = None,
-    average_attn_weights: bool = True,
-    is_causal: bool = False,
-) -> Any:
+def _f_mha(cx: _Importer, query: T, key: T, value: T, embed_dim_to_check: int, num_heads: int,
+           in_proj_weight: T | None, in_proj_bias: T | None, bias_k: T | None, bias_v: T | None,
+           add_zero_attn: bool, dropout_p: float, out_proj_weight: T, out_proj_bias: T | None,
+           training: bool = True, key_padding_mask: T | None = None, need_weights: bool = True,
+           attn_mask: T | None = None, use_separate_proj_weight: bool = False, q_proj_weight: T | None = None,
+           k_proj_weight: T | None = None, v_proj_weight: T | None = None, static_k: T | None = None,
+           static_v: T | None = None, average_attn_weights: bool = True, is_causal: bool = False) -> Any:
     if add_zero_attn or any(t is not None for t in (bias_k, bias_v, static_k, static_v)):
-        raise cx.fail(
-            "multi-head attention with bias_k/bias_v/add_zero_attn/static_k/static_v is not supported"
-        )
+        raise cx.fail("multi-head attention with bias_k/bias_v/add_zero_attn/static_k/static_v "
+                      "is not supported")
     if training and dropout_p > 0:
         raise cx.fail("multi-head attention dropout in training mode is not supported (call model.eval())")
     E = embed_dim_to_check
@@ -1458,26 +1288,9 @@ def _f_mha(
         query, key, value = (cx.reshape(t, (cx.shape(t)[0], 1, cx.shape(t)[1])) for t in (query, key, value))
         if key_padding_mask is not None:
             key_padding_mask = cx.reshape(key_padding_mask, (1, *cx.shape(key_padding_mask)))
-    out, w = _mha_core(
-        cx,
-        query,
-        key,
-        value,
-        num_heads,
-        wq,
-        wk,
-        wv,
-        bq,
-        bk,
-        bv,
-        out_proj_weight,
-        out_proj_bias,
-        key_padding_mask,
-        need_weights,
-        attn_mask,
-        average_attn_weights,
-        is_causal,
-    )
+    out, w = _mha_core(cx, query, key, value, num_heads, wq, wk, wv, bq, bk, bv, out_proj_weight,
+                       out_proj_bias, key_padding_mask, need_weights, attn_mask, average_attn_weights,
+                       is_causal)
     if unbatched:
         out = cx.reshape(out, (cx.shape(out)[0], cx.shape(out)[2]))
         if w is not None:
@@ -1497,42 +1310,24 @@ def _m_linear(cx: _Importer, m: nn.Linear, x: T) -> T:
 def _m_conv2d(cx: _Importer, m: nn.Conv2d, x: T) -> T:
     if m.padding_mode != "zeros":
         raise cx.fail(f"Conv2d padding_mode={m.padding_mode!r} is not supported")
-    return _conv2d(
-        cx,
-        x,
-        cx.param(m.weight, "weight"),
-        cx.param(m.bias, "bias"),
-        m.stride,
-        m.padding,
-        m.dilation,
-        m.groups,
-    )
+    return _conv2d(cx, x, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), m.stride, m.padding,
+                   m.dilation, m.groups)
 
 
 @module(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 def _m_batch_norm(cx: _Importer, m: nn.modules.batchnorm._BatchNorm, x: T) -> T:
     training = m.training or not m.track_running_stats or m.running_mean is None
-    return _bn(
-        cx,
-        x,
-        cx.param(m.running_mean, "running_mean"),
-        cx.param(m.running_var, "running_var"),
-        cx.param(m.weight, "weight"),
-        cx.param(m.bias, "bias"),
-        training,
-        m.eps,
-    )
+    return _bn(cx, x, cx.param(m.running_mean, "running_mean"), cx.param(m.running_var, "running_var"),
+               cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), training, m.eps)
 
 
 @module(nn.LayerNorm)
 def _m_layer_norm(cx: _Importer, m: nn.LayerNorm, x: T) -> T:
-    return _layer_norm(
-        cx, x, m.normalized_shape, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), m.eps
-    )
+    return _layer_norm(cx, x, m.normalized_shape, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"),
+                       m.eps)
 
 
 if hasattr(nn, "RMSNorm"):
-
     @module(nn.RMSNorm)
     def _m_rms_norm(cx: _Importer, m: nn.Module, x: T) -> T:
         return _rms_norm(cx, x, m.normalized_shape, cx.param(m.weight, "weight"), m.eps)
@@ -1590,9 +1385,8 @@ def _m_max_pool2d(cx: _Importer, m: nn.MaxPool2d, x: T) -> T:
 
 @module(nn.AvgPool2d)
 def _m_avg_pool2d(cx: _Importer, m: nn.AvgPool2d, x: T) -> T:
-    return _avg_pool2d(
-        cx, x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad, m.divisor_override
-    )
+    return _avg_pool2d(cx, x, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad,
+                       m.divisor_override)
 
 
 @module(nn.AdaptiveAvgPool2d)
@@ -1621,79 +1415,32 @@ def _m_identity(cx: _Importer, m: nn.Module, x: T, *a: Any, **kw: Any) -> T:
 
 
 @module(nn.MultiheadAttention)
-def _m_mha(
-    cx: _Importer,
-    m: nn.MultiheadAttention,
-    query: T,
-    key: T,
-    value: T,
-    key_padding_mask: T | None = None,
-    need_weights: bool = True,
-    attn_mask: T | None = None,
-    average_attn_weights: bool = True,
-    is_causal: bool = False,
-) -> Any:
+def _m_mha(cx: _Importer, m: nn.MultiheadAttention, query: T, key: T, value: T,
+           key_padding_mask: T | None = None, need_weights: bool = True, attn_mask: T | None = None,
+           average_attn_weights: bool = True, is_causal: bool = False) -> Any:
     batched = cx.rank(query) == 3
     if m.batch_first and batched:
         query, key, value = (cx.swap(t, 0, 1) for t in (query, key, value))
     p = cx.param
-    out, w = _f_mha(
-        cx,
-        query,
-        key,
-        value,
-        m.embed_dim,
-        m.num_heads,
-        p(m.in_proj_weight, "in_proj_weight"),
-        p(m.in_proj_bias, "in_proj_bias"),
-        p(m.bias_k, "bias_k"),
-        p(m.bias_v, "bias_v"),
-        m.add_zero_attn,
-        m.dropout,
-        p(m.out_proj.weight, "out_proj_weight"),
-        p(m.out_proj.bias, "out_proj_bias"),
-        m.training,
-        key_padding_mask,
-        need_weights,
-        attn_mask,
-        not m._qkv_same_embed_dim,
-        p(m.q_proj_weight, "q_proj_weight"),
-        p(m.k_proj_weight, "k_proj_weight"),
-        p(m.v_proj_weight, "v_proj_weight"),
-        None,
-        None,
-        average_attn_weights,
-        is_causal,
-    )
+    out, w = _f_mha(cx, query, key, value, m.embed_dim, m.num_heads, p(m.in_proj_weight, "in_proj_weight"),
+                    p(m.in_proj_bias, "in_proj_bias"), p(m.bias_k, "bias_k"), p(m.bias_v, "bias_v"),
+                    m.add_zero_attn, m.dropout, p(m.out_proj.weight, "out_proj_weight"),
+                    p(m.out_proj.bias, "out_proj_bias"), m.training, key_padding_mask, need_weights,
+                    attn_mask, not m._qkv_same_embed_dim, p(m.q_proj_weight, "q_proj_weight"),
+                    p(m.k_proj_weight, "k_proj_weight"), p(m.v_proj_weight, "v_proj_weight"),
+                    None, None, average_attn_weights, is_causal)
     if m.batch_first and batched:
         out = cx.swap(out, 0, 1)
     return (out, w)
 
 
 @function(getattr(torch, "_transformer_encoder_layer_fwd", None))
-def _transformer_encoder_layer_fwd(
-    cx: _Importer,
-    src: T,
-    embed_dim: int,
-    num_heads: int,
-    qkv_weight: T,
-    qkv_bias: T | None,
-    proj_weight: T,
-    proj_bias: T | None,
-    use_gelu: bool,
-    norm_first: bool,
-    eps: float,
-    norm_weight_1: T,
-    norm_bias_1: T,
-    norm_weight_2: T,
-    norm_bias_2: T,
-    ffn_weight_1: T,
-    ffn_bias_1: T | None,
-    ffn_weight_2: T,
-    ffn_bias_2: T | None,
-    mask: T | None = None,
-    mask_type: int | None = None,
-) -> T:
+def _transformer_encoder_layer_fwd(cx: _Importer, src: T, embed_dim: int, num_heads: int, qkv_weight: T,
+                                   qkv_bias: T | None, proj_weight: T, proj_bias: T | None, use_gelu: bool,
+                                   norm_first: bool, eps: float, norm_weight_1: T, norm_bias_1: T,
+                                   norm_weight_2: T, norm_bias_2: T, ffn_weight_1: T, ffn_bias_1: T | None,
+                                   ffn_weight_2: T, ffn_bias_2: T | None, mask: T | None = None,
+                                   mask_type: int | None = None) -> T:
     """nn.TransformerEncoderLayer's inference fast path (batch-first src), which Dynamo sees under no_grad."""
     b = cx.b
     if cx.rank(src) != 3:
@@ -1706,9 +1453,8 @@ def _transformer_encoder_layer_fwd(
         elif cx.rank(mask) in (2, 4):  # (L, S), or merged (N, H, L, S)
             attn_mask = mask
         else:
-            raise cx.fail(
-                f"encoder-layer mask of shape {cx.shape(mask)} (mask_type {mask_type}) is not supported"
-            )
+            raise cx.fail(f"encoder-layer mask of shape {cx.shape(mask)} (mask_type {mask_type}) "
+                          "is not supported")
     E = embed_dim
     wq, wk, wv = (cx.slice_axis(qkv_weight, 0, i * E, (i + 1) * E) for i in range(3))
     bq = bk = bv = None
@@ -1717,26 +1463,8 @@ def _transformer_encoder_layer_fwd(
 
     def attn(x: T) -> T:
         xs = cx.swap(x, 0, 1)
-        out, _ = _mha_core(
-            cx,
-            xs,
-            xs,
-            xs,
-            num_heads,
-            wq,
-            wk,
-            wv,
-            bq,
-            bk,
-            bv,
-            proj_weight,
-            proj_bias,
-            kpm,
-            False,
-            attn_mask,
-            True,
-            False,
-        )
+        out, _ = _mha_core(cx, xs, xs, xs, num_heads, wq, wk, wv, bq, bk, bv, proj_weight, proj_bias, kpm,
+                           False, attn_mask, True, False)
         return cx.swap(out, 0, 1)
 
     def ffn(x: T) -> T:
@@ -1760,11 +1488,8 @@ def _transformer_encoder_layer_fwd(
 # =================================================================================================
 def _filled(cx: _Importer, shape: Sequence[int], value: Any, dtype: Any) -> T:
     if dtype is None:
-        dtype = (
-            torch.get_default_dtype()
-            if isinstance(value, float)
-            else (torch.bool if isinstance(value, bool) else torch.int64)
-        )
+        dtype = torch.get_default_dtype() if isinstance(value, float) else (
+            torch.bool if isinstance(value, bool) else torch.int64)
     return cx.const(np.full(tuple(int(s) for s in shape), value, dtype=ir_dtype(dtype)))
 
 
@@ -1772,7 +1497,6 @@ def _like(value: Any) -> Handler:
     def h(cx: _Importer, x: T, *, dtype: Any = None, **kw: Any) -> T:
         dt = dtype if dtype is not None else getattr(torch, cx.dtype(x))
         return _filled(cx, cx.shape(x), value, dt)
-
     return h
 
 
@@ -1816,7 +1540,6 @@ _aten = torch.ops.aten
 
 def aten(*names: str) -> Callable[[Handler], Handler]:
     """Register a handler for ``aten.<name>`` overloads, e.g. ``"add.Tensor"`` or ``"relu"`` (all)."""
-
     def deco(h: Handler) -> Handler:
         for name in names:
             packet_name, _, overload = name.partition(".")
@@ -1824,12 +1547,11 @@ def aten(*names: str) -> Callable[[Handler], Handler]:
             if packet is None:
                 continue
             FUNCTIONS[packet] = h
-            for ov in [overload] if overload else packet.overloads():
+            for ov in ([overload] if overload else packet.overloads()):
                 op = getattr(packet, ov, None)
                 if op is not None:
                     FUNCTIONS[op] = h
         return h
-
     return deco
 
 
@@ -1894,9 +1616,8 @@ def _aten_to(cx: _Importer, x: T, dtype: Any = None, *a: Any, **kw: Any) -> T:
 
 
 @aten("slice.Tensor")
-def _aten_slice(
-    cx: _Importer, x: T, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
-) -> T:
+def _aten_slice(cx: _Importer, x: T, dim: int = 0, start: int | None = None, end: int | None = None,
+                step: int = 1) -> T:
     d = cx.axis(dim, cx.rank(x))
     n = cx.shape(x)[d]
     start = 0 if start is None else max(min(start, n), -n)
@@ -1908,22 +1629,12 @@ def _aten_slice(
 def _aten_select(cx: _Importer, x: T, dim: int, index: int) -> T:
     d = cx.axis(dim, cx.rank(x))
     s = cx.shape(x)
-    return cx.reshape(cx.slice_axis(x, d, index % s[d], index % s[d] + 1), s[:d] + s[d + 1 :])
+    return cx.reshape(cx.slice_axis(x, d, index % s[d], index % s[d] + 1), s[:d] + s[d + 1:])
 
 
 @aten("convolution")
-def _aten_convolution(
-    cx: _Importer,
-    x: T,
-    weight: T,
-    bias: T | None,
-    stride: Any,
-    padding: Any,
-    dilation: Any,
-    transposed: bool,
-    output_padding: Any,
-    groups: int,
-) -> T:
+def _aten_convolution(cx: _Importer, x: T, weight: T, bias: T | None, stride: Any, padding: Any,
+                      dilation: Any, transposed: bool, output_padding: Any, groups: int) -> T:
     if transposed:
         raise cx.fail("transposed convolution is not supported")
     if cx.rank(weight) != 4:
@@ -1932,58 +1643,27 @@ def _aten_convolution(
 
 
 @aten("_native_batch_norm_legit_no_training")
-def _aten_bn_no_training(
-    cx: _Importer,
-    x: T,
-    weight: T | None,
-    bias: T | None,
-    running_mean: T,
-    running_var: T,
-    momentum: float,
-    eps: float,
-) -> tuple[Any, ...]:
-    return (
-        _bn(cx, x, running_mean, running_var, weight, bias, False, eps),
-        _Missing("batch_norm save_mean"),
-        _Missing("batch_norm save_invstd"),
-    )
+def _aten_bn_no_training(cx: _Importer, x: T, weight: T | None, bias: T | None, running_mean: T,
+                         running_var: T, momentum: float, eps: float) -> tuple[Any, ...]:
+    return (_bn(cx, x, running_mean, running_var, weight, bias, False, eps), _Missing("batch_norm save_mean"),
+            _Missing("batch_norm save_invstd"))
 
 
 @aten("native_layer_norm")
-def _aten_native_layer_norm(
-    cx: _Importer, x: T, normalized_shape: Any, weight: T | None, bias: T | None, eps: float
-) -> tuple[Any, ...]:
-    return (
-        _layer_norm(cx, x, normalized_shape, weight, bias, eps),
-        _Missing("layer_norm mean"),
-        _Missing("layer_norm rstd"),
-    )
+def _aten_native_layer_norm(cx: _Importer, x: T, normalized_shape: Any, weight: T | None, bias: T | None,
+                            eps: float) -> tuple[Any, ...]:
+    return (_layer_norm(cx, x, normalized_shape, weight, bias, eps), _Missing("layer_norm mean"),
+            _Missing("layer_norm rstd"))
 
 
 @aten("max_pool2d_with_indices")
-def _aten_max_pool2d_with_indices(
-    cx: _Importer,
-    x: T,
-    kernel_size: Any,
-    stride: Any = (),
-    padding: Any = 0,
-    dilation: Any = 1,
-    ceil_mode: bool = False,
-) -> tuple[Any, ...]:
+def _aten_max_pool2d_with_indices(cx: _Importer, x: T, kernel_size: Any, stride: Any = (), padding: Any = 0,
+                                  dilation: Any = 1, ceil_mode: bool = False) -> tuple[Any, ...]:
     out = _max_pool2d(cx, x, kernel_size, stride, padding, dilation, ceil_mode)
     return (out, _Missing("max_pool2d indices"))
 
 
 @aten("_scaled_dot_product_flash_attention_for_cpu")
-def _aten_sdpa_cpu(
-    cx: _Importer,
-    q: T,
-    k: T,
-    v: T,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    attn_mask: T | None = None,
-    scale: float | None = None,
-) -> tuple[Any, ...]:
+def _aten_sdpa_cpu(cx: _Importer, q: T, k: T, v: T, dropout_p: float = 0.0, is_causal: bool = False, *,
+                   attn_mask: T | None = None, scale: float | None = None) -> tuple[Any, ...]:
     return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale), _Missing("attention logsumexp"))
