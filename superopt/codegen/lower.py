@@ -369,7 +369,7 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
             raise ScheduleError(f"{prim}: consumer loop {lp.name!r} above the attach point is split or fused")
     s.bound = bound
     # bound dims: drop their loops (they must not have been split)
-    for d, var in bound.items():
+    for d in bound:
         if s.dims.get(d) != Lin.var(d) or d not in [lp.name for lp in s.loops]:
             raise ScheduleError(f"{prim}: loop {d!r} of {s.name} is bound by the consumer and must stay whole")
     s.loops = [lp for lp in s.loops if lp.name not in bound]

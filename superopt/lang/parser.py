@@ -361,7 +361,7 @@ def _infer_extents(st: _RawStatement, types: Mapping[str, TensorType], src: str,
         for ix, size in zip(a.index, t.shape):
             if ix.is_plain_dim and a.tensor not in st.padding:
                 bind(ix.dims[0], size, pos, f"axis of {a.tensor} ({a})")
-    for a, pos in st.access_pos:  # plain dims of padded tensors, then strided windows
+    for a, _pos in st.access_pos:  # plain dims of padded tensors, then strided windows
         for ix, size in zip(a.index, types[a.tensor].shape):
             if ix.is_plain_dim and ix.dims[0] not in ext:
                 ext[ix.dims[0]] = size

@@ -68,6 +68,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     in_a = {d for ix in a.index for d in ix.dims}
     in_b = {d for ix in b.index for d in ix.dims}
     n_dims = [d for d in st.out_dims if d in in_b and d not in in_a]
+    n_dims = [d for d in n_dims if ext[d] > 1][-2:]  # fuse at most two column dims
+    if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
+        n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
     if not n_dims:
         raise ValueError("no column dims")
@@ -83,6 +86,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         col = f"{col}_{d}"
     ncol = extents[col]
     width = 2 * VECTOR if ncol >= 2 * VECTOR else (VECTOR if ncol >= VECTOR else ncol)
+    if len(n_dims) > 1 and ncol > width:  # a fused loop splits by multiples of its inner extent
+        inner_ext = ext[n_dims[-1]]
+        width = inner_ext * max(1, width // inner_ext)
     col_o = None
     if ncol > width:
         prims.append(Split(s, col, width))
@@ -168,7 +174,9 @@ def _candidates(compute: Compute, threads: int):
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
     # 1. every temporary computed row by row inside the last stage's outermost loop(s)
-    if temps and len(compute.outputs) == 1 and final.reduce == "=":
+    contraction_temps = [t for t in temps if t.reduce == "+=" and len(_product_accesses(t.expr) or []) >= 2]
+    if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
+            and final.extents[0][1] >= 2 * threads:
         for depth in (1, 2):
             if depth > len(final.out_dims) - 1:
                 break
