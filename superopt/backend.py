@@ -1,6 +1,6 @@
 """An ``onnx.backend.base.Backend`` over superopt: ``prepare``/``run_model``/``run_node``, like onnxruntime.
 
-``prepare(model, device="CPU", mode="reference")`` imports the model and returns a BackendRep whose ``run``
+``prepare(model, device="CPU", mode="compiled")`` imports the model and returns a BackendRep whose ``run``
 executes it. Execution strategies are pluggable: :data:`RUNNERS` maps a mode name to a factory
 ``(ImportedModel) -> runner(list[np.ndarray]) -> list[np.ndarray]``; other engineers add e.g. "compiled".
 
@@ -38,7 +38,23 @@ def _reference_runner(im: ImportedModel) -> Runner:
     return run
 
 
-RUNNERS: dict[str, RunnerFactory] = {"reference": _reference_runner}
+def _compiled_runner(im: ImportedModel) -> Runner:
+    from superopt.runtime.executor import GraphExecutor
+
+    executor = GraphExecutor(im.graph)
+
+    def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        out = executor(dict(zip(im.graph.inputs, inputs, strict=False)))
+        return [
+            np.asarray(out[o]).astype(dt, copy=False)
+            for o, dt in zip(im.graph.outputs, im.output_dtypes, strict=False)
+        ]
+
+    return run
+
+
+RUNNERS: dict[str, RunnerFactory] = {"compiled": _compiled_runner, "reference": _reference_runner}
+DEFAULT_MODE = "compiled"
 
 
 def _check_mode(mode: str) -> RunnerFactory:
@@ -48,7 +64,7 @@ def _check_mode(mode: str) -> RunnerFactory:
 
 
 class SuperoptRep(BackendRep):
-    def __init__(self, model: onnx.ModelProto, mode: str = "reference") -> None:
+    def __init__(self, model: onnx.ModelProto, mode: str = DEFAULT_MODE) -> None:
         self.model = model
         self.mode = mode
         self._factory = _check_mode(mode)
@@ -112,7 +128,7 @@ class SuperoptBackend(Backend):
         return str(device).upper().startswith("CPU")
 
     @classmethod
-    def prepare(cls, model: Any, device: str = "CPU", mode: str = "reference", **kwargs: Any) -> SuperoptRep:
+    def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE, **kwargs: Any) -> SuperoptRep:
         if not cls.supports_device(device):
             raise ValueError(f"superopt backend: device {device!r} is not supported (CPU only)")
         _check_mode(mode)
@@ -124,7 +140,7 @@ class SuperoptBackend(Backend):
 
     @classmethod
     def run_model(
-        cls, model: Any, inputs: Any, device: str = "CPU", mode: str = "reference", **kwargs: Any
+        cls, model: Any, inputs: Any, device: str = "CPU", mode: str = DEFAULT_MODE, **kwargs: Any
     ) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, mode).run(inputs)
 
