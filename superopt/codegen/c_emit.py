@@ -30,7 +30,24 @@ static inline float so_maxf(float a, float b) { return a != a ? a : (a > b ? a :
 static inline float so_minf(float a, float b) { return a != a ? a : (a < b ? a : b); }
 static inline double so_max(double a, double b) { return a != a ? a : (a > b ? a : b); }
 static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
-static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp) */
+static inline float so_expf(float x) {
+    float xc = x < -87.0f ? -87.0f : (x > 88.72f ? 88.72f : x);
+    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 126) << 23;
+    float y = p * scale.f * 2.0f;
+    return x > 88.72f ? INFINITY : (x < -87.33f ? 0.0f : (x != x ? x : y));
+}
+static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + so_expf(-x)); }
 static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -189,6 +206,8 @@ class _Emitter:
         if isinstance(e, Unary):
             x = self.expr(s, e.x, fdt if e.fn not in ("not", "neg", "abs", "sign") else dt)
             fn = e.fn
+            if fn == "exp" and fdt == "float32":
+                return f"so_expf({x})"
             if fn in _FLOAT_FN:
                 return f"{_FLOAT_FN[fn]}{suf}({x})"
             one = c_float(1.0, fdt)

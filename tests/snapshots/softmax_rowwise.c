@@ -19,7 +19,7 @@ void softmax_rowwise(void **args) {
         float e[40];
         #pragma omp simd
         for (int e_j = 0; e_j < 40; ++e_j) {
-            e[e_j] = expf((X[e_j + 40*i] - m[0]));
+            e[e_j] = so_expf((X[e_j + 40*i] - m[0]));
         }
         /* s[i] += e[i,j]  over(i:16 j:40) */
         float s[1];
