@@ -247,7 +247,7 @@ class _Emitter:
         raise TypeError(f"cannot emit {e!r}")
 
     # ---- loops ---------------------------------------------------------------------------------
-    def loop_bounds(self, s: Stage, loops_in_scope: list[str]) -> dict[str, str]:
+    def loop_bounds(self, s: Stage) -> dict[str, str]:
         """Tail bounds: for each tail, bound its innermost loop var by a min()."""
         out: dict[str, str] = {}
         self._guards: list[str] = []
@@ -291,9 +291,7 @@ class _Emitter:
         if s.attach is not None:
             size = math.prod(n for _, n in local_shape(s))
             self.line(f"{ctype(t.dtype)} {s.name}[{size}];")
-        elif s.name not in self.plan.compute.outputs and s.name not in self.plan.compute.inputs:
-            pass  # root temporaries are allocated at kernel entry
-        bounds = self.loop_bounds(s, [])
+        bounds = self.loop_bounds(s)
         if s.partial:
             size = math.prod(n for _, n in local_shape(s))
             ident = c_float(REDUCE_IDENTITY[st.reduce], t.dtype)

@@ -473,7 +473,6 @@ def compile_op(
                 st.padding.setdefault(k, v)
         declared = types.get(st.out)
         ext = _infer_extents(st, types, src, declared.shape if declared else None)
-        ext = {d: n for d, n in ext.items()}
         _check_ranges(st, ext, types, src)
         order = list(st.out_dims) + [d for d in ext if d not in st.out_dims]
         if st.reduce == "=" and len(order) > len(st.out_dims):

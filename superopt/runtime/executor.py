@@ -104,13 +104,12 @@ class GraphExecutor:
         for n in graph.nodes:
             if n.is_extern:
                 continue
-            consts = [local for local, g in zip(n.op.inputs, n.inputs) if g in graph.constant]
             if n.name in schedules:
                 trace = list(schedules[n.name])
             else:
-                key = n.op.digest() + "|" + ",".join(consts)
+                key = n.op.digest()
                 if key not in default_cache:
-                    default_cache[key] = default_schedule(n.op, self.config.threads, consts)
+                    default_cache[key] = default_schedule(n.op, self.config.threads)
                 trace = default_cache[key]
             self.traces[n.name] = trace
             k = (n.op.digest(), repr(trace))

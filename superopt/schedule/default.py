@@ -103,10 +103,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         outer_m = m_dims[:-1]
         rows = 6 if width == 2 * VECTOR else 8
         if extents[row] > rows:
-            prims.append(Split(s, row, rows if extents[row] % rows == 0 or extents[row] > 64 else ROWS))
+            factor = rows if extents[row] % rows == 0 or extents[row] > 64 else ROWS
+            prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
-            extents[rows_o] = math.ceil(extents[row] / (rows if extents[row] % rows == 0 or extents[row] > 64
-                                                        else ROWS))
+            extents[rows_o] = math.ceil(extents[row] / factor)
         else:
             row_i = row
     outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
@@ -117,9 +117,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
     if outer:
-        plain_outer = [d for d in outer_m]  # plain (unsplit) loops can be fused safely
-        if len(plain_outer) >= 2:
-            fprims, fname, fext = _fuse_chain(s, plain_outer, extents, 4 * threads)
+        if len(outer_m) >= 2:  # plain (unsplit) loops can be fused safely
+            fprims, fname, _ = _fuse_chain(s, outer_m, extents, 4 * threads)
             prims += fprims
             prims.append(Parallel(s, fname))
         else:
@@ -156,7 +155,7 @@ def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list
     return prims
 
 
-def default_schedule(compute: Compute, threads: int = 2, constant_inputs: Sequence[str] = ()) -> list[Primitive]:
+def default_schedule(compute: Compute, threads: int = 2) -> list[Primitive]:
     """The first legal of a few candidate traces, most aggressive first."""
     from superopt.codegen.lower import ScheduleError, lower
 
@@ -186,10 +185,7 @@ def _candidates(compute: Compute, threads: int):
                 trace.append(ComputeAt(t.out, final.out, attach_loop))
                 trace += simple_schedule(t, threads, attached=True)
             loops = [d for d, _ in final.extents]
-            if depth == 2:
-                trace.append(Parallel(final.out, loops[0]))
-            else:
-                trace.append(Parallel(final.out, loops[0]))
+            trace.append(Parallel(final.out, loops[0]))
             if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop:
                 trace.append(Vectorize(final.out, loops[-1]))
             yield trace
