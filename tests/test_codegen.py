@@ -155,3 +155,20 @@ def test_executor_reuses_buffers_and_matches(kernel_cache):
     second = ex({"x": X})[h]
     np.testing.assert_allclose(first, evaluate(g, {"x": X}, np.float64)[h], rtol=1e-5, atol=1e-6)
     assert first is not second and np.array_equal(first, second)
+
+
+def test_vectorized_max_min_and_exp_keep_ieee_special_values(kernel_cache):
+    """The fast paths (NaN flag beside a plain max/min chain, branch-free exp) must keep NaN and limits."""
+    src = "mx[i] max= X[i,j]\nmn[i] min= X[i,j]\nE[i,j] = exp(X[i,j])"
+    c = compile_op(src, {"X": (6, 40)}, outputs=["mx", "mn", "E"])
+    X = np.random.default_rng(5).standard_normal((6, 40)).astype(np.float32) * 30
+    X[1, 7] = np.nan  # NaN anywhere in a row poisons max and min
+    X[2, 39] = np.nan  # ... also in the vector tail
+    X[3, :4] = [np.inf, -np.inf, 88.5, -88.5]
+    X[4, :6] = [100.0, -100.0, -87.2, 88.7, 0.0, 1e-30]
+    for trace in (default_schedule(c), []):
+        mx, mn, E = build_kernel(c, trace, kernel_cache)(X)
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(mx, X.max(1))
+            np.testing.assert_array_equal(mn, X.min(1))
+            np.testing.assert_allclose(E, np.exp(X), rtol=2e-6, atol=1e-37, equal_nan=True)

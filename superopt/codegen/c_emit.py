@@ -30,10 +30,12 @@ static inline float so_maxf(float a, float b) { return a != a ? a : (a > b ? a :
 static inline float so_minf(float a, float b) { return a != a ? a : (a < b ? a : b); }
 static inline double so_max(double a, double b) { return a != a ? a : (a > b ? a : b); }
 static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
-/* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp) */
+/* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp). Branch-free:
+   n = round(x / ln 2) by the 1.5 * 2^23 trick (floorf would block if-converted vectorization), and
+   2^n is built in the exponent bits through memcpy (a union pun also blocks it). */
 static inline float so_expf(float x) {
     float xc = x < -87.0f ? -87.0f : (x > 88.72f ? 88.72f : x);
-    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -42,10 +44,11 @@ static inline float so_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale;
-    scale.i = ((int32_t)n + 126) << 23;
-    float y = p * scale.f * 2.0f;
-    return x > 88.72f ? INFINITY : (x < -87.33f ? 0.0f : (x != x ? x : y));
+    int32_t bits = ((int32_t)n + 126) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale * 2.0f;
+    return x > 88.72f ? INFINITY : y;  /* NaN flows through y; below -87 the scale is 0 */
 }
 static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + so_expf(-x)); }
 static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -108,6 +111,7 @@ class _Emitter:
             if s.attach is not None:
                 self.attached.setdefault(s.attach, []).append(s)
         self.extents: dict[str, int] = {}  # C var -> extent (for bounds of Lin exprs)
+        self._nan_flag: set[str] = set()  # stages in a scalar float max=/min= accumulator with a NaN flag
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.ind + text)
@@ -334,6 +338,11 @@ class _Emitter:
             pre = f"if ({' && '.join(guard)}) " if guard else ""
             if st.reduce == "=":
                 self.line(f"{pre}{self.out_ref(s)} = {val};")
+            elif acc_at is not None and s.name in self._nan_flag:
+                # plain compare-select (one vmaxps) plus an independent NaN flag, instead of so_maxf's
+                # NaN test on the loop-carried chain; the flag restores NaN propagation at write-back
+                cmp = ">" if st.reduce == "max=" else "<"
+                self.line(f"{pre}{{ {ct} so_v = {val}; acc = acc {cmp} so_v ? acc : so_v; acc_nan |= so_v != so_v; }}")
             elif acc_at is not None:
                 acc = "acc" if not s.tile_loops() else f"acc[{self.tile_index(s)}]"
                 self.line(f"{pre}{acc} = {self.combine(st.reduce, acc, val, t.dtype)};")
@@ -354,10 +363,13 @@ class _Emitter:
                 self.line(f"for (int so_i = 0; so_i < {size}; ++so_i) acc[so_i] = {ident};")
             else:
                 self.line(f"{ct} acc = {ident};")
+                if st.reduce in ("max=", "min=") and is_float(t.dtype):
+                    self._nan_flag.add(s.name)
+                    self.line("int acc_nan = 0;")
         clause = ""
         if lp.vector and lp.reduce and acc_at is not None and not s.tile_loops():
             omp = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}[st.reduce]
-            clause = f" reduction({omp}:acc)"
+            clause = f" reduction({omp}:acc)" + (" reduction(|:acc_nan)" if s.name in self._nan_flag else "")
         self.open_loop(s, lp, bounds, clause)
         for child in self.attached.get((s.name, lp.name), []):
             self.emit_stage(child)
@@ -368,6 +380,9 @@ class _Emitter:
                 self.open_loop(s, x, bounds)
             ref = self.out_ref(s)
             acc = "acc" if not tile else f"acc[{self.tile_index(s)}]"
+            if s.name in self._nan_flag:
+                self.line("if (acc_nan) acc = NAN;")
+                self._nan_flag.discard(s.name)
             val = self.combine(st.reduce, ref, acc, t.dtype) if s.partial else acc
             guard = [g for g, on_reduce in self._guards if not on_reduce]
             pre = f"if ({' && '.join(guard)}) " if guard else ""

@@ -9,10 +9,12 @@ void softmax_rowwise(void **args) {
         float m[1];
         {
             float acc = (-INFINITY);
-            #pragma omp simd reduction(max:acc)
+            int acc_nan = 0;
+            #pragma omp simd reduction(max:acc) reduction(|:acc_nan)
             for (int m_j = 0; m_j < 40; ++m_j) {
-                acc = so_maxf(acc, X[40*i + m_j]);
+                { float so_v = X[40*i + m_j]; acc = acc > so_v ? acc : so_v; acc_nan |= so_v != so_v; }
             }
+            if (acc_nan) acc = NAN;
             m[0] = acc;
         }
         /* e[i,j] = exp((X[i,j] - m[i]))  over(i:16 j:40) */
