@@ -1,6 +1,6 @@
 """The Python API: ``optimize`` a model or an index-notation op into verified compiled code.
 
-The pipeline is one function of named passes: import -> schedule & compile -> verify. Every
+The pipeline is one function of named passes: import -> prune dead code -> schedule & compile -> verify. Every
 program is checked against the numpy reference interpreter (float64) on seeded random inputs
 before it is returned; a mismatch raises :class:`VerificationError` (fast and wrong is worthless).
 """
@@ -16,6 +16,7 @@ import numpy as np
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.graph import Graph
+from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
@@ -107,13 +108,14 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     """Import, schedule and compile, verify: the whole pipeline."""
     config = config or OptimizeConfig()
     t0 = time.perf_counter()
-    graph = load_graph(model)
+    imported = load_graph(model)
+    graph = prune_graph(imported)
     t1 = time.perf_counter()
     executor = GraphExecutor(graph, config=ExecutorConfig(config.threads, config.compiler))
     t2 = time.perf_counter()
     err = None
     if config.verify:
-        err = verify(graph, executor, config.seed)
+        err = verify(imported, executor, config.seed)  # against the graph as imported, before any pass
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Binary
+from superopt.ir.expr import Access, Binary, Unary
 from superopt.ir.statement import Statement
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -31,6 +31,17 @@ from superopt.schedule.primitives import (
 
 VECTOR = 16  # float32 lanes of AVX-512
 ROWS = 4
+# functions worth computing once into a row buffer rather than recomputing at every use
+EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal"})
+EXPENSIVE_OPS = frozenset({"/", "pow", "mod"})
+
+
+def _is_cheap(e) -> bool:
+    """Only adds, multiplies, compares and the like: recomputing it beats a store and a reload."""
+    for x in e.walk():
+        if isinstance(x, Unary) and x.fn in EXPENSIVE_FNS or isinstance(x, Binary) and x.op in EXPENSIVE_OPS:
+            return False
+    return True
 
 
 def _product_accesses(e) -> list[Access] | None:
@@ -173,7 +184,8 @@ def _candidates(compute: Compute, threads: int):
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
     # 1. every temporary computed row by row inside the last stage's outermost loop(s)
-    contraction_temps = [t for t in temps if t.reduce == "+=" and len(_product_accesses(t.expr) or []) >= 2]
+    # (a sum of squares such as Q[i] += D[i,r] * D[i,r] is a row reduction, not a contraction)
+    contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(_product_accesses(t.expr) or [])) >= 2]
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * threads:
         for depth in (1, 2):
@@ -182,6 +194,10 @@ def _candidates(compute: Compute, threads: int):
             trace: list[Primitive] = []
             attach_loop = final.out_dims[depth - 1]
             for t in temps:
+                per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
+                if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr):
+                    trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
+                    continue
                 trace.append(ComputeAt(t.out, final.out, attach_loop))
                 trace += simple_schedule(t, threads, attached=True)
             loops = [d for d, _ in final.extents]
