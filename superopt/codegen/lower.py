@@ -265,8 +265,15 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
             raise ScheduleError(f"{p}: a loop with a tail (non-dividing split) cannot be fused")
         name = _fresh(stage, f"{p.outer}_{p.inner}")
         stage.loops[ia:ib + 1] = [Loop(name, a.extent * b.extent, a.reduce)]
-        _substitute(stage, p.outer, Lin.var(("/", name, b.extent)))
-        _substitute(stage, p.inner, Lin.var(("%", name, b.extent)))
+        if b.extent == 1:  # no div/mod atoms for a unit loop: they could not be split again
+            _substitute(stage, p.outer, Lin.var(name))
+            _substitute(stage, p.inner, Lin.of({}))
+        elif a.extent == 1:
+            _substitute(stage, p.outer, Lin.of({}))
+            _substitute(stage, p.inner, Lin.var(name))
+        else:
+            _substitute(stage, p.outer, Lin.var(("/", name, b.extent)))
+            _substitute(stage, p.inner, Lin.var(("%", name, b.extent)))
     elif isinstance(p, Vectorize):
         stage.loop(p.loop, p).vector = True
     elif isinstance(p, Parallel):

@@ -6,6 +6,7 @@ Intermediate tensors live in a few preallocated buffers reused once their last r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from superopt.ir.compute import Compute
 from superopt.ir.externs import evaluate_extern
-from superopt.ir.graph import Graph
+from superopt.ir.graph import Graph, Node
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.kernel import CompiledKernel, build_kernels
 from superopt.schedule.default import default_schedule
@@ -24,6 +25,14 @@ from superopt.schedule.primitives import Primitive
 class ExecutorConfig:
     threads: int = 2
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    node: str
+    seconds: float  # median over the profiled runs
+    what: str  # the extern kind or the statements
+    trace: Sequence[Primitive]
 
 
 @dataclass
@@ -136,6 +145,22 @@ class GraphExecutor:
         return buf[: t.nbytes].view(t.np_dtype).reshape(t.shape)
 
     def __call__(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        return self._run(inputs, None)
+
+    def profile(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], repeats: int = 5) -> list[NodeTime]:
+        """Median wall time of every node over ``repeats`` runs of the graph, slowest first."""
+        times: dict[str, list[float]] = {n.name: [] for n in self.graph.nodes}
+        self._run(inputs, None)  # warm-up
+        for _ in range(repeats):
+            self._run(inputs, times)
+        out = []
+        for n in self.graph.nodes:
+            what = n.op.kind if n.is_extern else "; ".join(str(st) for st in n.op.statements)[:160]
+            out.append(NodeTime(n.name, float(np.median(times[n.name])), what, self.traces.get(n.name, [])))
+        return sorted(out, key=lambda t: -t.seconds)
+
+    def _run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+             times: dict[str, list[float]] | None) -> dict[str, np.ndarray]:
         g = self.graph
         if not isinstance(inputs, Mapping):
             inputs = dict(zip(g.inputs, inputs))
@@ -151,35 +176,42 @@ class GraphExecutor:
         for name, c in g.constants:
             env[name] = c.array
         for n in g.nodes:
-            if n.is_extern:
-                if n.op.kind == "reshape":
-                    env[n.outputs[0]] = env[n.inputs[0]].reshape(g.type_of[n.outputs[0]].shape)
-                else:
-                    for o, v in zip(n.outputs, evaluate_extern(n.op.kind, [env[i] for i in n.inputs], n.op.attr)):
-                        env[o] = self._place(o, v)
-                continue
-            kern = self.kernels[self.node_kernel[n.name]]
-            args = []
-            for local, gname in zip(n.op.inputs, n.inputs):
-                if local in kern.pack_fns:
-                    pre = self._packed.get((n.name, local))
-                    args.append(pre if pre is not None else kern.pack(local, env[gname]))
-                else:
-                    args.append(env[gname])
-            outs = []
-            for o in n.outputs:
-                r = self.root[o]
-                arr = self._view(o) if r in self.memory.buffer_of else np.empty(g.type_of[o].shape,
-                                                                                  g.type_of[o].np_dtype)
-                env[o] = arr
-                outs.append(arr)
-            kern.run_raw(args + outs)
+            t0 = time.perf_counter() if times is not None else 0.0
+            self._run_node(n, env)
+            if times is not None:
+                times[n.name].append(time.perf_counter() - t0)
         result = {}
         for o in g.outputs:
             v = env[o]
             result[o] = v.copy() if (o in g.inputs or o in g.constant or not v.flags.owndata and
                                      self.root.get(o, o) in self.memory.buffer_of) else v
         return result
+
+    def _run_node(self, n: Node, env: dict[str, np.ndarray]) -> None:
+        g = self.graph
+        if n.is_extern:
+            if n.op.kind == "reshape":
+                env[n.outputs[0]] = env[n.inputs[0]].reshape(g.type_of[n.outputs[0]].shape)
+            else:
+                for o, v in zip(n.outputs, evaluate_extern(n.op.kind, [env[i] for i in n.inputs], n.op.attr)):
+                    env[o] = self._place(o, v)
+            return
+        kern = self.kernels[self.node_kernel[n.name]]
+        args = []
+        for local, gname in zip(n.op.inputs, n.inputs):
+            if local in kern.pack_fns:
+                pre = self._packed.get((n.name, local))
+                args.append(pre if pre is not None else kern.pack(local, env[gname]))
+            else:
+                args.append(env[gname])
+        outs = []
+        for o in n.outputs:
+            r = self.root[o]
+            arr = self._view(o) if r in self.memory.buffer_of else np.empty(g.type_of[o].shape,
+                                                                              g.type_of[o].np_dtype)
+            env[o] = arr
+            outs.append(arr)
+        kern.run_raw(args + outs)
 
     def _place(self, tensor: str, value: np.ndarray) -> np.ndarray:
         if tensor in self.memory.buffer_of:

@@ -66,6 +66,18 @@ def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_exten
     return prims, name, ext
 
 
+def _is_window(acc: Access) -> bool:
+    """Indexed by a sum or a stride of loop variables somewhere (an image under a sliding window)."""
+    return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
+
+
+def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
+    """Output dims (of extent > 1) that index ``b`` but not ``a``: candidates for the vector columns."""
+    in_a = {d for ix in a.index for d in ix.dims}
+    in_b = {d for ix in b.index for d in ix.dims}
+    return [d for d in st.out_dims if d in in_b and d not in in_a and st.extent[d] > 1]
+
+
 def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pack: bool = True) -> list[Primitive]:
     """Register-tiled schedule for ``out += A[...] * B[...]``."""
     s = st.out
@@ -76,10 +88,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     last = st.out_dims[-1]
     b = next(a for a in accs if any(ix.coeff(last) for ix in a.index))
     a = next(x for x in accs if x is not b)
-    in_a = {d for ix in a.index for d in ix.dims}
-    in_b = {d for ix in b.index for d in ix.dims}
-    n_dims = [d for d in st.out_dims if d in in_b and d not in in_a]
-    n_dims = [d for d in n_dims if ext[d] > 1][-2:]  # fuse at most two column dims
+    weights_as_columns = _is_window(b) and not _is_window(a) and bool(_own_dims(a, b, st))
+    if weights_as_columns:
+        # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
+        # dims (output channels) instead, packed contiguous; the image is read as one broadcast scalar per
+        # row, any bounds checks stay off the vector loop, and strided windows need no gathers
+        a, b = b, a
+    n_dims = _own_dims(b, a, st)[-2:]  # fuse at most two column dims
     if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
         n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
@@ -112,15 +127,21 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     if m_dims:
         row = m_dims[-1]
         outer_m = m_dims[:-1]
-        rows = 6 if width == 2 * VECTOR else 8
+        # rows x 2 vectors of accumulators: 8 x 2 uses 16 of AVX-512's 32 registers; prefer a divisor
+        prefs = (8, 7, 6) if width == 2 * VECTOR else (8,)
+        rows = prefs[0]
         if extents[row] > rows:
-            factor = rows if extents[row] % rows == 0 or extents[row] > 64 else ROWS
+            factor = next((r for r in prefs if extents[row] % r == 0), prefs[-1] if extents[row] > 64 else ROWS)
             prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
             extents[rows_o] = math.ceil(extents[row] / factor)
         else:
             row_i = row
-    outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
+    if weights_as_columns:
+        # weight panels outermost: a panel (its columns x all reductions) stays in cache across the image
+        outer = ([col_o] if col_o else []) + outer_m + ([rows_o] if rows_o else [])
+    else:
+        outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
     inner = list(st.reduce_dims) + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))
     prims.append(CacheWrite(s, st.reduce_dims[0]))
@@ -128,7 +149,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
     if outer:
-        if len(outer_m) >= 2:  # plain (unsplit) loops can be fused safely
+        if weights_as_columns and col_o and ncol % width == 0:  # an untailed split loop fuses like a plain one
+            fprims, fname, _ = _fuse_chain(s, [col_o] + outer_m, extents, 4 * threads)
+            prims += fprims
+            prims.append(Parallel(s, fname))
+        elif len(outer_m) >= 2:  # plain (unsplit) loops can be fused safely
             fprims, fname, _ = _fuse_chain(s, outer_m, extents, 4 * threads)
             prims += fprims
             prims.append(Parallel(s, fname))
