@@ -21,6 +21,10 @@ class TimingConfig:
     rounds: int = 15
     min_sample_s: float = 0.1
     max_calls_per_sample: int = 10_000
+    # untimed calls before every sample: the previous system's runtime (torch's OpenMP pool, onnxruntime's
+    # spinning thread pool) keeps its workers busy-waiting for a while after its last call; on a 2-core
+    # machine that steals a core from whoever is timed next
+    settle_calls: int = 1
 
 
 QUICK = TimingConfig(warmup_calls=2, rounds=7, min_sample_s=0.04)
@@ -55,6 +59,8 @@ def time_alternating(fns: dict[str, Callable[[], object]], cfg: TimingConfig) ->
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             fn, k = fns[name], ks[name]
+            for _ in range(cfg.settle_calls):
+                fn()
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()

@@ -172,3 +172,21 @@ def test_vectorized_max_min_and_exp_keep_ieee_special_values(kernel_cache):
             np.testing.assert_array_equal(mx, X.max(1))
             np.testing.assert_array_equal(mn, X.min(1))
             np.testing.assert_allclose(E, np.exp(X), rtol=2e-6, atol=1e-37, equal_nan=True)
+
+
+def test_buffers_superopt_owns_are_cache_line_aligned(kernel_cache):
+    from superopt.runtime.buffers import aligned_empty, is_aligned
+
+    for shape in [(1,), (3, 5), (7, 64, 3)]:
+        a = aligned_empty(shape, np.float32)
+        assert a.shape == shape and a.flags.c_contiguous and is_aligned(a)
+    c = compile_op(MATMUL, {"A": (9, 20), "B": (20, 40)})
+    trace = default_schedule(c)
+    assert any(isinstance(p, Pack) for p in trace)
+    k = build_kernel(c, trace, kernel_cache)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((9, 20), np.float32), rng.standard_normal((20, 40), np.float32)
+    packed = k.pack("B", B)
+    (C,) = k(A, B)
+    assert is_aligned(packed) and is_aligned(C)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)

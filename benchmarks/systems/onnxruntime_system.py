@@ -34,6 +34,10 @@ class OnnxRuntime(System):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
+        # onnxruntime's pool workers busy-wait between runs by default; in one process with other systems
+        # on 2 cores, a spinning worker halves whoever is timed next (superopt and torch measured 2x slower
+        # with a live session). Spinning off is onnxruntime's documented setting for shared CPUs.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         t0 = time.perf_counter()
         sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         dt = time.perf_counter() - t0

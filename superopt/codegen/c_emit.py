@@ -294,7 +294,7 @@ class _Emitter:
         self.line(f"/* {st} */")
         if s.attach is not None:
             size = math.prod(n for _, n in local_shape(s))
-            self.line(f"{ctype(t.dtype)} {s.name}[{size}];")
+            self.line(f"{ctype(t.dtype)} {s.name}[{size}] __attribute__((aligned(64)));")
         bounds = self.loop_bounds(s)
         if s.partial:
             size = math.prod(n for _, n in local_shape(s))

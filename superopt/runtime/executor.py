@@ -15,6 +15,7 @@ import numpy as np
 from superopt.ir.compute import Compute
 from superopt.ir.externs import evaluate_extern
 from superopt.ir.graph import Graph, Node
+from superopt.runtime.buffers import aligned_empty
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.kernel import CompiledKernel, build_kernels
 from superopt.schedule.default import default_schedule
@@ -129,7 +130,7 @@ class GraphExecutor:
         self.kernels: list[CompiledKernel] = build_kernels(items, self.config.compiler, self.config.threads) \
             if items else []
         self.memory, self.root = plan_memory(graph)
-        self._buffers = [np.empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
+        self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}
         for n in graph.nodes:  # pack constant weights once, ahead of time
             if n.is_extern:
@@ -207,8 +208,8 @@ class GraphExecutor:
         outs = []
         for o in n.outputs:
             r = self.root[o]
-            arr = self._view(o) if r in self.memory.buffer_of else np.empty(g.type_of[o].shape,
-                                                                              g.type_of[o].np_dtype)
+            arr = self._view(o) if r in self.memory.buffer_of else aligned_empty(g.type_of[o].shape,
+                                                                                   g.type_of[o].np_dtype)
             env[o] = arr
             outs.append(arr)
         kern.run_raw(args + outs)

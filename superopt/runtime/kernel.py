@@ -10,6 +10,7 @@ import numpy as np
 from superopt.codegen.c_emit import KernelSource, emit_c
 from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
+from superopt.runtime.buffers import aligned_empty
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
 from superopt.schedule.primitives import Primitive
 
@@ -38,7 +39,7 @@ class CompiledKernel:
 
     def pack(self, name: str, arr: np.ndarray) -> np.ndarray:
         lay = self.source.packs[name]
-        dst = np.empty(lay.shape, dtype=self.compute.type_of[name].np_dtype)
+        dst = aligned_empty(lay.shape, self.compute.type_of[name].np_dtype)
         src = np.ascontiguousarray(arr, dtype=dst.dtype)
         self.pack_fns[name](src.ctypes.data, dst.ctypes.data)
         return dst
@@ -70,7 +71,7 @@ class CompiledKernel:
     def __call__(self, *inputs: np.ndarray, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         ins = self.prepare_inputs(inputs)
         outs = list(out) if out is not None else [
-            np.empty(self.compute.type_of[o].shape, self.compute.type_of[o].np_dtype) for o in self.compute.outputs]
+            aligned_empty(self.compute.type_of[o].shape, self.compute.type_of[o].np_dtype) for o in self.compute.outputs]
         self.run_raw(ins + outs)
         return outs
 

@@ -71,6 +71,11 @@ def _is_window(acc: Access) -> bool:
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
 
 
+def _footprint(acc: Access, st: Statement) -> int:
+    """Elements of the operand the statement reads (the product of the extents of the dims indexing it)."""
+    return math.prod(st.extent[d] for d in {d for ix in acc.index for d in ix.dims})
+
+
 def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
     """Output dims (of extent > 1) that index ``b`` but not ``a``: candidates for the vector columns."""
     in_a = {d for ix in a.index for d in ix.dims}
@@ -137,8 +142,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
             extents[rows_o] = math.ceil(extents[row] / factor)
         else:
             row_i = row
-    if weights_as_columns:
-        # weight panels outermost: a panel (its columns x all reductions) stays in cache across the image
+    # panels of the column operand outermost when it is the bigger one (weights of a small-batch linear
+    # layer, deep conv layers): each panel then stays in cache across all rows and the operand is read
+    # from memory once instead of once per row block
+    panel_outer = _footprint(b, st) >= _footprint(a, st)
+    if panel_outer:
         outer = ([col_o] if col_o else []) + outer_m + ([rows_o] if rows_o else [])
     else:
         outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
@@ -149,7 +157,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
     if outer:
-        if weights_as_columns and col_o and ncol % width == 0:  # an untailed split loop fuses like a plain one
+        if panel_outer and col_o and ncol % width == 0:  # an untailed split loop fuses like a plain one
             fprims, fname, _ = _fuse_chain(s, [col_o] + outer_m, extents, 4 * threads)
             prims += fprims
             prims.append(Parallel(s, fname))

@@ -6,7 +6,7 @@ void softmax_rowwise(void **args) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < 16; ++i) {
         /* m[i] max= X[i,j]  over(i:16 j:40) */
-        float m[1];
+        float m[1] __attribute__((aligned(64)));
         {
             float acc = (-INFINITY);
             int acc_nan = 0;
@@ -18,13 +18,13 @@ void softmax_rowwise(void **args) {
             m[0] = acc;
         }
         /* e[i,j] = exp((X[i,j] - m[i]))  over(i:16 j:40) */
-        float e[40];
+        float e[40] __attribute__((aligned(64)));
         #pragma omp simd
         for (int e_j = 0; e_j < 40; ++e_j) {
             e[e_j] = so_expf((X[e_j + 40*i] - m[0]));
         }
         /* s[i] += e[i,j]  over(i:16 j:40) */
-        float s[1];
+        float s[1] __attribute__((aligned(64)));
         {
             float acc = 0.0f;
             #pragma omp simd reduction(+:acc)
