@@ -30,7 +30,6 @@ from superopt.schedule.primitives import (
 )
 
 VECTOR = 16  # float32 lanes of AVX-512
-ROWS = 4
 # functions worth computing once into a row buffer rather than recomputing at every use
 EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal"})
 EXPENSIVE_OPS = frozenset({"/", "pow", "mod"})
@@ -69,6 +68,11 @@ def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_exten
 def _is_window(acc: Access) -> bool:
     """Indexed by a sum or a stride of loop variables somewhere (an image under a sliding window)."""
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
+
+
+def _row_block(n: int, most: int) -> int:
+    """Rows per register tile: the largest of most..4 that wastes fewest padded rows (55 -> 5, 13 -> 7)."""
+    return min(range(most, 3, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
 
 
 def _footprint(acc: Access, st: Statement) -> int:
@@ -132,11 +136,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     if m_dims:
         row = m_dims[-1]
         outer_m = m_dims[:-1]
-        # rows x 2 vectors of accumulators: 8 x 2 uses 16 of AVX-512's 32 registers; prefer a divisor
-        prefs = (8, 7, 6) if width == 2 * VECTOR else (8,)
-        rows = prefs[0]
+        rows = 8  # rows x 2 vectors of accumulators: 8 x 2 uses 16 of AVX-512's 32 registers
         if extents[row] > rows:
-            factor = next((r for r in prefs if extents[row] % r == 0), prefs[-1] if extents[row] > 64 else ROWS)
+            factor = _row_block(extents[row], rows)
             prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
             extents[rows_o] = math.ceil(extents[row] / factor)
@@ -157,16 +159,16 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
     if outer:
-        if panel_outer and col_o and ncol % width == 0:  # an untailed split loop fuses like a plain one
-            fprims, fname, _ = _fuse_chain(s, [col_o] + outer_m, extents, 4 * threads)
-            prims += fprims
-            prims.append(Parallel(s, fname))
-        elif len(outer_m) >= 2:  # plain (unsplit) loops can be fused safely
-            fprims, fname, _ = _fuse_chain(s, outer_m, extents, 4 * threads)
-            prims += fprims
-            prims.append(Parallel(s, fname))
-        else:
-            prims.append(Parallel(s, outer[0]))
+        # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
+        tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
+        chain = [outer[0]]
+        for lp in outer[1:]:
+            if chain[-1] in tailed or lp in tailed:
+                break
+            chain.append(lp)
+        fprims, fname, _ = _fuse_chain(s, chain, extents, 4 * threads)
+        prims += fprims
+        prims.append(Parallel(s, fname))
     # pack the column operand so the vector loop reads it contiguously
     if pack and b.tensor in inputs and all(ix.is_plain_dim or not ix.dims for ix in b.index):
         axes = [ix.dims[0] if ix.dims else None for ix in b.index]
