@@ -16,6 +16,7 @@ from superopt.ir.compute import Compute
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -102,6 +103,15 @@ def random_trace(compute: Compute, choose: Choose, steps: int = 8) -> list[Primi
         if got is not None:
             trace.append(cand)
             plan = got
+    # epilogues last: they need the producer's CacheWrite
+    for s in list(plan.stages.values()):
+        producers = [plan.stages[t] for t in s.stmt.inputs() if t in plan.stages and plan.stages[t].stmt.reduce != "="]
+        if s.stmt.reduce == "=" and producers and choose([False, True]):
+            cand = Epilogue(s.name, choose(producers).name)
+            got = _try(compute, trace, cand)
+            if got is not None:
+                trace.append(cand)
+                plan = got
     return trace
 
 

@@ -1,7 +1,7 @@
 """The Python API: ``optimize`` a model or an index-notation op into verified compiled code.
 
-The pipeline is one function of named passes: import -> prune dead code -> schedule & compile -> verify. Every
-program is checked against the numpy reference interpreter (float64) on seeded random inputs
+The pipeline is one function of named passes: import -> prune dead code -> fuse (rewrite rules) ->
+schedule & compile -> verify. Every program is checked against the numpy reference interpreter (float64) on seeded random inputs
 before it is returned; a mismatch raises :class:`VerificationError` (fast and wrong is worthless).
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rewrite_rules import RULES, rewrite_greedy
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.graph import Graph
@@ -28,6 +29,7 @@ class OptimizeConfig:
     verify: bool = True
     rtol: float = 1e-3  # relative to the largest reference magnitude of each output
     seed: int = 0
+    fuse: bool = True  # apply the graph rewrite rules (operator fusion) before scheduling
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
 
 
@@ -40,10 +42,12 @@ class OptimizeReport:
     verify_s: float
     max_error: float | None  # max |compiled - reference| / max |reference| over outputs
     stop_reason: str
+    rewrites: int = 0  # graph rewrite rules applied
+
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
-        return (f"{self.nodes} nodes, {self.kernels} kernels; import {self.import_s:.2f}s, compile "
+        return (f"{self.nodes} nodes ({self.rewrites} rewrites), {self.kernels} kernels; import {self.import_s:.2f}s, compile "
                 f"{self.compile_s:.2f}s, verify {self.verify_s:.2f}s; {err}; {self.stop_reason}")
 
 
@@ -110,6 +114,10 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     t0 = time.perf_counter()
     imported = load_graph(model)
     graph = prune_graph(imported)
+    rewrites = ()
+    if config.fuse:
+        graph, rw = rewrite_greedy(graph, RULES)
+        rewrites = rw.applied
     t1 = time.perf_counter()
     executor = GraphExecutor(graph, config=ExecutorConfig(config.threads, config.compiler))
     t2 = time.perf_counter()
@@ -121,7 +129,7 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
                                     f"> {config.rtol}")
     t3 = time.perf_counter()
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err,
-                            "default schedules (no search budget given)")
+                            "default schedules (no search budget given)", len(rewrites))
     return OptimizedProgram(graph, executor, report)
 
 

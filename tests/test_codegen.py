@@ -15,6 +15,7 @@ from superopt.runtime.kernel import build_kernel
 from superopt.schedule import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -33,6 +34,8 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 SOFTMAX = "m[i] max= X[i,j]\ne[i,j] = exp(X[i,j] - m[i])\ns[i] += e[i,j]\nY[i,j] = e[i,j] / s[i]"
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
+CONV_BIAS_RELU = ("P[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]\nT[n,co,y,x] = P[n,co,y,x] + B[co]\n"
+                  "O[n,co,y,x] = relu(T[n,co,y,x])")
 
 
 def test_every_op_table_case_compiles_and_matches_reference(kernel_cache):
@@ -99,7 +102,7 @@ def test_compute_at_requires_whole_bound_loops():
 def test_trace_json_round_trip():
     trace = [Split("C", "i", 6), Reorder("C", ("i_o", "j", "k", "i_i")), Fuse("C", "i_o", "j"),
              CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "i_i"), Parallel("C", "i_o_j"),
-             ComputeAt("m", "Y", "i"), Inline("e"), Pack("B", (1, 0), 1, 16)]
+             ComputeAt("m", "Y", "i"), Inline("e"), Pack("B", (1, 0), 1, 16), Epilogue("O", "C")]
     again = trace_from_json(trace_to_json(trace))
     assert list(again) == trace
     assert trace_to_json(again) == trace_to_json(trace)
@@ -114,13 +117,15 @@ SNAPSHOT_CASES = {
                       Pack("B", (0, 1), 1, 32)]),
     "softmax_rowwise": (SOFTMAX, {"X": (16, 40)}, None),
     "capsule_default": (CAPSULE, {"P": (8, 15, 15, 32, 4, 4), "W": (3, 3, 32, 32, 4, 4)}, None),
+    "conv_bias_relu_epilogue": (CONV_BIAS_RELU, {"X": (1, 16, 10, 10), "W": (32, 16, 3, 3), "B": (32,)}, None,
+                                {"extents": {"y": 10, "x": 10}, "padding": {"X": 0.0}, "outputs": ["O"]}),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SNAPSHOT_CASES))
 def test_generated_c_snapshot(name, update_snapshots):
-    src, shapes, trace = SNAPSHOT_CASES[name]
-    c = compile_op(src, shapes)
+    src, shapes, trace, *kw = SNAPSHOT_CASES[name]
+    c = compile_op(src, shapes, **(kw[0] if kw else {}))
     trace = default_schedule(c) if trace is None else trace
     code = "/* trace: " + trace_to_json(trace) + " */\n" + emit_c(lower(c, trace), name).code
     path = SNAPSHOTS / f"{name}.c"
@@ -190,3 +195,36 @@ def test_buffers_superopt_owns_are_cache_line_aligned(kernel_cache):
     (C,) = k(A, B)
     assert is_aligned(packed) and is_aligned(C)
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+EPILOGUE_MM = "P[i,j] += A[i,k] * B[k,j]\nO[i,j] = relu(P[i,j] + C[j]) + R[i,j]"
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ([Reorder("P", ("k", "i", "j")), Epilogue("O", "P")], "needs a CacheWrite holding its whole reduction"),
+    ([CacheWrite("P", "k"), Epilogue("P", "O")], "is a reduction, not an elementwise stage"),
+    ([CacheWrite("P", "k"), Epilogue("O", "Q")], "no producer stage"),
+    ([CacheWrite("P", "k"), Epilogue("O", "P"), Epilogue("O", "P")], "one epilogue"),
+])
+def test_illegal_epilogues_are_rejected_with_reason(extra, reason):
+    c = compile_op(EPILOGUE_MM, {"A": (8, 4), "B": (4, 16), "C": (16,), "R": (8, 16)}, outputs=["O"])
+    with pytest.raises(ScheduleError, match=reason):
+        lower(c, extra)
+
+
+def test_epilogue_reading_the_producer_elsewhere_is_rejected():
+    c = compile_op("P[i,j] += A[i,k] * B[k,j]\nO[i,j] = P[i,j] + P[j,i]", {"A": (8, 4), "B": (4, 8)}, outputs=["O"])
+    with pytest.raises(ScheduleError, match="only at its own output index"):
+        lower(c, [CacheWrite("P", "k"), Epilogue("O", "P")])
+
+
+def test_epilogue_runs_on_the_register_tile_and_the_producer_is_never_stored(kernel_cache):
+    c = compile_op(EPILOGUE_MM, {"A": (37, 50), "B": (50, 70), "C": (70,), "R": (37, 70)}, outputs=["O"])
+    trace = default_schedule(c)
+    assert Epilogue("O", "P") in trace
+    code = emit_c(lower(c, trace), "k").code
+    assert "so_alloc" not in code and not [ln for ln in code.splitlines() if "P[" in ln and "/*" not in ln]
+    rng = np.random.default_rng(2)
+    A, B, C, R = (rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs)
+    (got,) = build_kernel(c, trace, kernel_cache)(A, B, C, R)
+    np.testing.assert_allclose(got, np.maximum(A @ B + C, 0) + R, rtol=1e-5, atol=1e-5)

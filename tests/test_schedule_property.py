@@ -54,3 +54,24 @@ def test_random_schedules_of_capsule_votes(data, kernel_cache):
     for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, threads=2)):
         (got,) = kernel(*args)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+CONV_BIAS_RELU_ADD = ("P[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]\nT[n,co,y,x] = P[n,co,y,x] + B[co]\n"
+                      "O[n,co,y,x] = relu(T[n,co,y,x]) + R[n,co,y,x]")
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_schedules_of_a_fused_conv_with_epilogue(data, kernel_cache):
+    """The graph fusion rules produce ops like this one; the sampler also draws Epilogue primitives."""
+    c = compile_op(CONV_BIAS_RELU_ADD, {"X": (1, 3, 6, 7), "W": (5, 3, 3, 3), "B": (5,), "R": (1, 5, 6, 7)},
+                   extents={"y": 6, "x": 7}, padding={"X": 0.0}, outputs=["O"])
+    choose = _chooser(data)
+    traces = [random_trace(c, choose, steps=10) for _ in range(4)]
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, threads=2)):
+        (got,) = kernel(*args)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from superopt.codegen.linexpr import Lin
 from superopt.codegen.lower import KernelPlan, Stage, local_shape
-from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
+from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where, substitute_dims
 from superopt.ir.statement import REDUCE_IDENTITY
 from superopt.ir.types import DTYPES, TensorType, is_float
 from superopt.lang.parser import infer_dtype
@@ -111,6 +111,7 @@ class _Emitter:
             if s.attach is not None:
                 self.attached.setdefault(s.attach, []).append(s)
         self.extents: dict[str, int] = {}  # C var -> extent (for bounds of Lin exprs)
+        self._acc_override: dict[str, str] = {}
         self._nan_flag: set[str] = set()  # stages in a scalar float max=/min= accumulator with a NaN flag
 
     def line(self, text: str) -> None:
@@ -183,6 +184,8 @@ class _Emitter:
     def expr(self, s: Stage, e: Expr, want: str) -> str:
         types = self.types
         if isinstance(e, Access):
+            if e.tensor in self._acc_override:  # an epilogue reading the accumulator it is applied to
+                return self._acc_override[e.tensor]
             ref = f"{e.tensor}[{self.flat_index(s, e.tensor, e.index)}]"
             pad = s.stmt.pad_value.get(e.tensor)
             if pad is None:
@@ -371,8 +374,10 @@ class _Emitter:
             omp = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}[st.reduce]
             clause = f" reduction({omp}:acc)" + (" reduction(|:acc_nan)" if s.name in self._nan_flag else "")
         self.open_loop(s, lp, bounds, clause)
+        guards = self._guards  # an attached stage computes its own tail guards; restore ours after it
         for child in self.attached.get((s.name, lp.name), []):
             self.emit_stage(child)
+        self._guards = guards
         self.emit_loops(s, k + 1, bounds)
         self.close()
         if is_acc:
@@ -386,11 +391,32 @@ class _Emitter:
             val = self.combine(st.reduce, ref, acc, t.dtype) if s.partial else acc
             guard = [g for g, on_reduce in self._guards if not on_reduce]
             pre = f"if ({' && '.join(guard)}) " if guard else ""
-            self.line(f"{pre}{ref} = {val};")
+            if self.stored(s):
+                self.line(f"{pre}{ref} = {val};")
+            if s.epilogue is not None:
+                self.emit_epilogue(s, self.stages[s.epilogue], val, pre)
             for _ in tile:
                 self.close()
             self.ind -= 1
             self.line("}")
+
+    def stored(self, s: Stage) -> bool:
+        """False for a producer whose only reader is its epilogue: it lives in registers only."""
+        if s.epilogue is None or s.name in self.plan.compute.outputs:
+            return True
+        return any(s.name in x.stmt.inputs() for x in self.stages.values() if x.name != s.epilogue)
+
+    def emit_epilogue(self, s: Stage, e: Stage, acc: str, pre: str) -> None:
+        """The epilogue stage's statement at the producer's write-back, in the producer's loop variables."""
+        here = tuple(Affine.dim(d) for d in s.stmt.out_dims)
+        expr = substitute_dims(e.stmt.expr, dict(zip(e.stmt.out_dims, here)))
+        self._acc_override[s.name] = acc
+        try:
+            val = self.expr(s, expr, self.types[e.name].dtype)
+        finally:
+            del self._acc_override[s.name]
+        self.line(f"/* epilogue: {e.stmt} */")
+        self.line(f"{pre}{e.name}[{self.flat_index(s, e.name, here)}] = {val};")
 
     # ---- whole kernel -------------------------------------------------------------------------
     def kernel(self) -> str:
@@ -400,8 +426,9 @@ class _Emitter:
         for i, n in enumerate(args):
             q = "const " if n in c.inputs else ""
             self.line(f"{q}{ctype(self.types[n].dtype)} *restrict {n} = ({q}{ctype(self.types[n].dtype)} *)args[{i}];")
-        roots = [s for s in self.stages.values() if s.attach is None]
-        temps = [s for s in roots if s.name not in c.outputs]
+        buffered = [s for s in self.stages.values() if s.attach is None]  # epilogue stages included
+        roots = [s for s in buffered if s.epilogue_of is None]
+        temps = [s for s in buffered if s.name not in c.outputs and self.stored(s)]
         for s in temps:
             ct = ctype(self.types[s.name].dtype)
             self.line(f"{ct} *restrict {s.name} = ({ct} *)so_alloc({self.types[s.name].nbytes});")

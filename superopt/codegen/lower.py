@@ -17,6 +17,7 @@ from superopt.ir.types import TensorType
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -56,6 +57,8 @@ class Stage:
     cache_at: str | None = None
     attach: tuple[str, str] | None = None  # (consumer stage, consumer loop)
     bound: dict[str, str] = field(default_factory=dict)  # my out dim -> consumer loop var
+    epilogue: str | None = None  # the elementwise stage evaluated at my accumulator's write-back
+    epilogue_of: str | None = None  # I am that stage: computed inside this producer's nest, no loops of my own
 
     @property
     def name(self) -> str:
@@ -291,6 +294,13 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
             raise ScheduleError(f"{p}: {stage.name} is not a reduction")
         stage.loop(p.at, p)
         stage.cache_at = p.at
+    elif isinstance(p, Epilogue):
+        prod = stages.get(p.producer)
+        if prod is None or prod is stage:
+            raise ScheduleError(f"{p}: no producer stage {p.producer!r}")
+        if stage.epilogue_of is not None or prod.epilogue is not None:
+            raise ScheduleError(f"{p}: a stage has one epilogue and is the epilogue of one producer")
+        stage.epilogue_of, prod.epilogue = prod.name, stage.name
     elif isinstance(p, ComputeAt):
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
@@ -319,6 +329,9 @@ def _check(plan: KernelPlan) -> None:
             tile = math.prod(lp.extent for lp in s.tile_loops())
             if tile > MAX_TILE:
                 raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds {MAX_TILE}")
+    for s in plan.stages.values():
+        if s.epilogue_of is not None:
+            _check_epilogue(plan, s, plan.stages[s.epilogue_of])
     for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
         if s.attach is not None:
             _check_attach(plan, s)
@@ -331,6 +344,27 @@ def _check(plan: KernelPlan) -> None:
             if cur.name in seen:
                 raise ScheduleError(f"ComputeAt: cycle through {cur.name}")
             seen.add(cur.name)
+
+
+def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
+    prim = f"Epilogue({e.name}, {prod.name})"
+    st, ps = e.stmt, prod.stmt
+    if st.reduce != "=":
+        raise ScheduleError(f"{prim}: {e.name} is a reduction, not an elementwise stage")
+    if prod.acc_at is None or prod.partial:
+        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
+    if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
+                                                             for x in plan.stages.values()):
+        raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")
+    if st.padding or st.out_shape != ps.out_shape:
+        raise ScheduleError(f"{prim}: {e.name} must cover exactly the output box of {prod.name}")
+    ident = tuple(Affine.dim(d) for d in st.out_dims)
+    if any(a.index != ident for a in st.expr.accesses() if a.tensor == prod.name):
+        raise ScheduleError(f"{prim}: {e.name} must read {prod.name} only at its own output index")
+    order = list(plan.stages)
+    for t in st.inputs():
+        if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
+            raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
 
 
 def _check_attach(plan: KernelPlan, s: Stage) -> None:

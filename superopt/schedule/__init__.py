@@ -7,6 +7,7 @@ as the unscheduled kernel (``tests/test_schedule_property.py`` draws random lega
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -21,6 +22,6 @@ from superopt.schedule.primitives import (
 )
 
 __all__ = [
-    "CacheWrite", "ComputeAt", "Fuse", "Inline", "Pack", "Parallel", "Primitive", "Reorder", "Split", "Unroll",
+    "CacheWrite", "ComputeAt", "Epilogue", "Fuse", "Inline", "Pack", "Parallel", "Primitive", "Reorder", "Split", "Unroll",
     "Vectorize", "trace_from_json", "trace_to_json",
 ]

@@ -18,6 +18,7 @@ from superopt.ir.statement import Statement
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -214,6 +215,10 @@ def default_schedule(compute: Compute, threads: int = 2) -> list[Primitive]:
     return []
 
 
+def _inlined(trace: list[Primitive], stage: str) -> bool:
+    return any(isinstance(p, Inline) and p.stage == stage for p in trace)
+
+
 def _candidates(compute: Compute, threads: int):
     stmts = list(compute.statements)
     final = stmts[-1]
@@ -240,10 +245,14 @@ def _candidates(compute: Compute, threads: int):
             if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop:
                 trace.append(Vectorize(final.out, loops[-1]))
             yield trace
-    # 2. per-stage schedules, contractions register-tiled
-    for use_contraction in (True, False):
+    # 2. per-stage schedules, contractions register-tiled, with elementwise epilogues (bias, activation,
+    #    residual add) applied at the register tile's write-back when they read it at their own index
+    for use_contraction, use_epilogue in ((True, True), (True, False), (False, False)):
         trace = []
+        reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
+        tiled: set[str] = set()
         for st in stmts:
+            reads[st.out] = set().union(*(reads.get(i, {i}) if _inlined(trace, i) else {i} for i in st.inputs()))
             if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
                 consumers = [c for c in stmts if st.out in c.inputs()]
                 if consumers and all(st.out not in c.pad_value for c in consumers):
@@ -252,9 +261,14 @@ def _candidates(compute: Compute, threads: int):
             if use_contraction and st.reduce == "+=":
                 try:
                     trace += contraction_schedule(st, compute.inputs, threads)
+                    tiled.add(st.out)
                     continue
                 except (ValueError, StopIteration):
                     pass
+            producers = sorted(reads[st.out] & tiled)
+            if use_epilogue and st.reduce == "=" and len(producers) == 1:
+                trace.append(Epilogue(st.out, producers[0]))
+                continue
             trace += simple_schedule(st, threads)
         yield trace
     yield []

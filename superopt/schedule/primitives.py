@@ -83,6 +83,18 @@ class ComputeAt(Primitive):
 
 
 @dataclass(frozen=True)
+class Epilogue(Primitive):
+    """Compute the elementwise ('=') stage at the write-back of ``producer``'s accumulator tile.
+
+    The stage must read ``producer`` only at its own output index (bias, activation, residual add
+    after a contraction); it is then evaluated on the register tile as it is stored, and the
+    producer itself is not stored at all when nothing else reads it.
+    """
+
+    producer: str
+
+
+@dataclass(frozen=True)
 class Inline(Primitive):
     """Substitute an elementwise ('=') stage's expression into its consumers; it gets no loops."""
 
@@ -99,7 +111,8 @@ class Pack(Primitive):
 
 
 PRIMITIVES: dict[str, type[Primitive]] = {
-    c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Inline, Pack)
+    c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
+              Pack)
 }
 
 

@@ -1,0 +1,122 @@
+"""Fusion rules: merge compute nodes so that intermediate tensors never reach memory.
+
+After a merge the scheduler sees one compute op: an elementwise tail is inlined, or applied at a
+contraction's register-tile write-back (an epilogue), instead of a separate pass over memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from rewrite_rules import Rule
+from superopt.builder import GraphBuilder
+from superopt.ir.compute import Compute
+from superopt.ir.expr import Access, Affine, map_expr
+from superopt.ir.graph import Graph, Node
+from superopt.ir.statement import Statement
+
+
+def _is_elementwise_reader(c: Compute, local: str) -> bool:
+    """Every statement is an assignment over its own box, reading ``local`` only at its output index."""
+    shape = c.type_of[local].shape
+    for st in c.statements:
+        if st.reduce != "=" or local in st.pad_value:
+            return False
+        ident = tuple(Affine.dim(d) for d in st.out_dims)
+        for a in st.expr.accesses():
+            if a.tensor == local and (a.index != ident or st.out_shape != shape):
+                return False
+    return True
+
+
+def _rename_statement(st: Statement, names: dict[str, str]) -> Statement:
+    def sub(e):
+        if isinstance(e, Access) and e.tensor in names:
+            return Access(names[e.tensor], e.index)
+        return e
+
+    return Statement(names.get(st.out, st.out), st.out_dims, st.reduce, map_expr(st.expr, sub), st.extents,
+                     tuple((names.get(t, t), v) for t, v in st.padding))
+
+
+def merge_nodes(producer: Node, consumer: Node) -> Node:
+    """One node computing ``consumer`` with ``producer``'s single output as an internal temporary."""
+    p, c = producer.op, consumer.op
+    (t,) = producer.outputs
+    local_of = dict(zip(producer.inputs, p.inputs))  # graph tensor -> local name in the merged op
+    local_of[t] = p.outputs[0]
+    used = {n for n, _ in p.types}
+    names: dict[str, str] = {}
+    inputs, graph_inputs, types = list(p.inputs), list(producer.inputs), list(p.types)
+    for local, g in zip(c.inputs, consumer.inputs):
+        if g not in local_of:
+            local_of[g] = _fresh(local, used)
+            inputs.append(local_of[g])
+            graph_inputs.append(g)
+            types.append((local_of[g], c.type_of[local]))
+        names[local] = local_of[g]
+    for st in c.statements:
+        names[st.out] = _fresh(st.out, used)
+    types += [(names[n], ty) for n, ty in c.types if n not in c.inputs]
+    statements = list(p.statements) + [_rename_statement(st, names) for st in c.statements]
+    op = Compute(tuple(inputs), tuple(names[o] for o in c.outputs), tuple(statements), tuple(types))
+    return Node(consumer.name, op, tuple(graph_inputs), consumer.outputs)
+
+
+def _fresh(base: str, used: set[str]) -> str:
+    name, k = base, 2
+    while name in used:
+        name, k = f"{base}{k}", k + 1
+    used.add(name)
+    return name
+
+
+def fuse_elementwise_into_producer(graph: Graph) -> Graph | None:
+    producer_of = graph.producer
+    for consumer in graph.nodes:
+        if consumer.is_extern:
+            continue
+        for t in consumer.inputs:
+            prod = producer_of.get(t)
+            if prod is None or prod.is_extern or len(prod.outputs) != 1 or t in graph.outputs:
+                continue
+            if any(n is not consumer for n in graph.consumers.get(t, [])):
+                continue
+            if not all(_is_elementwise_reader(consumer.op, x) for x, g in zip(consumer.op.inputs, consumer.inputs)
+                       if g == t):
+                continue
+            merged = merge_nodes(prod, consumer)
+            nodes = tuple(merged if n is consumer else n for n in graph.nodes if n is not prod)
+            return replace(graph, nodes=nodes, types=tuple((n, ty) for n, ty in graph.types if n != t))
+    return None
+
+
+def _examples() -> list[Graph]:
+    rng = np.random.default_rng(0)
+    out = []
+    # conv + bias (one op) -> relu -> residual add: the resnet block tail
+    b = GraphBuilder("conv_relu_add")
+    x = b.input("x", (1, 4, 6, 6))
+    w = b.constant(rng.standard_normal((5, 4, 3, 3)).astype(np.float32), "w")
+    bias = b.constant(rng.standard_normal(5).astype(np.float32), "bias")
+    y = b.compute1("P[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]\nO[n,co,y,x] = P[n,co,y,x] + B[co]",
+                   {"X": x, "W": w, "B": bias}, "conv", extents={"y": 6, "x": 6}, padding={"X": 0.0})
+    r = b.compute1("O[n,c,y,x] = relu(A[n,c,y,x])", {"A": y}, "relu")
+    s = b.input("skip", (1, 5, 6, 6))
+    out.append(b.build([b.compute1("O[n,c,y,x] = A[n,c,y,x] + S[n,c,y,x]", {"A": r, "S": s}, "add")]))
+    # elementwise chain reading the same input twice, with a name clash between the ops' locals
+    b = GraphBuilder("chain")
+    x = b.input("x", (3, 7))
+    h = b.compute1("O[i,j] = X[i,j] * X[i,j]", {"X": x}, "sq")
+    out.append(b.build([b.compute1("O[i,j] = tanh(X[i,j]) + Y[i,j]", {"X": h, "Y": x}, "mix")]))
+    return out
+
+
+# f(g(x)) -> (f . g)(x): an elementwise op joins the op producing its input when it is the only reader
+FUSE_ELEMENTWISE = Rule("fuse_elementwise_into_producer", "fusion",
+                        "f(g(x)) = (f . g)(x) for elementwise f reading g's only use",
+                        fuse_elementwise_into_producer, _examples)
+
+RULES = [FUSE_ELEMENTWISE]
