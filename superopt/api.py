@@ -29,7 +29,8 @@ class OptimizeConfig:
     verify: bool = True
     rtol: float = 1e-3  # relative to the largest reference magnitude of each output
     seed: int = 0
-    fuse: bool = True  # apply the graph rewrite rules (operator fusion) before scheduling
+    fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
+    rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
 
 
@@ -116,7 +117,8 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     graph = prune_graph(imported)
     rewrites = ()
     if config.fuse:
-        graph, rw = rewrite_greedy(graph, RULES)
+        rules = [r for r in RULES if config.rules is None or r.name in config.rules]
+        graph, rw = rewrite_greedy(graph, rules)
         rewrites = rw.applied
     t1 = time.perf_counter()
     executor = GraphExecutor(graph, config=ExecutorConfig(config.threads, config.compiler))

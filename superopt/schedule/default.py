@@ -191,6 +191,15 @@ def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list
     loops = [d for d, _ in st.extents]
     prims: list[Primitive] = []
     inner = loops[-1]
+    last = st.out_dims[-1] if st.out_dims else None
+    window = math.prod(ext[d] for d in st.reduce_dims)
+    if (st.reduce_dims and last and inner != last and window <= 64 and ext[inner] < VECTOR
+            and 8 <= ext[last] <= 1024 and all(ix.coeff(last) in (0, 1) for a in st.expr.accesses() for ix in a.index)):
+        # a small window (pooling, LRN): reduce into a row of accumulators vectorized along the output
+        # row, instead of a short scalar reduction per output element (unit stride only: no gathers)
+        prims += [Reorder(s, tuple(d for d in st.out_dims if d != last) + st.reduce_dims + (last,)),
+                  CacheWrite(s, st.reduce_dims[0])]
+        inner = last
     if ext[inner] >= 4:
         prims.append(Vectorize(s, inner))
     if not attached:
@@ -255,7 +264,9 @@ def _candidates(compute: Compute, threads: int):
             reads[st.out] = set().union(*(reads.get(i, {i}) if _inlined(trace, i) else {i} for i in st.inputs()))
             if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
                 consumers = [c for c in stmts if st.out in c.inputs()]
-                if consumers and all(st.out not in c.pad_value for c in consumers):
+                # a padded copy feeding a window stays a copy: inlined, its bounds checks would return
+                padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
+                if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
                     trace.append(Inline(st.out))
                     continue
             if use_contraction and st.reduce == "+=":
