@@ -373,6 +373,11 @@ class _Emitter:
         if lp.vector and lp.reduce and acc_at is not None and not s.tile_loops():
             omp = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}[st.reduce]
             clause = f" reduction({omp}:acc)" + (" reduction(|:acc_nan)" if s.name in self._nan_flag else "")
+        if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and self.var[s.name][lp.name] in bounds \
+                and self.overrun_is_safe(s, self.var[s.name][lp.name]):
+            # accumulate the whole tile: lanes past the tail read zero padding (or in-bounds data) and
+            # are never written back; a constant trip count keeps the tile in registers (4x on co=1000)
+            bounds = {v: b for v, b in bounds.items() if v != self.var[s.name][lp.name]}
         self.open_loop(s, lp, bounds, clause)
         guards = self._guards  # an attached stage computes its own tail guards; restore ours after it
         for child in self.attached.get((s.name, lp.name), []):
@@ -399,6 +404,27 @@ class _Emitter:
                 self.close()
             self.ind -= 1
             self.line("}")
+
+    def overrun_is_safe(self, s: Stage, var: str) -> bool:
+        """Whether tile loop ``var`` may run to its full extent past a tail: every read stays in its buffer.
+
+        Only for spatial loops inside an accumulator: an extra iteration fills a tile lane that is never
+        written back. (An extra reduction iteration would add into a real lane.)"""
+        for a in s.stmt.expr.accesses():
+            if a.tensor in s.stmt.pad_value:
+                continue  # guarded read
+            lins = [self.affine_lin(s, ix) for ix in a.index]
+            if not any(var in lin.vars() for lin in lins):
+                continue
+            shape = self.types[a.tensor].shape
+            lay = self.plan.packs.get(a.tensor)
+            for axis, (lin, n) in enumerate(zip(lins, shape)):
+                if lay is not None and lay.split_axis >= 0 and lay.perm[lay.split_axis] == axis:
+                    n = math.ceil(n / lay.factor) * lay.factor  # the packed copy is zero-filled to here
+                lo, hi = lin.bounds(self.extents)
+                if lo < 0 or hi >= n:
+                    return False
+        return True
 
     def stored(self, s: Stage) -> bool:
         """False for a producer whose only reader is its epilogue: it lives in registers only."""
