@@ -228,3 +228,15 @@ def test_epilogue_runs_on_the_register_tile_and_the_producer_is_never_stored(ker
     A, B, C, R = (rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs)
     (got,) = build_kernel(c, trace, kernel_cache)(A, B, C, R)
     np.testing.assert_allclose(got, np.maximum(A @ B + C, 0) + R, rtol=1e-5, atol=1e-5)
+
+
+def test_default_schedule_packs_weights_but_not_small_run_time_operands():
+    small = compile_op(MATMUL, {"A": (64, 48), "B": (48, 64)})
+    big = compile_op(MATMUL, {"A": (64, 1024), "B": (1024, 1024)})
+
+    def packs(c, consts):
+        return [p.stage for p in default_schedule(c, 2, consts) if isinstance(p, Pack)]
+
+    assert packs(small, frozenset({"B"})) == ["B"]  # a weight: packed once, ahead of time
+    assert packs(small, frozenset()) == []  # a run-time B already [k, j]: a per-call copy would not pay
+    assert packs(big, frozenset()) == ["B"]  # 4 MiB of strided panels: the copy pays for itself

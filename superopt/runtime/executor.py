@@ -110,16 +110,17 @@ class GraphExecutor:
         index: dict[tuple[str, str], int] = {}
         self.node_kernel: dict[str, int] = {}
         self.traces: dict[str, list[Primitive]] = {}
-        default_cache: dict[str, list[Primitive]] = {}
+        default_cache: dict[tuple[str, frozenset[str]], list[Primitive]] = {}
         for n in graph.nodes:
             if n.is_extern:
                 continue
             if n.name in schedules:
                 trace = list(schedules[n.name])
             else:
-                key = n.op.digest()
+                consts = frozenset(local for local, g in zip(n.op.inputs, n.inputs) if g in graph.constant)
+                key = (n.op.digest(), consts)
                 if key not in default_cache:
-                    default_cache[key] = default_schedule(n.op, self.config.threads)
+                    default_cache[key] = default_schedule(n.op, self.config.threads, consts)
                 trace = default_cache[key]
             self.traces[n.name] = trace
             k = (n.op.digest(), repr(trace))

@@ -31,6 +31,7 @@ from superopt.schedule.primitives import (
 )
 
 VECTOR = 16  # float32 lanes of AVX-512
+L2_BYTES = 1 << 20
 # functions worth computing once into a row buffer rather than recomputing at every use
 EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal"})
 EXPENSIVE_OPS = frozenset({"/", "pow", "mod"})
@@ -88,7 +89,8 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
     return [d for d in st.out_dims if d in in_b and d not in in_a and st.extent[d] > 1]
 
 
-def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pack: bool = True) -> list[Primitive]:
+def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pack: bool = True,
+                         consts: frozenset[str] | None = None) -> list[Primitive]:
     """Register-tiled schedule for ``out += A[...] * B[...]``."""
     s = st.out
     ext = st.extent
@@ -179,6 +181,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         cols = sorted((i for i, d in enumerate(axes) if d in n_dims), key=lambda i: n_dims.index(axes[i]))
         rest = [i for i in range(len(axes)) if i not in red and i not in cols]
         perm = tuple(rest + red + cols)
+        if perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts \
+                and 4 * _footprint(b, st) <= L2_BYTES:
+            # a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
+            # costs more than it saves (a large one is still packed: its strided panels thrash the TLB)
+            return prims
         if len(cols) == 1 and ncol > width:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
         elif perm != tuple(range(len(axes))):
@@ -213,11 +220,17 @@ def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list
     return prims
 
 
-def default_schedule(compute: Compute, threads: int = 2) -> list[Primitive]:
-    """The first legal of a few candidate traces, most aggressive first."""
+def default_schedule(compute: Compute, threads: int = 2, constant_inputs: frozenset[str] | None = None
+                     ) -> list[Primitive]:
+    """The first legal of a few candidate traces, most aggressive first.
+
+    ``constant_inputs``: the inputs known ahead of time (weights), packed once for free; a run-time
+    input is only packed when the kernel would otherwise read it with a stride. None: all inputs.
+    """
     from superopt.codegen.lower import ScheduleError, lower
 
-    for trace in _candidates(compute, threads):
+    consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
+    for trace in _candidates(compute, threads, consts):
         try:
             lower(compute, trace)
             return trace
@@ -230,7 +243,7 @@ def _inlined(trace: list[Primitive], stage: str) -> bool:
     return any(isinstance(p, Inline) and p.stage == stage for p in trace)
 
 
-def _candidates(compute: Compute, threads: int):
+def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
     stmts = list(compute.statements)
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
@@ -273,7 +286,7 @@ def _candidates(compute: Compute, threads: int):
                     continue
             if use_contraction and st.reduce == "+=":
                 try:
-                    trace += contraction_schedule(st, compute.inputs, threads)
+                    trace += contraction_schedule(st, compute.inputs, threads, consts=consts)
                     tiled.add(st.out)
                     continue
                 except (ValueError, StopIteration):
