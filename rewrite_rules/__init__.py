@@ -45,9 +45,9 @@ def rewrite_greedy(graph: Graph, rules: Sequence[Rule], max_steps: int = 10_000)
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import fusion, layout
+    from rewrite_rules import algebraic, fusion, layout
 
-    return [*fusion.RULES, *layout.RULES]
+    return [*algebraic.RULES, *fusion.RULES, *layout.RULES]
 
 
 RULES: list[Rule] = _registry()

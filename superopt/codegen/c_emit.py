@@ -55,7 +55,6 @@ static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline int64_t so_modl(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline void *so_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 void so_set_threads(int n) { omp_set_num_threads(n); }
 int so_get_threads(void) { return omp_get_max_threads(); }
 """
@@ -91,6 +90,7 @@ class KernelSource:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     packs: dict  # input name -> PackLayout
+    workspace: tuple[int, ...] = ()  # bytes of each scratch buffer, passed after the outputs
 
 
 class _Emitter:
@@ -112,6 +112,7 @@ class _Emitter:
                 self.attached.setdefault(s.attach, []).append(s)
         self.extents: dict[str, int] = {}  # C var -> extent (for bounds of Lin exprs)
         self._acc_override: dict[str, str] = {}
+        self.workspace: tuple[int, ...] = ()
         self._nan_flag: set[str] = set()  # stages in a scalar float max=/min= accumulator with a NaN flag
 
     def line(self, text: str) -> None:
@@ -455,13 +456,12 @@ class _Emitter:
         buffered = [s for s in self.stages.values() if s.attach is None]  # epilogue stages included
         roots = [s for s in buffered if s.epilogue_of is None]
         temps = [s for s in buffered if s.name not in c.outputs and self.stored(s)]
-        for s in temps:
+        self.workspace = tuple(self.types[s.name].nbytes for s in temps)
+        for i, s in enumerate(temps):  # caller-owned workspace: no malloc (and page faults) per call
             ct = ctype(self.types[s.name].dtype)
-            self.line(f"{ct} *restrict {s.name} = ({ct} *)so_alloc({self.types[s.name].nbytes});")
+            self.line(f"{ct} *restrict {s.name} = ({ct} *)args[{len(args) + i}];  /* workspace */")
         for s in roots:
             self.emit_stage(s)
-        for s in temps:
-            self.line(f"free({s.name});")
         self.lines.append("}")
         return "\n".join(self.lines)
 
@@ -531,4 +531,5 @@ def emit_c(plan: KernelPlan, name: str = "kernel") -> KernelSource:
     parts = [em.kernel()]
     for t in plan.packs:
         parts.append(em.pack_fn(t))
-    return KernelSource(name, "\n\n".join(parts) + "\n", plan.compute.inputs, plan.compute.outputs, dict(plan.packs))
+    return KernelSource(name, "\n\n".join(parts) + "\n", plan.compute.inputs, plan.compute.outputs, dict(plan.packs),
+                        em.workspace)

@@ -32,7 +32,9 @@ class CompiledKernel:
             f.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             self.pack_fns[t] = f
         self.prepacked: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._n = len(compute.inputs) + len(compute.outputs)
+        # scratch buffers for the kernel's stored temporaries, allocated once (a kernel is not reentrant)
+        self._workspace = [aligned_empty(max(n, 1), np.uint8) for n in source.workspace]
+        self._n = len(compute.inputs) + len(compute.outputs) + len(self._workspace)
 
     def set_threads(self, n: int) -> None:
         self.lib.so_set_threads(ctypes.c_int(n))
@@ -65,7 +67,7 @@ class CompiledKernel:
 
     def run_raw(self, arrays: Sequence[np.ndarray]) -> None:
         """Call with already prepared inputs followed by output buffers (no checks, no copies)."""
-        ptrs = (ctypes.c_void_p * self._n)(*[a.ctypes.data for a in arrays])
+        ptrs = (ctypes.c_void_p * self._n)(*[a.ctypes.data for a in arrays], *[w.ctypes.data for w in self._workspace])
         self.fn(ptrs)
 
     def __call__(self, *inputs: np.ndarray, out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
