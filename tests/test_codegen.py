@@ -240,3 +240,13 @@ def test_default_schedule_packs_weights_but_not_small_run_time_operands():
     assert packs(small, frozenset({"B"})) == ["B"]  # a weight: packed once, ahead of time
     assert packs(small, frozenset()) == []  # a run-time B already [k, j]: a per-call copy would not pay
     assert packs(big, frozenset()) == ["B"]  # 4 MiB of strided panels: the copy pays for itself
+
+
+def test_vectorizable_erf_is_accurate(kernel_cache):
+    import math
+
+    c = compile_op("Y[i] = erf(X[i])", {"X": (40_003,)})
+    x = np.concatenate([np.linspace(-6, 6, 40_000), [np.nan, np.inf, -np.inf]]).astype(np.float32)
+    (y,) = build_kernel(c, default_schedule(c), kernel_cache)(x)
+    ref = np.array([math.erf(float(v)) if np.isfinite(v) else np.sign(v) if not np.isnan(v) else np.nan for v in x])
+    np.testing.assert_allclose(y, ref, rtol=0, atol=5e-7, equal_nan=True)

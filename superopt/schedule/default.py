@@ -100,11 +100,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     last = st.out_dims[-1]
     b = next(a for a in accs if any(ix.coeff(last) for ix in a.index))
     a = next(x for x in accs if x is not b)
-    weights_as_columns = _is_window(b) and not _is_window(a) and bool(_own_dims(a, b, st))
+    a_cols, b_cols = _own_dims(a, b, st), _own_dims(b, a, st)
+    narrow = math.prod(ext[d] for d in b_cols[-2:]) < 4 * VECTOR <= math.prod(ext[d] for d in a_cols[-2:])
+    # the weight is the operand to pack (for free, ahead of time) and vectorize over
+    weight_on_rows = consts is not None and a.tensor in consts and b.tensor not in consts \
+        and math.prod(ext[d] for d in a_cols[-2:]) >= 2 * VECTOR
+    weights_as_columns = bool(a_cols) and not _is_window(a) and (_is_window(b) or narrow or weight_on_rows)
     if weights_as_columns:
         # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
         # dims (output channels) instead, packed contiguous; the image is read as one broadcast scalar per
-        # row, any bounds checks stay off the vector loop, and strided windows need no gathers
+        # row, any bounds checks stay off the vector loop, and strided windows need no gathers. Likewise
+        # when b's own columns are too few to fill vectors (a 7x7 image against 2048 output channels)
         a, b = b, a
     n_dims = _own_dims(b, a, st)[-2:]  # fuse at most two column dims
     if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
