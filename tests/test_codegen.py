@@ -250,3 +250,13 @@ def test_vectorizable_erf_is_accurate(kernel_cache):
     (y,) = build_kernel(c, default_schedule(c), kernel_cache)(x)
     ref = np.array([math.erf(float(v)) if np.isfinite(v) else np.sign(v) if not np.isnan(v) else np.nan for v in x])
     np.testing.assert_allclose(y, ref, rtol=0, atol=5e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [128, 320, 200])
+def test_long_vector_sums_split_into_partial_sums(n, kernel_cache):
+    c = compile_op("S[i] += X[i,j] * X[i,j]\nM[i] = S[i] / 7.0", {"X": (5, n)}, outputs=["M"])
+    trace = default_schedule(c)
+    assert ("acc_v[" in emit_c(lower(c, trace), "k").code) == (n % 64 == 0)
+    X = np.random.default_rng(n).standard_normal((5, n)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(X)
+    np.testing.assert_allclose(got, (X.astype(np.float64) ** 2).sum(1) / 7.0, rtol=1e-5)

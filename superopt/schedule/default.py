@@ -95,8 +95,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     s = st.out
     ext = st.extent
     accs = _product_accesses(st.expr)
-    if not accs or len(accs) != 2 or not st.reduce_dims:
-        raise ValueError("not a two-operand contraction")
+    if not accs or len(accs) != 2 or accs[0] == accs[1] or not st.reduce_dims:
+        raise ValueError("not a two-operand contraction")  # (X[i,j] * X[i,j] is a sum of squares)
     last = st.out_dims[-1]
     b = next(a for a in accs if any(ix.coeff(last) for ix in a.index))
     a = next(x for x in accs if x is not b)
