@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import timing  # noqa: E402
+from benchmarks.goals import evaluate_goals, goals_markdown  # noqa: E402
 from benchmarks.systems import SYSTEM_MODULES, load_system  # noqa: E402
 from benchmarks.systems.base import THREADS  # noqa: E402
 from benchmarks.workloads import WORKLOADS, WORKLOADS_BY_NAME  # noqa: E402
@@ -187,6 +188,7 @@ def write_markdown(path: str, report: dict) -> None:
             sp = r.get("speedup_vs_eager")
             cells.append(f"{sp:.2f}x" if sp else r.get("status", "-"))
         lines.append(f"| {w['workload']} | {fmt(e.get('median_ms'), '.3f')} | " + " | ".join(cells) + " |")
+    lines += [""] + goals_markdown(report.get("goals") or evaluate_goals(report))
     lines += ["", "## Details", "",
               "| workload | system | time ms (median) | min ms | speed vs eager | GFLOP/s | err vs eager "
               "| err vs f64 ref | prepare s | status |",
@@ -292,6 +294,7 @@ def main(argv=None) -> int:
     report["machine"]["sgemm_end"] = machine_sgemm_gflops()
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["total_seconds"] = time.perf_counter() - t_start
+    report["goals"] = evaluate_goals(report)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)

@@ -1,0 +1,42 @@
+"""The goal table of the benchmark report: ratios and verdicts from a synthetic report."""
+
+from benchmarks.goals import evaluate_goals, goals_markdown
+
+
+def _report(ms: dict[str, dict[str, float]], capsule_gflops: float, machine: float) -> dict:
+    workloads = []
+    for w, systems in ms.items():
+        recs = {s: {"median_ms": t, "status": "ok"} for s, t in systems.items()}
+        if w == "capsule_votes":
+            recs["superopt"]["gflops"] = capsule_gflops
+        workloads.append({"workload": w, "systems": recs})
+    return {"workloads": workloads, "machine": {"sgemm": {"median_gflops": machine}}}
+
+
+def test_goal_ratios_and_verdicts():
+    rep = _report({
+        "resnet50": {"eager": 30.0, "onnxruntime": 20.0, "superopt": 25.0, "torch.compile": 28.0},
+        "ffn_block": {"eager": 7.0, "onnxruntime": 3.0, "superopt": 2.5, "torch.compile": 7.5},
+        "layernorm": {"eager": 0.5, "onnxruntime": 1.0, "superopt": 0.4},
+        "sgemm": {"eager": 10.0, "onnxruntime": 5.0, "superopt": 19.0},
+        "capsule_votes": {"eager": 1.4, "superopt": 1.5},
+    }, capsule_gflops=300.0, machine=220.0)
+    rows = {(r["goal"][:60], r["workload"]): r for r in evaluate_goals(rep)}
+    ort = "issue 4: >= 1.0x onnxruntime on each model and block"
+    assert rows[(ort, "resnet50")]["ratio"] == 0.8 and not rows[(ort, "resnet50")]["met"]
+    assert rows[(ort, "ffn_block")]["ratio"] == 1.2 and rows[(ort, "ffn_block")]["met"]
+    assert (ort, "squeezenet") not in rows  # not part of this run
+    assert rows[("issue 4: >= torch.compile on each fused block", "ffn_block")]["met"]
+    assert not rows[("issue 4: capsule votes >= the expert PyTorch formulation", "capsule_votes")]["met"]
+    assert rows[("issue 3: sgemm >= 50% of torch.matmul", "sgemm")]["met"]  # 10 / 19 = 0.53
+    cap = rows[("issue 3: capsule votes >= 50% of the machine's sgemm GFLOP/s", "capsule_votes")]
+    assert cap["met"] and abs(cap["ratio"] - 300 / 220) < 1e-12
+    table = "\n".join(goals_markdown(list(rows.values())))
+    assert "| **no** |" in table and "met in this run" in table
+
+
+def test_a_failed_system_counts_as_not_met():
+    rep = _report({"softmax": {"eager": 1.0, "superopt": 0.5}}, 0.0, 200.0)
+    rep["workloads"][0]["systems"]["superopt"]["status"] = "error: crashed"
+    row = next(r for r in evaluate_goals(rep) if r["workload"] == "softmax" and r["baseline"] == "eager")
+    assert row["ratio"] is None and not row["met"]
