@@ -260,3 +260,27 @@ def test_long_vector_sums_split_into_partial_sums(n, kernel_cache):
     X = np.random.default_rng(n).standard_normal((5, n)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(X)
     np.testing.assert_allclose(got, (X.astype(np.float64) ** 2).sum(1) / 7.0, rtol=1e-5)
+
+
+def test_last_axis_softmax_and_layernorm_of_rank_4_run_row_wise(kernel_cache):
+    """A [1, heads, L, S] softmax is a [heads*L, S] row softmax: parallel rows, statistics per row."""
+    from superopt import ops
+    from superopt.builder import GraphBuilder
+
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 3, 5, 40))
+    g = b.constant(np.linspace(0.5, 2.0, 40, dtype=np.float32), "g")
+    s = ops.softmax(b, x, -1)
+    n = ops.layer_norm(b, s, g, None, -1)
+    graph = b.build([n])
+    ex = GraphExecutor(graph, config=ExecutorConfig(compiler=kernel_cache))
+    for node in graph.nodes:
+        if not node.is_extern:
+            assert node.op.type_of[node.op.outputs[0]].rank == 2
+            assert any(isinstance(p, ComputeAt) for p in ex.traces[node.name]) and \
+                Parallel(node.op.outputs[0], "i0") in ex.traces[node.name]
+    X = np.random.default_rng(4).standard_normal((1, 3, 5, 40)).astype(np.float32)
+    e = np.exp(X - X.max(-1, keepdims=True))
+    sm = e / e.sum(-1, keepdims=True)
+    want = (sm - sm.mean(-1, keepdims=True)) / np.sqrt(sm.var(-1, keepdims=True) + 1e-5) * np.linspace(0.5, 2.0, 40)
+    np.testing.assert_allclose(ex({"x": X})[n], want, rtol=1e-4, atol=1e-4)

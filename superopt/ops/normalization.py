@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from superopt.builder import GraphBuilder
-from superopt.ops._util import bcast_index, dims, idx, lit, norm_axis
+from superopt.ops._util import bcast_index, dims, idx, lit, norm_axis, reshape_alias
 
 
 def _norm_over_tail(
@@ -22,6 +22,16 @@ def _norm_over_tail(
     shape = b.shape(x)
     rank = len(shape)
     a = norm_axis(axis, rank)
+    if a > 1 and all(len(b.shape(t)) <= rank - a for t in (scale, bias) if t is not None):
+        # leading axes folded into one row axis by a free reshape: one row loop to parallelize and to
+        # compute each row's statistics at ([batch, seq, hidden] in transformers)
+        kept = tuple(shape[:a]) + (1,) * (rank - a)
+        flat = reshape_alias(b, x, (int(np.prod(shape[:a], dtype=np.int64)), *shape[a:]))
+        out = _norm_over_tail(b, flat, scale, bias, 1, eps, center, name, stats)
+        if not stats:
+            return reshape_alias(b, out, shape)
+        y, mu, r = out
+        return [reshape_alias(b, y, shape), reshape_alias(b, mu, kept), reshape_alias(b, r, kept)]
     ds = dims(rank)
     n = int(np.prod(shape[a:], dtype=np.int64))
     full = idx(ds)

@@ -54,6 +54,11 @@ def _softmax(b: GraphBuilder, x: str, axis: int, log: bool) -> str:
     shape = b.shape(x)
     rank = len(shape)
     a = norm_axis(axis, rank)
+    if rank > 2 and a == rank - 1:
+        # over the last axis: rows of a 2-D view (a free reshape), so that the scheduler sees one row loop
+        # to parallelize and compute each row's max and sum at (attention's [batch, heads, L, S] scores)
+        flat = reshape_alias(b, x, (int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]))
+        return reshape_alias(b, _softmax(b, flat, 1, log), b.shape(x0))
     ds = dims(rank)
     full = idx(ds)
     red = idx(["0" if k == a else d for k, d in enumerate(ds)])
