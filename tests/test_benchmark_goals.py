@@ -40,3 +40,24 @@ def test_a_failed_system_counts_as_not_met():
     rep["workloads"][0]["systems"]["superopt"]["status"] = "error: crashed"
     row = next(r for r in evaluate_goals(rep) if r["workload"] == "softmax" and r["baseline"] == "eager")
     assert row["ratio"] is None and not row["met"]
+
+
+def test_readme_results_section_is_regenerated_between_markers(tmp_path):
+    import json
+
+    from benchmarks import update_readme
+
+    rep = _report({"softmax": {"eager": 1.0, "onnxruntime": 0.8, "torch.compile": 1.1, "superopt": 0.5}}, 0.0, 200.0)
+    rep["workloads"][0]["systems"]["superopt"]["speedup_vs_eager"] = 2.0
+    rep.update(quick=True, date="2026-11-30T07:31:57",
+               machine={"cpu_model": "Test CPU", "logical_cpus": 2, "threads": 2, "sgemm": {"median_gflops": 200.0},
+                        "sgemm_end": {"median_gflops": 199.0}, "loadavg_start": [0.5], "loadavg_end": [0.7]})
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(rep))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{update_readme.BEGIN}\nold table\n{update_readme.END}\nafter\n")
+    update_readme.main(["--results", str(results), "--readme", str(readme)])
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
+    assert "| softmax | 1.000 |" in text and "2.00x" in text and "Test CPU" in text and "2026-11-30 07:31" in text
+    assert "| >= 1.0x onnxruntime on each model and block | softmax | onnxruntime | 1.60 | met |" in text

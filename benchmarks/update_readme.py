@@ -1,0 +1,85 @@
+"""Rewrite the README's results section from a benchmark run: ``python benchmarks/update_readme.py``.
+
+Reads ``benchmarks/results/results.json`` (written by ``run.py``) and replaces the text between the
+``<!-- results:begin -->`` and ``<!-- results:end -->`` markers of README.md with the summary table,
+the chart and the goal table of that run, so the README always shows one run, with its date and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.goals import evaluate_goals  # noqa: E402
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def results_section(report: dict) -> str:
+    m = report["machine"]
+    rows = []
+    for w in report["workloads"]:
+        s = w["systems"]
+
+        def speed(name: str, s=s) -> str:
+            r = s.get(name, {})
+            return f"{r['speedup_vs_eager']:.2f}x" if r.get("speedup_vs_eager") else r.get("status", "-")
+
+        label = w["workload"] + (" (eager = expert formulation)" if w["workload"] == "capsule_votes" else "")
+        rows.append(f"| {label} | {s['eager']['median_ms']:.3f} | {speed('torch.compile')} | "
+                    f"{speed('onnxruntime')} | {speed('superopt')} |")
+    goals = report.get("goals") or evaluate_goals(report)
+    goal_rows = [f"| {g['goal'].split(': ', 1)[1]} | {g['workload']} | {g['baseline']} | "
+                 f"{'n/a' if g['ratio'] is None else format(g['ratio'], '.2f')} | "
+                 f"{'met' if g['met'] else '**not met**'} |" for g in goals]
+    mode = "full setting: 21 alternating rounds of >= 0.2 s samples" if not report["quick"] else "--quick"
+    return "\n".join([
+        f"`benchmarks/run.py` ({mode}), run {report['date'][:16].replace('T', ' ')} UTC on "
+        f"{m['cpu_model']} with {m['logical_cpus']} logical CPUs, {m['threads']} threads per system; machine "
+        f"sgemm probe {m['sgemm']['median_gflops']:.0f} GFLOP/s at the start and "
+        f"{m['sgemm_end']['median_gflops']:.0f} at the end, load average {m['loadavg_start'][0]:.1f} -> "
+        f"{m['loadavg_end'][0]:.1f}. Full table with errors, GFLOP/s, prepare times and the capsule "
+        "formulations: `benchmarks/results/results.md`. Speed relative to PyTorch eager (higher is better); "
+        "superopt uses its default schedules (no search budget) and verifies every program first:",
+        "",
+        "| workload | eager ms | torch.compile | onnxruntime | superopt |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "![speed relative to PyTorch eager](benchmarks/results/chart.png)",
+        "",
+        "### Performance goals (from issues 3 and 4) next to the measured ratios",
+        "",
+        f"Ratio = baseline time / superopt time in the same run (>= target is met); "
+        f"{sum(g['met'] for g in goals)} of {len(goals)} met.",
+        "",
+        "| goal | workload | baseline | ratio | verdict |",
+        "|---|---|---|---:|---|",
+        *goal_rows,
+    ])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "results.json"))
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    args = ap.parse_args(argv)
+    report = json.loads(Path(args.results).read_text())
+    readme = Path(args.readme)
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{results_section(report)}\n{END}{tail}")
+    print(f"updated {readme} from {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
