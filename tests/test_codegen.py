@@ -284,3 +284,14 @@ def test_last_axis_softmax_and_layernorm_of_rank_4_run_row_wise(kernel_cache):
     sm = e / e.sum(-1, keepdims=True)
     want = (sm - sm.mean(-1, keepdims=True)) / np.sqrt(sm.var(-1, keepdims=True) + 1e-5) * np.linspace(0.5, 2.0, 40)
     np.testing.assert_allclose(ex({"x": X})[n], want, rtol=1e-4, atol=1e-4)
+
+
+def test_transposes_are_copied_in_blocks(kernel_cache):
+    c = compile_op("O[a,j,i] = X[a,i,j]", {"X": (3, 48, 32)})
+    trace = default_schedule(c)
+    assert Split("O", "i", 16) in trace and Split("O", "j", 16) in trace
+    X = np.random.default_rng(0).standard_normal((3, 48, 32)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(X)
+    np.testing.assert_array_equal(got, X.transpose(0, 2, 1))
+    odd = compile_op("O[j,i] = X[i,j]", {"X": (20, 7)})  # not multiples of 16: the plain schedule
+    assert not any(isinstance(p, Split) for p in default_schedule(odd))

@@ -199,11 +199,39 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     return prims
 
 
+def transpose_schedule(st: Statement, threads: int) -> list[Primitive]:
+    """A pure copy whose input's contiguous axis is not the output's: 16 x 16 blocks, so both the
+    strided side and the contiguous side stay in L1 (attention's K transpose: 0.072 -> 0.033 ms)."""
+    s, ext = st.out, st.extent
+    if st.reduce != "=" or not isinstance(st.expr, Access) or st.padding or len(st.out_dims) < 2:
+        raise ValueError("not a transpose")
+    src = st.expr.index[-1]
+    d_out = st.out_dims[-1]
+    if not src.is_plain_dim or src.dims[0] == d_out or any(not ix.is_plain_dim for ix in st.expr.index):
+        raise ValueError("not a transpose")
+    d_in = src.dims[0]
+    if ext[d_in] % VECTOR or ext[d_out] % VECTOR:
+        raise ValueError("transpose extents are not multiples of the vector width")
+    outer = [d for d in st.out_dims if d not in (d_in, d_out)]
+    blocks = (f"{d_out}_o", f"{d_in}_i", f"{d_out}_i")
+    prims: list[Primitive] = [Split(s, d_in, VECTOR), Split(s, d_out, VECTOR)]
+    # (scalar copies: vectorizing either side of a block turns the other into gathers or scatters)
+    if math.prod(ext[d] for d in outer) >= 2 * threads:
+        fprims, fname, _ = _fuse_chain(s, outer, dict(ext), 4 * threads)
+        return prims + [Reorder(s, (*outer, f"{d_in}_o", *blocks))] + fprims + [Parallel(s, fname)]
+    return prims + [Reorder(s, (f"{d_in}_o", *outer, *blocks)), Parallel(s, f"{d_in}_o")]
+
+
 def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list[Primitive]:
     """Parallel outer loops, vectorized innermost loop."""
     s = st.out
     ext = st.extent
     loops = [d for d, _ in st.extents]
+    if not attached:
+        try:
+            return transpose_schedule(st, threads)
+        except ValueError:
+            pass
     prims: list[Primitive] = []
     inner = loops[-1]
     last = st.out_dims[-1] if st.out_dims else None
