@@ -295,3 +295,14 @@ def test_transposes_are_copied_in_blocks(kernel_cache):
     np.testing.assert_array_equal(got, X.transpose(0, 2, 1))
     odd = compile_op("O[j,i] = X[i,j]", {"X": (20, 7)})  # not multiples of 16: the plain schedule
     assert not any(isinstance(p, Split) for p in default_schedule(odd))
+
+
+def test_vectorizable_exp_is_accurate_over_the_whole_float_range(kernel_cache):
+    c = compile_op("Y[i] = exp(X[i])", {"X": (200_003,)})
+    x = np.concatenate([np.linspace(-104, 90, 200_000), [88.72, 88.7228, 88.73]]).astype(np.float32)
+    (y,) = build_kernel(c, default_schedule(c), kernel_cache)(x)
+    ref = np.exp(x.astype(np.float64))
+    normal = (ref > 1e-37) & (ref < np.finfo(np.float32).max)
+    assert np.max(np.abs(y[normal] - ref[normal]) / ref[normal]) < 2.5e-7  # about 2 ulp
+    assert np.all(np.isinf(y[ref >= np.finfo(np.float32).max]))  # overflow is +inf, below it is finite
+    assert np.all(np.abs(y[ref <= 1e-37]) <= 1e-37)  # deep underflow flushes to 0

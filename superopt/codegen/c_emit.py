@@ -32,23 +32,24 @@ static inline double so_max(double a, double b) { return a != a ? a : (a > b ? a
 static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
 /* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp). Branch-free:
    n = round(x / ln 2) by the 1.5 * 2^23 trick (floorf would block if-converted vectorization), and
-   2^n is built in the exponent bits through memcpy (a union pun also blocks it). */
+   2^(n-1) is built in the exponent bits through memcpy (a union pun also blocks it); the polynomial's
+   coefficients are doubled to make up the 2. Clamping at 89 lets large x overflow to +inf by itself,
+   below -87 the scale is 0, and NaN flows through. */
 static inline float so_expf(float x) {
-    float xc = x < -87.0f ? -87.0f : (x > 88.72f ? 88.72f : x);
+    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float p = 3.9751383000e-4f;
+    p = p * r + 2.7963999014e-3f;
+    p = p * r + 1.6666903815e-2f;
+    p = p * r + 8.3331591788e-2f;
+    p = p * r + 3.3333330918e-1f;
+    p = p * r + 1.0000000240e+0f;
+    p = p * (r * r) + (r * 2.0f + 2.0f);
     int32_t bits = ((int32_t)n + 126) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale * 2.0f;
-    return x > 88.72f ? INFINITY : y;  /* NaN flows through y; below -87 the scale is 0 */
+    return p * scale;
 }
 /* erf for float32 that GCC vectorizes: odd/even rational approximation on [-4, 4] (the one of Eigen and
    XLA), max error 3.3e-7 against the exact erf; libm's erff is a scalar call */
