@@ -6,6 +6,7 @@ Intermediate tensors live in a few preallocated buffers reused once their last r
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,16 @@ from superopt.schedule.primitives import Primitive
 class ExecutorConfig:
     threads: int = 2
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
+
+
+@dataclass
+class _NodeCall:
+    kernel: CompiledKernel
+    ptrs: ctypes.Array
+    reads: list[tuple[int, str]] = field(default_factory=list)  # slot <- a run-time tensor's data
+    packs: list[tuple[int, str, str]] = field(default_factory=list)  # slot <- packed per call
+    fresh: list[tuple[int, str]] = field(default_factory=list)  # slot <- a new array (graph outputs)
+    planned: list[tuple[str, np.ndarray]] = field(default_factory=list)  # outputs in planned buffers
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,7 @@ class GraphExecutor:
             for local, g in zip(n.op.inputs, n.inputs):
                 if local in kern.pack_fns and g in graph.constant:
                     self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
+        self._calls = {n.name: self._prepare_call(n) for n in graph.nodes if not n.is_extern}
 
     def _view(self, tensor: str) -> np.ndarray:
         t = self.graph.type_of[tensor]
@@ -198,22 +210,51 @@ class GraphExecutor:
                 for o, v in zip(n.outputs, evaluate_extern(n.op.kind, [env[i] for i in n.inputs], n.op.attr)):
                     env[o] = self._place(o, v)
             return
+        call = self._calls[n.name]
+        ptrs = call.ptrs
+        for slot, tensor in call.reads:
+            ptrs[slot] = env[tensor].ctypes.data
+        packed = []  # keeps per-call packed copies alive until the kernel returns
+        for slot, local, tensor in call.packs:
+            packed.append(call.kernel.pack(local, env[tensor]))
+            ptrs[slot] = packed[-1].ctypes.data
+        for slot, tensor in call.fresh:
+            arr = aligned_empty(g.type_of[tensor].shape, g.type_of[tensor].np_dtype)
+            env[tensor] = arr
+            ptrs[slot] = arr.ctypes.data
+        for tensor, view in call.planned:
+            env[tensor] = view
+        call.kernel.fn(ptrs)
+
+    def _prepare_call(self, n: Node) -> _NodeCall:
+        """Argument pointers fixed once (constants, packed weights, planned buffers, workspace); only
+        run-time inputs, per-call packs and fresh outputs are filled in on each call."""
         kern = self.kernels[self.node_kernel[n.name]]
-        args = []
-        for local, gname in zip(n.op.inputs, n.inputs):
-            if local in kern.pack_fns:
+        g = self.graph
+        slots = list(zip(n.op.inputs, n.inputs)) + [(None, o) for o in n.outputs]
+        ptrs = (ctypes.c_void_p * (len(slots) + len(kern._workspace)))()
+        call = _NodeCall(kern, ptrs)
+        for i, (local, tensor) in enumerate(slots):
+            root = self.root.get(tensor, tensor)
+            if local is not None and local in kern.pack_fns:
                 pre = self._packed.get((n.name, local))
-                args.append(pre if pre is not None else kern.pack(local, env[gname]))
+                if pre is not None:
+                    ptrs[i] = pre.ctypes.data
+                else:
+                    call.packs.append((i, local, tensor))
+            elif local is not None and tensor in g.constant:
+                ptrs[i] = g.constant[tensor].array.ctypes.data
+            elif root in self.memory.buffer_of:
+                ptrs[i] = self._buffers[self.memory.buffer_of[root]].ctypes.data
+                if local is None:
+                    call.planned.append((tensor, self._view(tensor)))
+            elif local is None:
+                call.fresh.append((i, tensor))
             else:
-                args.append(env[gname])
-        outs = []
-        for o in n.outputs:
-            r = self.root[o]
-            arr = self._view(o) if r in self.memory.buffer_of else aligned_empty(g.type_of[o].shape,
-                                                                                   g.type_of[o].np_dtype)
-            env[o] = arr
-            outs.append(arr)
-        kern.run_raw(args + outs)
+                call.reads.append((i, tensor))
+        for j, w in enumerate(kern._workspace):
+            ptrs[len(slots) + j] = w.ctypes.data
+        return call
 
     def _place(self, tensor: str, value: np.ndarray) -> np.ndarray:
         if tensor in self.memory.buffer_of:
