@@ -109,17 +109,30 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0) -> float:
     return worst
 
 
+def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[Graph, tuple[str, ...]]:
+    """The graph passes before scheduling: prune dead code, then the rewrite rules (fusion, layout,
+    algebraic) to a fixed point. Returns the new graph (same inputs and outputs) and the rules applied."""
+    config = config or OptimizeConfig()
+    graph = prune_graph(graph)
+    if not config.fuse:
+        return graph, ()
+    rules = [r for r in RULES if config.rules is None or r.name in config.rules]
+    graph, report = rewrite_greedy(graph, rules)
+    return graph, report.applied
+
+
+def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
+    """Graph passes, then default schedules compiled into an executor (no verification: see optimize)."""
+    config = config or OptimizeConfig()
+    return GraphExecutor(rewrite_graph(graph, config)[0], config=ExecutorConfig(config.threads, config.compiler))
+
+
 def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     """Import, schedule and compile, verify: the whole pipeline."""
     config = config or OptimizeConfig()
     t0 = time.perf_counter()
     imported = load_graph(model)
-    graph = prune_graph(imported)
-    rewrites = ()
-    if config.fuse:
-        rules = [r for r in RULES if config.rules is None or r.name in config.rules]
-        graph, rw = rewrite_greedy(graph, rules)
-        rewrites = rw.applied
+    graph, rewrites = rewrite_graph(imported, config)
     t1 = time.perf_counter()
     executor = GraphExecutor(graph, config=ExecutorConfig(config.threads, config.compiler))
     t2 = time.perf_counter()

@@ -39,9 +39,9 @@ def _reference_runner(im: ImportedModel) -> Runner:
 
 
 def _compiled_runner(im: ImportedModel) -> Runner:
-    from superopt.runtime.executor import GraphExecutor
+    from superopt.api import compile_graph
 
-    executor = GraphExecutor(im.graph)
+    executor = compile_graph(im.graph)  # rewrite rules (fusion, layout, algebraic), then compiled kernels
 
     def run(inputs: list[np.ndarray]) -> list[np.ndarray]:
         out = executor(dict(zip(im.graph.inputs, inputs, strict=False)))

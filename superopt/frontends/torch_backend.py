@@ -39,10 +39,10 @@ def interpreter_runner(graph: Graph) -> Runner:
 
 
 def executor_runner(graph: Graph) -> Runner:
-    """Run ``graph`` with the compiled executor (superopt.runtime.executor.GraphExecutor)."""
-    from superopt.runtime.executor import GraphExecutor
+    """Run ``graph`` compiled (superopt.api.compile_graph: graph rewrites, then the executor)."""
+    from superopt.api import compile_graph
 
-    ex = GraphExecutor(graph)
+    ex = compile_graph(graph)  # rewrite rules (fusion, layout, algebraic), then compiled kernels
 
     def run(args: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = ex(list(args))

@@ -131,7 +131,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     ncol = extents[col]
     width = 2 * VECTOR if ncol >= 2 * VECTOR else (VECTOR if ncol >= VECTOR else ncol)
     if m_dims and ext[m_dims[-1]] <= 4 and ncol >= 4 * VECTOR:
-        width = 4 * VECTOR  # few rows (capsule's 4x4 p): widen the tile to keep ~16 accumulators busy
+        # few rows (capsule's 4x4 p): widen the tile so the broadcasts are reused across more columns;
+        # 4 rows x 8 vectors (capsule votes: 345 -> 383 GFLOP/s) beats 4 x 4
+        width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
     if len(n_dims) > 1 and ncol > width:  # a fused loop splits by multiples of its inner extent
         inner_ext = ext[n_dims[-1]]
         width = inner_ext * max(1, width // inner_ext)
