@@ -306,3 +306,17 @@ def test_vectorizable_exp_is_accurate_over_the_whole_float_range(kernel_cache):
     assert np.max(np.abs(y[normal] - ref[normal]) / ref[normal]) < 2.5e-7  # about 2 ulp
     assert np.all(np.isinf(y[ref >= np.finfo(np.float32).max]))  # overflow is +inf, below it is finite
     assert np.all(np.abs(y[ref <= 1e-37]) <= 1e-37)  # deep underflow flushes to 0
+
+
+def test_tail_guard_survives_when_the_accumulator_sits_on_the_tailed_loop(kernel_cache):
+    """Found by the sampler: a tile lane past the tail may be computed, but never written back."""
+    c = compile_op(CONV_BIAS_RELU, {"X": (1, 3, 6, 7), "W": (5, 3, 3, 3), "B": (5,)},
+                   extents={"y": 6, "x": 7}, padding={"X": 0.0}, outputs=["O"])
+    trace = [Split("P", "x", 2), Reorder("P", ("co", "y", "x_o", "kw", "ci", "kh", "n", "x_i")),
+             CacheWrite("P", "x_i"), Fuse("P", "co", "y"), Vectorize("P", "x_i")]
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    from superopt.interp import evaluate_compute
+
+    (got,) = build_kernel(c, trace, kernel_cache)(*args)
+    np.testing.assert_allclose(got, evaluate_compute(c, args, np.float64)[0], rtol=1e-5, atol=1e-5)

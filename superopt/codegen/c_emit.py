@@ -399,22 +399,23 @@ class _Emitter:
         if lp.vector and lp.reduce and acc_at is not None and not s.tile_loops():
             omp = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}[st.reduce]
             clause = f" reduction({omp}:acc)" + (" reduction(|:acc_nan)" if s.name in self._nan_flag else "")
-        if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and self.var[s.name][lp.name] in bounds \
-                and self.overrun_is_safe(s, self.var[s.name][lp.name]):
+        v = self.var[s.name][lp.name]
+        inner = bounds  # bounds of the loops that accumulate; the write-back below keeps ``bounds``
+        if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and v in bounds \
+                and self.overrun_is_safe(s, v):
             # accumulate the whole tile: lanes past the tail read zero padding (or in-bounds data) and
             # are never written back; a constant trip count keeps the tile in registers (4x on co=1000)
-            bounds = {v: b for v, b in bounds.items() if v != self.var[s.name][lp.name]}
-        v = self.var[s.name][lp.name]
-        if (clause and st.reduce == "+=" and k == len(s.loops) - 1 and v not in bounds and lp.extent >= 2 * LANES
+            inner = {u: b for u, b in bounds.items() if u != v}
+        if (clause and st.reduce == "+=" and k == len(s.loops) - 1 and v not in inner and lp.extent >= 2 * LANES
                 and lp.extent % LANES == 0 and not self.attached.get((s.name, lp.name))):
-            self.emit_split_sum(s, lp, k, bounds)
+            self.emit_split_sum(s, lp, k, inner)
         else:
-            self.open_loop(s, lp, bounds, clause)
+            self.open_loop(s, lp, inner, clause)
             guards = self._guards  # an attached stage computes its own tail guards; restore ours after it
             for child in self.attached.get((s.name, lp.name), []):
                 self.emit_stage(child)
             self._guards = guards
-            self.emit_loops(s, k + 1, bounds)
+            self.emit_loops(s, k + 1, inner)
             self.close()
         if is_acc:
             for x in tile:
