@@ -29,6 +29,15 @@ class RewriteReport:
     stop_reason: str
 
 
+def fresh_name(base: str, used: set[str]) -> str:
+    """``base``, or ``base2``, ``base3``... whichever ``used`` lacks first; the name is added to ``used``."""
+    name, k = base, 2
+    while name in used:
+        name, k = f"{base}{k}", k + 1
+    used.add(name)
+    return name
+
+
 def rewrite_greedy(graph: Graph, rules: Sequence[Rule], max_steps: int = 10_000) -> tuple[Graph, RewriteReport]:
     """Apply the rules, first match first, until none applies (every rule here shrinks the graph)."""
     applied: list[str] = []
@@ -52,4 +61,4 @@ def _registry() -> list[Rule]:
 
 RULES: list[Rule] = _registry()
 
-__all__ = ["RULES", "Rule", "RewriteReport", "rewrite_greedy"]
+__all__ = ["RULES", "Rule", "RewriteReport", "fresh_name", "rewrite_greedy"]

@@ -6,7 +6,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 
-from rewrite_rules import Rule
+from rewrite_rules import Rule, fresh_name
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate_compute
 from superopt.ir.compute import Compute
@@ -47,7 +47,7 @@ def hoist_in(compute: Compute, consts: dict[str, np.ndarray]) -> tuple[Compute, 
             if _constant_only(e, set(consts), padded):
                 dims = [d for d, _ in st.extents if any(d in ix.dims for a in e.accesses() for ix in a.index)]
                 dtype = infer_dtype(e, types, "float32")
-                name = _fresh("C", set(types))
+                name = fresh_name("C", set(types))
                 shape = tuple(st.extent[d] for d in dims)
                 reads = sorted({a.tensor for a in e.accesses()})
                 tmp = Compute(tuple(reads), (name,), (Statement(name, tuple(dims), "=", e, tuple(
@@ -69,12 +69,6 @@ def hoist_in(compute: Compute, consts: dict[str, np.ndarray]) -> tuple[Compute, 
     return None
 
 
-def _fresh(base: str, used: set[str]) -> str:
-    name, k = base, 2
-    while name in used:
-        name, k = f"{base}{k}", k + 1
-    return name
-
 
 def hoist_constant_subexpressions(graph: Graph) -> Graph | None:
     constant = graph.constant
@@ -88,7 +82,7 @@ def hoist_constant_subexpressions(graph: Graph) -> Graph | None:
         if got is None:
             continue
         op, ((local, value),) = got[0], got[1].items()
-        gname = _fresh(f"{node.name}_{local}", set(graph.type_of))
+        gname = fresh_name(f"{node.name}_{local}", set(graph.type_of))
         new_node = replace(node, op=op, inputs=node.inputs + (gname,))
         return replace(graph, nodes=tuple(new_node if n is node else n for n in graph.nodes),
                        types=graph.types + ((gname, op.type_of[local]),),

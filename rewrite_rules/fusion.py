@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rewrite_rules import Rule
+from rewrite_rules import Rule, fresh_name
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, map_expr
@@ -52,25 +52,18 @@ def merge_nodes(producer: Node, consumer: Node) -> Node:
     inputs, graph_inputs, types = list(p.inputs), list(producer.inputs), list(p.types)
     for local, g in zip(c.inputs, consumer.inputs):
         if g not in local_of:
-            local_of[g] = _fresh(local, used)
+            local_of[g] = fresh_name(local, used)
             inputs.append(local_of[g])
             graph_inputs.append(g)
             types.append((local_of[g], c.type_of[local]))
         names[local] = local_of[g]
     for st in c.statements:
-        names[st.out] = _fresh(st.out, used)
+        names[st.out] = fresh_name(st.out, used)
     types += [(names[n], ty) for n, ty in c.types if n not in c.inputs]
     statements = list(p.statements) + [_rename_statement(st, names) for st in c.statements]
     op = Compute(tuple(inputs), tuple(names[o] for o in c.outputs), tuple(statements), tuple(types))
     return Node(consumer.name, op, tuple(graph_inputs), consumer.outputs)
 
-
-def _fresh(base: str, used: set[str]) -> str:
-    name, k = base, 2
-    while name in used:
-        name, k = f"{base}{k}", k + 1
-    used.add(name)
-    return name
 
 
 def fuse_elementwise_into_producer(graph: Graph) -> Graph | None:

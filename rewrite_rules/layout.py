@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rewrite_rules import Rule
+from rewrite_rules import Rule, fresh_name
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, map_expr
@@ -46,7 +46,7 @@ def materialize_padding_in(compute: Compute) -> Compute | None:
             if box is None:
                 continue
             off, size = box
-            name = _fresh(f"{tensor}_pad", used)
+            name = fresh_name(f"{tensor}_pad", used)
             dims = tuple(f"p{i}" for i in range(len(size)))
             copy = Statement(name, dims, "=",
                              Access(tensor, tuple(Affine.of({d: 1}, -o) for d, o in zip(dims, off))),
@@ -64,13 +64,6 @@ def materialize_padding_in(compute: Compute) -> Compute | None:
             return Compute(compute.inputs, compute.outputs, statements, new_types)
     return None
 
-
-def _fresh(base: str, used: set[str]) -> str:
-    name, k = base, 2
-    while name in used:
-        name, k = f"{base}{k}", k + 1
-    used.add(name)
-    return name
 
 
 def materialize_padding(graph: Graph) -> Graph | None:

@@ -46,9 +46,13 @@ CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
 @given(data=st.data())
 def test_random_schedules_of_capsule_votes(data, kernel_cache):
     c = compile_op(CAPSULE, {"P": (2, 7, 7, 4, 4, 4), "W": (3, 3, 4, 6, 4, 4)})
-    choose = _chooser(data)
-    traces = [random_trace(c, choose, steps=10) for _ in range(4)]
-    rng = np.random.default_rng(0)
+    _check_random_traces(c, _chooser(data), kernel_cache, seed=0)
+
+
+def _check_random_traces(c, choose, kernel_cache, seed: int, n: int = 4) -> None:
+    """``n`` random legal traces of ``c``, compiled into one library, each against the reference."""
+    traces = [random_trace(c, choose, steps=10) for _ in range(n)]
+    rng = np.random.default_rng(seed)
     args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
     for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, threads=2)):
@@ -67,11 +71,4 @@ def test_random_schedules_of_a_fused_conv_with_epilogue(data, kernel_cache):
     """The graph fusion rules produce ops like this one; the sampler also draws Epilogue primitives."""
     c = compile_op(CONV_BIAS_RELU_ADD, {"X": (1, 3, 6, 7), "W": (5, 3, 3, 3), "B": (5,), "R": (1, 5, 6, 7)},
                    extents={"y": 6, "x": 7}, padding={"X": 0.0}, outputs=["O"])
-    choose = _chooser(data)
-    traces = [random_trace(c, choose, steps=10) for _ in range(4)]
-    rng = np.random.default_rng(1)
-    args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
-    (ref,) = evaluate_compute(c, args, np.float64)
-    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, threads=2)):
-        (got,) = kernel(*args)
-        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+    _check_random_traces(c, _chooser(data), kernel_cache, seed=1)
