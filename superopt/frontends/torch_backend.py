@@ -3,8 +3,8 @@
     model = torch.compile(model, backend=superopt_backend)   # or backend="superopt"
 
 The runner is produced by a *runner factory* ``Graph -> (list[np.ndarray] -> list[np.ndarray])``.
-Today the default is the numpy reference interpreter; to run compiled code instead, point
-``DEFAULT_RUNNER_FACTORY`` at the executor's factory (or pass ``runner_factory=``).
+The default compiles the graph (rewrite rules, default schedules, C kernels); the numpy reference
+interpreter is ``interpreter_runner`` (pass ``runner_factory=``).
 
 Inference only: outputs carry no autograd history. Dynamo's lifted parameters and buffers are
 baked into the graph as constants; if one is later modified in place (its ``_version`` changes),
@@ -51,8 +51,8 @@ def executor_runner(graph: Graph) -> Runner:
     return run
 
 
-# The one line to change to swap in the compiled executor (``= executor_runner``).
-DEFAULT_RUNNER_FACTORY: RunnerFactory = interpreter_runner
+# compiled by default; ``interpreter_runner`` runs the numpy reference instead
+DEFAULT_RUNNER_FACTORY: RunnerFactory = executor_runner
 
 
 class SuperoptCompiled:
