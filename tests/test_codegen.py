@@ -222,8 +222,8 @@ def test_epilogue_runs_on_the_register_tile_and_the_producer_is_never_stored(ker
     c = compile_op(EPILOGUE_MM, {"A": (37, 50), "B": (50, 70), "C": (70,), "R": (37, 70)}, outputs=["O"])
     trace = default_schedule(c)
     assert Epilogue("O", "P") in trace
-    code = emit_c(lower(c, trace), "k").code
-    assert "so_alloc" not in code and not [ln for ln in code.splitlines() if "P[" in ln and "/*" not in ln]
+    source = emit_c(lower(c, trace), "k")
+    assert source.workspace == () and not [ln for ln in source.code.splitlines() if "P[" in ln and "/*" not in ln]
     rng = np.random.default_rng(2)
     A, B, C, R = (rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs)
     (got,) = build_kernel(c, trace, kernel_cache)(A, B, C, R)

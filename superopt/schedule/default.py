@@ -275,10 +275,6 @@ def default_schedule(compute: Compute, threads: int = 2, constant_inputs: frozen
     return []
 
 
-def _inlined(trace: list[Primitive], stage: str) -> bool:
-    return any(isinstance(p, Inline) and p.stage == stage for p in trace)
-
-
 def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
     stmts = list(compute.statements)
     final = stmts[-1]
@@ -311,14 +307,16 @@ def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
         trace = []
         reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
         tiled: set[str] = set()
+        inlined: set[str] = set()
         for st in stmts:
-            reads[st.out] = set().union(*(reads.get(i, {i}) if _inlined(trace, i) else {i} for i in st.inputs()))
+            reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
             if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
                 consumers = [c for c in stmts if st.out in c.inputs()]
                 # a padded copy feeding a window stays a copy: inlined, its bounds checks would return
                 padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
                 if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
                     trace.append(Inline(st.out))
+                    inlined.add(st.out)
                     continue
             if use_contraction and st.reduce == "+=":
                 try:
