@@ -21,6 +21,8 @@ from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.target import Target, host_target
+from superopt.schedule.graph import default_schedules
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class OptimizeConfig:
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
+    target: Target | None = None  # None: this machine with ``threads`` threads
+
+    def resolved_target(self) -> Target:
+        return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
 
 
 @dataclass
@@ -124,7 +130,9 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
     """Graph passes, then default schedules compiled into an executor (no verification: see optimize)."""
     config = config or OptimizeConfig()
-    return GraphExecutor(rewrite_graph(graph, config)[0], config=ExecutorConfig(config.threads, config.compiler))
+    target = config.resolved_target()
+    graph = rewrite_graph(graph, config)[0]
+    return GraphExecutor(graph, default_schedules(graph, target), ExecutorConfig(target.threads, config.compiler, target))
 
 
 def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
@@ -134,7 +142,9 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     imported = load_graph(model)
     graph, rewrites = rewrite_graph(imported, config)
     t1 = time.perf_counter()
-    executor = GraphExecutor(graph, config=ExecutorConfig(config.threads, config.compiler))
+    target = config.resolved_target()
+    executor = GraphExecutor(graph, default_schedules(graph, target), ExecutorConfig(target.threads, config.compiler,
+                                                                                     target))
     t2 = time.perf_counter()
     err = None
     if config.verify:

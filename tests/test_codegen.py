@@ -11,6 +11,8 @@ from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.target import avx512_target, host_target
+from superopt.schedule.graph import default_schedules
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule import (
     CacheWrite,
@@ -43,7 +45,8 @@ def test_every_op_table_case_compiles_and_matches_reference(kernel_cache):
     failures = []
     for case in CASES:
         graph, feed = case_graph(case)
-        ex = GraphExecutor(graph, config=ExecutorConfig(threads=2, compiler=kernel_cache))
+        ex = GraphExecutor(graph, default_schedules(graph, host_target(2)),
+                           ExecutorConfig(threads=2, compiler=kernel_cache))
         got = [ex(feed)[o] for o in graph.outputs]
         for g, r in zip(got, case_reference(case)):
             if g.shape != r.shape or not np.allclose(g, r, rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-5),
@@ -126,8 +129,9 @@ SNAPSHOT_CASES = {
 def test_generated_c_snapshot(name, update_snapshots):
     src, shapes, trace, *kw = SNAPSHOT_CASES[name]
     c = compile_op(src, shapes, **(kw[0] if kw else {}))
-    trace = default_schedule(c) if trace is None else trace
-    code = "/* trace: " + trace_to_json(trace) + " */\n" + emit_c(lower(c, trace), name).code
+    target = avx512_target(2)  # the snapshots are of the AVX-512 schedules, whatever the host
+    trace = default_schedule(c, target) if trace is None else trace
+    code = "/* trace: " + trace_to_json(trace) + " */\n" + emit_c(lower(c, trace, target), name).code
     path = SNAPSHOTS / f"{name}.c"
     if update_snapshots or not path.exists():
         path.write_text(code)
@@ -153,7 +157,7 @@ def test_executor_reuses_buffers_and_matches(kernel_cache):
         h = b.compute1(MATMUL.replace("C[", "Y[").replace("A[", "X[").replace("B[", "W["), {"X": h, "W": w}, "mm")
         h = b.compute1("Z[i,j] = tanh(Y[i,j])", {"Y": h}, "act")
     g = b.build([h])
-    ex = GraphExecutor(g, config=ExecutorConfig(compiler=kernel_cache))
+    ex = GraphExecutor(g, default_schedules(g, host_target(2)), ExecutorConfig(compiler=kernel_cache))
     assert len(ex.memory.buffer_bytes) <= 2  # 7 intermediates share two buffers
     X = rng.standard_normal((32, 16)).astype(np.float32)
     first = ex({"x": X})[h]
@@ -235,7 +239,7 @@ def test_default_schedule_packs_weights_but_not_small_run_time_operands():
     big = compile_op(MATMUL, {"A": (64, 1024), "B": (1024, 1024)})
 
     def packs(c, consts):
-        return [p.stage for p in default_schedule(c, 2, consts) if isinstance(p, Pack)]
+        return [p.stage for p in default_schedule(c, host_target(2), consts) if isinstance(p, Pack)]
 
     assert packs(small, frozenset({"B"})) == ["B"]  # a weight: packed once, ahead of time
     assert packs(small, frozenset()) == []  # a run-time B already [k, j]: a per-call copy would not pay
@@ -255,8 +259,9 @@ def test_vectorizable_erf_is_accurate(kernel_cache):
 @pytest.mark.parametrize("n", [128, 320, 200])
 def test_long_vector_sums_split_into_partial_sums(n, kernel_cache):
     c = compile_op("S[i] += X[i,j] * X[i,j]\nM[i] = S[i] / 7.0", {"X": (5, n)}, outputs=["M"])
-    trace = default_schedule(c)
-    assert ("acc_v[" in emit_c(lower(c, trace), "k").code) == (n % 64 == 0)
+    t = host_target(2)
+    trace = default_schedule(c, t)
+    assert ("acc_v[" in emit_c(lower(c, trace, t), "k").code) == (n % t.split_sum_lanes == 0 and n >= 2 * t.split_sum_lanes)
     X = np.random.default_rng(n).standard_normal((5, n)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(X)
     np.testing.assert_allclose(got, (X.astype(np.float64) ** 2).sum(1) / 7.0, rtol=1e-5)
@@ -273,7 +278,7 @@ def test_last_axis_softmax_and_layernorm_of_rank_4_run_row_wise(kernel_cache):
     s = ops.softmax(b, x, -1)
     n = ops.layer_norm(b, s, g, None, -1)
     graph = b.build([n])
-    ex = GraphExecutor(graph, config=ExecutorConfig(compiler=kernel_cache))
+    ex = GraphExecutor(graph, default_schedules(graph, host_target(2)), ExecutorConfig(compiler=kernel_cache))
     for node in graph.nodes:
         if not node.is_extern:
             assert node.op.type_of[node.op.outputs[0]].rank == 2
@@ -288,8 +293,9 @@ def test_last_axis_softmax_and_layernorm_of_rank_4_run_row_wise(kernel_cache):
 
 def test_transposes_are_copied_in_blocks(kernel_cache):
     c = compile_op("O[a,j,i] = X[a,i,j]", {"X": (3, 48, 32)})
-    trace = default_schedule(c)
-    assert Split("O", "i", 16) in trace and Split("O", "j", 16) in trace
+    lanes = host_target(2).lanes("float32")
+    trace = default_schedule(c, host_target(2))
+    assert Split("O", "i", lanes) in trace and Split("O", "j", lanes) in trace
     X = np.random.default_rng(0).standard_normal((3, 48, 32)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(X)
     np.testing.assert_array_equal(got, X.transpose(0, 2, 1))

@@ -104,8 +104,6 @@ def c_float(v: float, dtype: str) -> str:
     return str(int(v))
 
 
-LANES = 64  # partial sums of a split vector reduction: four AVX-512 registers of float32
-
 
 @dataclass(frozen=True)
 class KernelSource:
@@ -139,6 +137,7 @@ class _Emitter:
         self._acc_name: str | None = None  # the accumulator the innermost statement updates, when not acc
         self.workspace: tuple[int, ...] = ()
         self._nan_flag: set[str] = set()  # stages in a scalar float max=/min= accumulator with a NaN flag
+        self.lanes = plan.target.split_sum_lanes  # partial sums of a split vector reduction
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.ind + text)
@@ -406,8 +405,8 @@ class _Emitter:
             # accumulate the whole tile: lanes past the tail read zero padding (or in-bounds data) and
             # are never written back; a constant trip count keeps the tile in registers (4x on co=1000)
             inner = {u: b for u, b in bounds.items() if u != v}
-        if (clause and st.reduce == "+=" and k == len(s.loops) - 1 and v not in inner and lp.extent >= 2 * LANES
-                and lp.extent % LANES == 0 and not self.attached.get((s.name, lp.name))):
+        if (clause and st.reduce == "+=" and k == len(s.loops) - 1 and v not in inner and lp.extent >= 2 * self.lanes
+                and lp.extent % self.lanes == 0 and not self.attached.get((s.name, lp.name))):
             self.emit_split_sum(s, lp, k, inner)
         else:
             self.open_loop(s, lp, inner, clause)
@@ -438,22 +437,23 @@ class _Emitter:
             self.line("}")
 
     def emit_split_sum(self, s: Stage, lp, k: int, bounds: dict[str, str]) -> None:
-        """A vectorized scalar sum as LANES partial sums (four AVX-512 registers) added up at the end.
+        """A vectorized scalar sum as ``lanes`` partial sums (four vector registers) added up at the end.
 
         One vector accumulator makes the loop wait on its add latency every iteration; four
         independent ones overlap (softmax's row sum: 13% faster)."""
         ct = ctype(self.types[s.name].dtype)
         v = self.var[s.name][lp.name]
+        lanes = self.lanes
         self.line("{")
         self.ind += 1
-        self.line(f"{ct} acc_v[{LANES}] __attribute__((aligned(64)));")
-        self.line(f"for (int so_l = 0; so_l < {LANES}; ++so_l) acc_v[so_l] = 0;")
-        self.line(f"for (int so_o = 0; so_o < {lp.extent // LANES}; ++so_o) {{")
+        self.line(f"{ct} acc_v[{lanes}] __attribute__((aligned(64)));")
+        self.line(f"for (int so_l = 0; so_l < {lanes}; ++so_l) acc_v[so_l] = 0;")
+        self.line(f"for (int so_o = 0; so_o < {lp.extent // lanes}; ++so_o) {{")
         self.ind += 1
         self.line("#pragma omp simd")
-        self.line(f"for (int so_l = 0; so_l < {LANES}; ++so_l) {{")
+        self.line(f"for (int so_l = 0; so_l < {lanes}; ++so_l) {{")
         self.ind += 1
-        self.line(f"const int {v} = so_o * {LANES} + so_l;")
+        self.line(f"const int {v} = so_o * {lanes} + so_l;")
         self._acc_name = "acc_v[so_l]"
         try:
             self.emit_loops(s, k + 1, bounds)
@@ -462,7 +462,7 @@ class _Emitter:
         self.close()
         self.close()
         self.line("#pragma omp simd reduction(+:acc)")
-        self.line(f"for (int so_l = 0; so_l < {LANES}; ++so_l) acc = acc + acc_v[so_l];")
+        self.line(f"for (int so_l = 0; so_l < {lanes}; ++so_l) acc = acc + acc_v[so_l];")
         self.ind -= 1
         self.line("}")
 

@@ -14,6 +14,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Expr, map_expr, substitute_dims
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
+from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -29,9 +30,8 @@ from superopt.schedule.primitives import (
     Vectorize,
 )
 
-MAX_TILE = 4096  # elements of a cache_write tile
-MAX_UNROLL = 64
-MAX_LOCAL_BYTES = 1 << 18  # a compute_at buffer lives on the stack
+MAX_UNROLL = 64  # a code-size limit, not a hardware one
+MAX_LOCAL_BYTES = 1 << 18  # a compute_at buffer lives on the stack (a limit of the stack, not of the target)
 
 
 class ScheduleError(ValueError):
@@ -136,6 +136,7 @@ class KernelPlan:
     stages: dict[str, Stage]
     packs: dict[str, PackLayout]
     types: dict[str, TensorType]
+    target: Target
 
     def consumers_of(self, name: str) -> list[Stage]:
         return [s for s in self.stages.values() if name in s.stmt.inputs()]
@@ -195,7 +196,9 @@ def _fresh(stage: Stage, base: str) -> str:
     return name
 
 
-def lower(compute: Compute, trace: Sequence[Primitive] = ()) -> KernelPlan:
+def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | None = None) -> KernelPlan:
+    """Apply ``trace`` to ``compute`` for ``target`` (None: this machine)."""
+    target = target or host_target()
     statements = list(compute.statements)
     inlined: set[str] = set()
     for p in trace:
@@ -225,7 +228,7 @@ def lower(compute: Compute, trace: Sequence[Primitive] = ()) -> KernelPlan:
         if stage is None:
             raise ScheduleError(f"{p}: no stage {p.stage!r} (stages: {list(stages)})")
         _apply(stage, p, stages)
-    plan = KernelPlan(compute, stages, packs, dict(compute.types))
+    plan = KernelPlan(compute, stages, packs, dict(compute.types), target)
     _check(plan)
     return plan
 
@@ -327,8 +330,9 @@ def _check(plan: KernelPlan) -> None:
                 raise ScheduleError(f"Vectorize({s.name}, {lp.name}): reduction loop inside a multi-element tile")
         if s.stmt.reduce != "=":
             tile = math.prod(lp.extent for lp in s.tile_loops())
-            if tile > MAX_TILE:
-                raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds {MAX_TILE}")
+            if tile > plan.target.max_tile_elements:
+                raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds "
+                                    f"{plan.target.max_tile_elements} (8x the target's register file)")
     for s in plan.stages.values():
         if s.epilogue_of is not None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])

@@ -11,14 +11,14 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from superopt.codegen.c_emit import PRELUDE
-from superopt.runtime.target import compiler_version
+from superopt.runtime.target import Target, compiler_version, host_target
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fopenmp",
-                 "-shared", "-fPIC", "-std=gnu11")
+# the target's own flags (vector width) are added by compile_library
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 
 
 def default_cache_dir() -> Path:
@@ -56,9 +56,12 @@ def _file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def compile_library(sources: list[str], config: CompilerConfig | None = None) -> Path:
-    """Compile (or fetch from cache) one shared library holding all ``sources``."""
+def compile_library(sources: list[str], config: CompilerConfig | None = None, target: Target | None = None) -> Path:
+    """Compile (or fetch from cache) one shared library holding all ``sources``, for ``target``
+    (None: this machine); the target's flags are part of the cache key."""
     config = config or CompilerConfig()
+    target = target or host_target(cc=config.cc)
+    config = replace(config, flags=(*config.flags, *target.compile_flags()))
     code = library_source(sources)
     digest = _digest(code, config)
     cache = Path(config.cache_dir)

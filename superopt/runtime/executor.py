@@ -19,7 +19,7 @@ from superopt.ir.graph import Graph, Node
 from superopt.runtime.buffers import aligned_empty
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.kernel import CompiledKernel, build_kernels
-from superopt.schedule.default import default_schedule
+from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
 
 
@@ -27,6 +27,10 @@ from superopt.schedule.primitives import Primitive
 class ExecutorConfig:
     threads: int = 2
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
+    target: Target | None = None  # None: this machine with ``threads`` threads
+
+    def resolved_target(self) -> Target:
+        return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
 
 
 @dataclass
@@ -110,37 +114,33 @@ def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
 
 
 class GraphExecutor:
-    """Compile every compute node of ``graph`` (default schedules unless given) and run it."""
+    """Compile every compute node of ``graph`` with the complete ``schedules`` it is given (node name ->
+    trace; the schedule pass decides them, the executor never does) and run it."""
 
-    def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]] | None = None,
+    def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]],
                  config: ExecutorConfig | None = None) -> None:
         self.graph = graph
         self.config = config or ExecutorConfig()
-        schedules = dict(schedules or {})
+        self.target = self.config.resolved_target()
         items: list[tuple[Compute, list[Primitive]]] = []
         index: dict[tuple[str, str], int] = {}
         self.node_kernel: dict[str, int] = {}
         self.traces: dict[str, list[Primitive]] = {}
-        default_cache: dict[tuple[str, frozenset[str]], list[Primitive]] = {}
         for n in graph.nodes:
             if n.is_extern:
                 continue
-            if n.name in schedules:
-                trace = list(schedules[n.name])
-            else:
-                consts = frozenset(local for local, g in zip(n.op.inputs, n.inputs) if g in graph.constant)
-                key = (n.op.digest(), consts)
-                if key not in default_cache:
-                    default_cache[key] = default_schedule(n.op, self.config.threads, consts)
-                trace = default_cache[key]
+            if n.name not in schedules:
+                raise ValueError(f"no schedule for compute node {n.name!r}: run a schedule pass first "
+                                 "(superopt.schedule.graph.default_schedules, or the database/search in search/)")
+            trace = list(schedules[n.name])
             self.traces[n.name] = trace
             k = (n.op.digest(), repr(trace))
             if k not in index:
                 index[k] = len(items)
                 items.append((n.op, trace))
             self.node_kernel[n.name] = index[k]
-        self.kernels: list[CompiledKernel] = build_kernels(items, self.config.compiler, self.config.threads) \
-            if items else []
+        self.kernels: list[CompiledKernel] = build_kernels(items, self.config.compiler, self.target.threads,
+                                                           self.target) if items else []
         self.memory, self.root = plan_memory(graph)
         self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}

@@ -12,6 +12,7 @@ from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.buffers import aligned_empty
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
+from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
 
 
@@ -88,10 +89,12 @@ def kernel_name(compute: Compute, trace: Sequence[Primitive], index: int = 0) ->
 
 
 def build_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: CompilerConfig | None = None,
-                  threads: int | None = None) -> list[CompiledKernel]:
-    """Lower, emit and compile many kernels into ONE shared library (one compiler start)."""
-    sources = [emit_c(lower(c, tr), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
-    lib = load_library(compile_library([s.code for s in sources], config))
+                  threads: int | None = None, target: Target | None = None) -> list[CompiledKernel]:
+    """Lower, emit and compile many kernels into ONE shared library (one compiler start), for
+    ``target`` (None: this machine with ``threads`` threads)."""
+    target = target or host_target(threads or 1)
+    sources = [emit_c(lower(c, tr, target), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
+    lib = load_library(compile_library([s.code for s in sources], config, target))
     kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]
     if threads is not None:
         lib.so_set_threads(ctypes.c_int(threads))
@@ -99,5 +102,5 @@ def build_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: 
 
 
 def build_kernel(compute: Compute, trace: Sequence[Primitive] = (), config: CompilerConfig | None = None,
-                 threads: int | None = None) -> CompiledKernel:
-    return build_kernels([(compute, trace)], config, threads)[0]
+                 threads: int | None = None, target: Target | None = None) -> CompiledKernel:
+    return build_kernels([(compute, trace)], config, threads, target)[0]

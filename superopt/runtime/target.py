@@ -1,25 +1,89 @@
-"""Description of the machine a kernel is compiled for and timed on."""
+"""The machine a kernel is scheduled, compiled and timed for, passed explicitly everywhere.
+
+A :class:`Target` is read from the machine once (:func:`host_target`) or built by hand (tests,
+cross-compilation, another machine's database records). Every hardware number a scheduling or
+codegen decision needs comes from here: no module holds a vector width, register count or cache
+size of its own. :meth:`Target.key` is part of every kernel-cache and tuning-database key.
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import platform
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
+
+# float32 lanes per vector register for the ISA levels codegen targets
+_ISA_VECTOR_BITS = (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128))
 
 
 @dataclass(frozen=True)
 class Target:
-    cpu_model: str
-    isa_flags: tuple[str, ...]
-    cores: int
-    threads: int
-    compiler: str
-    compiler_version: str
+    """A CPU (``kind='cpu'``); GPU fields join later under ``kind='cuda'``."""
+
+    cpu_model: str = "generic"
+    isa_flags: tuple[str, ...] = ()
+    cores: int = 1
+    threads: int = 1  # threads a kernel runs with (OpenMP)
+    compiler: str = "gcc"
+    compiler_version: str = "unknown"
+    kind: str = "cpu"
+    vector_bits: int = 256  # widest SIMD register codegen uses
+    vector_registers: int = 16  # architectural SIMD registers (16 ymm; 32 zmm with AVX-512)
+    l1_bytes: int = 32 << 10  # per core, data
+    l2_bytes: int = 1 << 20  # per core
+    l3_bytes: int = 8 << 20  # shared
+    fma_units: int = 2  # vector FMA pipes per core (for roofline estimates)
+    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts (e.g. GPU fields later)
+
+    def lanes(self, dtype: str = "float32") -> int:
+        """Elements of ``dtype`` per vector register."""
+        size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "int16": 2}.get(dtype, 4)
+        return max(1, self.vector_bits // 8 // size)
+
+    @property
+    def max_tile_elements(self) -> int:
+        """Largest register-tile (CacheWrite) a schedule may ask for: 8x the register file; beyond
+        that the tile spills to the stack for good and the schedule is not worth compiling."""
+        return 8 * self.vector_registers * self.lanes("float32")
+
+    @property
+    def split_sum_lanes(self) -> int:
+        """Partial sums of a split vector reduction: four registers' worth of float32."""
+        return 4 * self.lanes("float32")
+
+    def compile_flags(self) -> tuple[str, ...]:
+        """Flags that make gcc emit code for this target's vector width."""
+        return (f"-mprefer-vector-width={self.vector_bits}",)
+
+    def with_threads(self, threads: int) -> Target:
+        return replace(self, threads=threads)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["isa_flags"] = list(self.isa_flags)
+        d["extra"] = [list(kv) for kv in self.extra]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Target:
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["isa_flags"] = tuple(kw.get("isa_flags", ()))
+        kw["extra"] = tuple(tuple(kv) for kv in kw.get("extra", ()))
+        return cls(**kw)
+
+    def key(self) -> str:
+        """A short stable digest of everything that changes which code is fastest (or legal)."""
+        d = self.to_dict()
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        return (f"{self.cpu_model}, {self.vector_bits}-bit vectors x {self.vector_registers} registers, "
+                f"{self.threads} thread(s) of {self.cores} core(s)")
 
 
 def _cpuinfo() -> tuple[str, tuple[str, ...]]:
@@ -30,11 +94,25 @@ def _cpuinfo() -> tuple[str, tuple[str, ...]]:
                 if line.startswith("model name") and model in ("unknown", "", platform.processor()):
                     model = line.split(":", 1)[1].strip()
                 elif line.startswith("flags") and not flags:
-                    wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx", "sse4_2")
+                    wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx", "sse4_2",
+                              "sse2")
                     flags = tuple(sorted(x for x in line.split(":", 1)[1].split() if x.startswith(wanted)))
     except OSError:
         pass
     return model, flags
+
+
+def _cache_bytes(level: str, default: int) -> int:
+    """Size of a cache level from sysfs (index0 L1d, index2 L2, index3 L3)."""
+    try:
+        text = open(f"/sys/devices/system/cpu/cpu0/cache/{level}/size").read().strip()
+    except OSError:
+        return default
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        return int(text.rstrip("KMG")) * mult
+    except ValueError:
+        return default
 
 
 @functools.lru_cache(maxsize=8)
@@ -46,6 +124,20 @@ def compiler_version(cc: str) -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=16)
 def host_target(threads: int = 2, cc: str = "gcc") -> Target:
+    """This machine, read once (per threads/compiler)."""
     model, flags = _cpuinfo()
-    return Target(model, flags, os.cpu_count() or 1, threads, cc, compiler_version(cc))
+    bits = next((b for f, b in _ISA_VECTOR_BITS if f in flags), 128)
+    return Target(cpu_model=model, isa_flags=flags, cores=os.cpu_count() or 1, threads=threads, compiler=cc,
+                  compiler_version=compiler_version(cc), vector_bits=bits,
+                  vector_registers=32 if bits == 512 else 16,
+                  l1_bytes=_cache_bytes("index0", 32 << 10), l2_bytes=_cache_bytes("index2", 1 << 20),
+                  l3_bytes=_cache_bytes("index3", 8 << 20))
+
+
+def avx512_target(threads: int = 2) -> Target:
+    """A fixed AVX-512 target (the machine the default heuristic was first tuned on): for tests and
+    snapshot comparisons that must not depend on the host."""
+    return Target(cpu_model="x86-64 AVX-512", isa_flags=("avx2", "avx512f", "fma"), cores=2, threads=threads,
+                  vector_bits=512, vector_registers=32, l1_bytes=32 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)

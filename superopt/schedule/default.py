@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Binary, Unary
 from superopt.ir.statement import Statement
+from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -30,8 +31,6 @@ from superopt.schedule.primitives import (
     Vectorize,
 )
 
-VECTOR = 16  # float32 lanes of AVX-512
-L2_BYTES = 1 << 20
 # functions worth computing once into a row buffer rather than recomputing at every use
 EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal"})
 EXPENSIVE_OPS = frozenset({"/", "pow", "mod"})
@@ -89,9 +88,10 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
     return [d for d in st.out_dims if d in in_b and d not in in_a and st.extent[d] > 1]
 
 
-def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pack: bool = True,
+def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
                          consts: frozenset[str] | None = None) -> list[Primitive]:
     """Register-tiled schedule for ``out += A[...] * B[...]``."""
+    VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
     accs = _product_accesses(st.expr)
@@ -190,7 +190,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
         rest = [i for i in range(len(axes)) if i not in red and i not in cols]
         perm = tuple(rest + red + cols)
         if perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts \
-                and 4 * _footprint(b, st) <= L2_BYTES:
+                and 4 * _footprint(b, st) <= target.l2_bytes:
             # a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
             # costs more than it saves (a large one is still packed: its strided panels thrash the TLB)
             return prims
@@ -201,10 +201,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], threads: int, pac
     return prims
 
 
-def transpose_schedule(st: Statement, threads: int) -> list[Primitive]:
+def transpose_schedule(st: Statement, target: Target) -> list[Primitive]:
     """A pure copy whose input's contiguous axis is not the output's: 16 x 16 blocks, so both the
     strided side and the contiguous side stay in L1 (attention's K transpose: 0.072 -> 0.033 ms)."""
     s, ext = st.out, st.extent
+    VECTOR, threads = target.lanes("float32"), target.threads
     if st.reduce != "=" or not isinstance(st.expr, Access) or st.padding or len(st.out_dims) < 2:
         raise ValueError("not a transpose")
     src = st.expr.index[-1]
@@ -224,14 +225,15 @@ def transpose_schedule(st: Statement, threads: int) -> list[Primitive]:
     return prims + [Reorder(s, (f"{d_in}_o", *outer, *blocks)), Parallel(s, f"{d_in}_o")]
 
 
-def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list[Primitive]:
+def simple_schedule(st: Statement, target: Target, attached: bool = False) -> list[Primitive]:
     """Parallel outer loops, vectorized innermost loop."""
+    VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
     loops = [d for d, _ in st.extents]
     if not attached:
         try:
-            return transpose_schedule(st, threads)
+            return transpose_schedule(st, target)
         except ValueError:
             pass
     prims: list[Primitive] = []
@@ -256,7 +258,7 @@ def simple_schedule(st: Statement, threads: int, attached: bool = False) -> list
     return prims
 
 
-def default_schedule(compute: Compute, threads: int = 2, constant_inputs: frozenset[str] | None = None
+def default_schedule(compute: Compute, target: Target | None = None, constant_inputs: frozenset[str] | None = None
                      ) -> list[Primitive]:
     """The first legal of a few candidate traces, most aggressive first.
 
@@ -265,17 +267,19 @@ def default_schedule(compute: Compute, threads: int = 2, constant_inputs: frozen
     """
     from superopt.codegen.lower import ScheduleError, lower
 
+    target = target or host_target()
     consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
-    for trace in _candidates(compute, threads, consts):
+    for trace in _candidates(compute, target, consts):
         try:
-            lower(compute, trace)
+            lower(compute, trace, target)
             return trace
         except (ScheduleError, ValueError, KeyError, StopIteration):
             continue
     return []
 
 
-def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
+def _candidates(compute: Compute, target: Target, consts: frozenset[str]):
+    threads = target.threads
     stmts = list(compute.statements)
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
@@ -295,7 +299,7 @@ def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
                     trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
                     continue
                 trace.append(ComputeAt(t.out, final.out, attach_loop))
-                trace += simple_schedule(t, threads, attached=True)
+                trace += simple_schedule(t, target, attached=True)
             loops = [d for d, _ in final.extents]
             trace.append(Parallel(final.out, loops[0]))
             if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop:
@@ -320,7 +324,7 @@ def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
                     continue
             if use_contraction and st.reduce == "+=":
                 try:
-                    trace += contraction_schedule(st, compute.inputs, threads, consts=consts)
+                    trace += contraction_schedule(st, compute.inputs, target, consts=consts)
                     tiled.add(st.out)
                     continue
                 except (ValueError, StopIteration):
@@ -329,6 +333,6 @@ def _candidates(compute: Compute, threads: int, consts: frozenset[str]):
             if use_epilogue and st.reduce == "=" and len(producers) == 1:
                 trace.append(Epilogue(st.out, producers[0]))
                 continue
-            trace += simple_schedule(st, threads)
+            trace += simple_schedule(st, target)
         yield trace
     yield []
