@@ -11,9 +11,8 @@ from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import avx512_target, host_target
-from superopt.schedule.graph import default_schedules
 from superopt.runtime.kernel import build_kernel
+from superopt.runtime.target import avx512_target, host_target
 from superopt.schedule import (
     CacheWrite,
     ComputeAt,
@@ -30,6 +29,7 @@ from superopt.schedule import (
     trace_to_json,
 )
 from superopt.schedule.default import default_schedule
+from superopt.schedule.graph import default_schedules
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
