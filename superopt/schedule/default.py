@@ -9,6 +9,7 @@ most aggressive down; the first that lowers legally wins.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Binary, Unary
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target, host_target
+from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -89,8 +91,13 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
 
 
 def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
-                         consts: frozenset[str] | None = None) -> list[Primitive]:
-    """Register-tiled schedule for ``out += A[...] * B[...]``."""
+                         consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """Register-tiled schedule for ``out += A[...] * B[...]``: the ``tiled_contraction`` sketch.
+
+    Every parameter is a knob named ``<stage>.<role>``; without overrides each takes the heuristic's
+    value below. Loop nest (SSRSRS-like): outer spatial blocks (optionally with an outer reduction
+    block, ``k_tile``/``k_pos``), then the reductions, then rows x a vector of columns in registers."""
+    kn = knobs or KnobRecorder()
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
@@ -106,21 +113,30 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     weight_on_rows = consts is not None and a.tensor in consts and b.tensor not in consts \
         and math.prod(ext[d] for d in a_cols[-2:]) >= 2 * VECTOR
     weights_as_columns = bool(a_cols) and not _is_window(a) and (_is_window(b) or narrow or weight_on_rows)
+    if a_cols and not _is_window(a):
+        weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
     if weights_as_columns:
         # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
         # dims (output channels) instead, packed contiguous; the image is read as one broadcast scalar per
         # row, any bounds checks stay off the vector loop, and strided windows need no gathers. Likewise
         # when b's own columns are too few to fill vectors (a 7x7 image against 2048 output channels)
         a, b = b, a
-    n_dims = _own_dims(b, a, st)[-2:]  # fuse at most two column dims
+    own = _own_dims(b, a, st)
+    n_dims = own[-2:]  # fuse at most two column dims
+    if len(n_dims) == 2:
+        n_dims = own[-kn.get(f"{s}.col_dims", 2, (1, 2)):]
     if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
         n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
     if not n_dims:
         raise ValueError("no column dims")
+    reduce_dims = list(st.reduce_dims)
+    if 1 < len(reduce_dims) <= 3:
+        perms = [list(p) for p in itertools.permutations(reduce_dims)]
+        reduce_dims = perms[kn.get(f"{s}.red_order", 0, tuple(range(len(perms))))]
     prims: list[Primitive] = []
     # loop order: M dims, then N dims, then reductions
-    order = m_dims + n_dims + list(st.reduce_dims)
+    order = m_dims + n_dims + reduce_dims
     prims.append(Reorder(s, tuple(order)))
     extents = dict(ext)
     col = n_dims[0]
@@ -134,6 +150,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # few rows (capsule's 4x4 p): widen the tile so the broadcasts are reused across more columns;
         # 4 rows x 8 vectors (capsule votes: 345 -> 383 GFLOP/s) beats 4 x 4
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
+    width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
+                   + ([ncol] if ncol < 8 * VECTOR else []))
     if len(n_dims) > 1 and ncol > width:  # a fused loop splits by multiples of its inner extent
         inner_ext = ext[n_dims[-1]]
         width = inner_ext * max(1, width // inner_ext)
@@ -146,12 +164,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         col_i = col
     rows_o, row_i = None, None
     outer_m = list(m_dims)
+    factor = 1
+    row = None
     if m_dims:
         row = m_dims[-1]
         outer_m = m_dims[:-1]
         rows = 8  # rows x 2 vectors of accumulators: 8 x 2 uses 16 of AVX-512's 32 registers
-        if extents[row] > rows:
-            factor = _row_block(extents[row], rows)
+        factor = _row_block(extents[row], rows) if extents[row] > rows else extents[row]
+        factor = kn.get(f"{s}.rows", factor, [r for r in range(1, 17) if r <= extents[row]])
+        if extents[row] > factor:
             prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
             extents[rows_o] = math.ceil(extents[row] / factor)
@@ -161,25 +182,37 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # layer, deep conv layers): each panel then stays in cache across all rows and the operand is read
     # from memory once instead of once per row block
     panel_outer = _footprint(b, st) >= _footprint(a, st)
+    if col_o and (outer_m or rows_o):
+        panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
     if panel_outer:
         outer = ([col_o] if col_o else []) + outer_m + ([rows_o] if rows_o else [])
     else:
         outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
-    inner = list(st.reduce_dims) + ([row_i] if row_i else []) + [col_i]
+    # an outer block of the first reduction (GotoBLAS' kc): the operands' panels of k_tile stay in cache
+    # while the rows stream past; the register tile then accumulates a partial sum (init + read-modify-write)
+    r0 = reduce_dims[0]
+    k_tile = kn.get(f"{s}.k_tile", 0, [0] + divisor_like(ext[r0], 16, ext[r0] // 2, 8)) if ext[r0] >= 32 else 0
+    if k_tile and k_tile < ext[r0]:
+        prims.append(Split(s, r0, k_tile))
+        k_pos = kn.get(f"{s}.k_pos", len(outer), tuple(range(1, len(outer) + 1)) or (0,))
+        outer = outer[:k_pos] + [f"{r0}_o"] + outer[k_pos:]
+        reduce_dims = [f"{r0}_i"] + reduce_dims[1:]
+    inner = reduce_dims + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))
-    prims.append(CacheWrite(s, st.reduce_dims[0]))
-    if row_i:
+    prims.append(CacheWrite(s, reduce_dims[0]))
+    if row_i and kn.get(f"{s}.unroll", True, (True, False)):
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
-    if outer:
+    if outer and not outer[0].startswith(f"{r0}_o"):
         # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
         tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
         chain = [outer[0]]
         for lp in outer[1:]:
-            if chain[-1] in tailed or lp in tailed:
+            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o":
                 break
             chain.append(lp)
-        fprims, fname, _ = _fuse_chain(s, chain, extents, 4 * threads)
+        par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
+        fprims, fname, _ = _fuse_chain(s, chain, extents, par * threads)
         prims += fprims
         prims.append(Parallel(s, fname))
     # pack the column operand so the vector loop reads it contiguously
@@ -189,10 +222,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         cols = sorted((i for i, d in enumerate(axes) if d in n_dims), key=lambda i: n_dims.index(axes[i]))
         rest = [i for i in range(len(axes)) if i not in red and i not in cols]
         perm = tuple(rest + red + cols)
-        if perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts \
-                and 4 * _footprint(b, st) <= target.l2_bytes:
-            # a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
-            # costs more than it saves (a large one is still packed: its strided panels thrash the TLB)
+        worth = not (perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts
+                     and 4 * _footprint(b, st) <= target.l2_bytes)
+        # (a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
+        # costs more than it saves; a large one is still packed: its strided panels thrash the TLB)
+        if not kn.get(f"{s}.pack", worth, (True, False)):
             return prims
         if len(cols) == 1 and ncol > width:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
@@ -201,9 +235,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     return prims
 
 
-def transpose_schedule(st: Statement, target: Target) -> list[Primitive]:
-    """A pure copy whose input's contiguous axis is not the output's: 16 x 16 blocks, so both the
-    strided side and the contiguous side stay in L1 (attention's K transpose: 0.072 -> 0.033 ms)."""
+def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """A pure copy whose input's contiguous axis is not the output's: square blocks (``<stage>.block``,
+    a vector by default), so both the strided side and the contiguous side stay in L1 (attention's K
+    transpose: 0.072 -> 0.033 ms)."""
+    kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
     if st.reduce != "=" or not isinstance(st.expr, Access) or st.padding or len(st.out_dims) < 2:
@@ -215,9 +251,10 @@ def transpose_schedule(st: Statement, target: Target) -> list[Primitive]:
     d_in = src.dims[0]
     if ext[d_in] % VECTOR or ext[d_out] % VECTOR:
         raise ValueError("transpose extents are not multiples of the vector width")
+    block = kn.get(f"{s}.block", VECTOR, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
     outer = [d for d in st.out_dims if d not in (d_in, d_out)]
     blocks = (f"{d_out}_o", f"{d_in}_i", f"{d_out}_i")
-    prims: list[Primitive] = [Split(s, d_in, VECTOR), Split(s, d_out, VECTOR)]
+    prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block)]
     # (scalar copies: vectorizing either side of a block turns the other into gathers or scatters)
     if math.prod(ext[d] for d in outer) >= 2 * threads:
         fprims, fname, _ = _fuse_chain(s, outer, dict(ext), 4 * threads)
@@ -225,15 +262,17 @@ def transpose_schedule(st: Statement, target: Target) -> list[Primitive]:
     return prims + [Reorder(s, (f"{d_in}_o", *outer, *blocks)), Parallel(s, f"{d_in}_o")]
 
 
-def simple_schedule(st: Statement, target: Target, attached: bool = False) -> list[Primitive]:
-    """Parallel outer loops, vectorized innermost loop."""
+def simple_schedule(st: Statement, target: Target, attached: bool = False,
+                    knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks)."""
+    kn = knobs or KnobRecorder()
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
     loops = [d for d, _ in st.extents]
     if not attached:
         try:
-            return transpose_schedule(st, target)
+            return transpose_schedule(st, target, kn)
         except ValueError:
             pass
     prims: list[Primitive] = []
@@ -241,18 +280,20 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False) -> li
     last = st.out_dims[-1] if st.out_dims else None
     window = math.prod(ext[d] for d in st.reduce_dims)
     if (st.reduce_dims and last and inner != last and window <= 64 and ext[inner] < VECTOR
-            and 8 <= ext[last] <= 1024 and all(ix.coeff(last) in (0, 1) for a in st.expr.accesses() for ix in a.index)):
+            and 8 <= ext[last] <= 1024 and all(ix.coeff(last) in (0, 1) for a in st.expr.accesses() for ix in a.index)
+            and kn.get(f"{s}.row_window", True, (True, False))):
         # a small window (pooling, LRN): reduce into a row of accumulators vectorized along the output
         # row, instead of a short scalar reduction per output element (unit stride only: no gathers)
         prims += [Reorder(s, tuple(d for d in st.out_dims if d != last) + st.reduce_dims + (last,)),
                   CacheWrite(s, st.reduce_dims[0])]
         inner = last
-    if ext[inner] >= 4:
+    if ext[inner] >= 4 and kn.get(f"{s}.vectorize", True, (True, False)):
         prims.append(Vectorize(s, inner))
     if not attached:
         outer = [d for d in st.out_dims if d != inner]
         if outer:
-            fprims, fname, _ = _fuse_chain(s, outer, dict(ext), 4 * threads)
+            par = kn.get(f"{s}.par", 4, (1, 2, 4, 16, 64))
+            fprims, fname, _ = _fuse_chain(s, outer, dict(ext), par * threads)
             prims += fprims
             prims.append(Parallel(s, fname))
     return prims
@@ -260,7 +301,7 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False) -> li
 
 def default_schedule(compute: Compute, target: Target | None = None, constant_inputs: frozenset[str] | None = None
                      ) -> list[Primitive]:
-    """The first legal of a few candidate traces, most aggressive first.
+    """The first legal of the sketches, most aggressive first, each with the heuristic's knob values.
 
     ``constant_inputs``: the inputs known ahead of time (weights), packed once for free; a run-time
     input is only packed when the kernel would otherwise read it with a stride. None: all inputs.
@@ -269,8 +310,9 @@ def default_schedule(compute: Compute, target: Target | None = None, constant_in
 
     target = target or host_target()
     consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
-    for trace in _candidates(compute, target, consts):
+    for sketch in sketch_names(compute, target):
         try:
+            trace = build_sketch(compute, target, consts, sketch)
             lower(compute, trace, target)
             return trace
         except (ScheduleError, ValueError, KeyError, StopIteration):
@@ -278,61 +320,84 @@ def default_schedule(compute: Compute, target: Target | None = None, constant_in
     return []
 
 
-def _candidates(compute: Compute, target: Target, consts: frozenset[str]):
-    threads = target.threads
+ROWWISE, STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE = "rowwise", "stages+epilogue", "stages", "stages-simple", "naive"
+
+
+def sketch_names(compute: Compute, target: Target) -> list[str]:
+    """The sketches (structures) that apply to ``compute``, most aggressive first."""
     stmts = list(compute.statements)
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
-    # 1. every temporary computed row by row inside the last stage's outermost loop(s)
+    # every temporary computed row by row inside the last stage's outermost loop(s)
     # (a sum of squares such as Q[i] += D[i,r] * D[i,r] is a row reduction, not a contraction)
     contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(_product_accesses(t.expr) or [])) >= 2]
+    out = []
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
-            and final.extents[0][1] >= 2 * threads:
-        for depth in (1, 2):
-            if depth > len(final.out_dims) - 1:
-                break
-            trace: list[Primitive] = []
-            attach_loop = final.out_dims[depth - 1]
-            for t in temps:
-                per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
-                if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr):
-                    trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
-                    continue
-                trace.append(ComputeAt(t.out, final.out, attach_loop))
-                trace += simple_schedule(t, target, attached=True)
-            loops = [d for d, _ in final.extents]
-            trace.append(Parallel(final.out, loops[0]))
-            if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop:
-                trace.append(Vectorize(final.out, loops[-1]))
-            yield trace
-    # 2. per-stage schedules, contractions register-tiled, with elementwise epilogues (bias, activation,
-    #    residual add) applied at the register tile's write-back when they read it at their own index
-    for use_contraction, use_epilogue in ((True, True), (True, False), (False, False)):
-        trace = []
-        reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
-        tiled: set[str] = set()
-        inlined: set[str] = set()
-        for st in stmts:
-            reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
-            if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
-                consumers = [c for c in stmts if st.out in c.inputs()]
-                # a padded copy feeding a window stays a copy: inlined, its bounds checks would return
-                padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
-                if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
-                    trace.append(Inline(st.out))
-                    inlined.add(st.out)
-                    continue
-            if use_contraction and st.reduce == "+=":
-                try:
-                    trace += contraction_schedule(st, compute.inputs, target, consts=consts)
-                    tiled.add(st.out)
-                    continue
-                except (ValueError, StopIteration):
-                    pass
-            producers = sorted(reads[st.out] & tiled)
-            if use_epilogue and st.reduce == "=" and len(producers) == 1:
-                trace.append(Epilogue(st.out, producers[0]))
+            and final.extents[0][1] >= 2 * target.threads:
+        out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
+    return out + [STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE]
+
+
+def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketch: str,
+                 knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """The trace of ``sketch`` with ``knobs`` (the heuristic's values where not overridden).
+
+    Raises ValueError (or ScheduleError at lowering) when the sketch does not fit the compute."""
+    kn = knobs or KnobRecorder()
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    temps = [s for s in stmts if s.out not in compute.outputs]
+    if sketch.startswith(ROWWISE):
+        depth = int(sketch.split("@")[1])
+        trace: list[Primitive] = []
+        attach_loop = final.out_dims[depth - 1]
+        for t in temps:
+            per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
+            if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) \
+                    and kn.get(f"{t.out}.inline", True, (True, False)):
+                trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
                 continue
-            trace += simple_schedule(st, target)
-        yield trace
-    yield []
+            trace.append(ComputeAt(t.out, final.out, attach_loop))
+            trace += simple_schedule(t, target, attached=True, knobs=kn)
+        loops = [d for d, _ in final.extents]
+        trace.append(Parallel(final.out, loops[0]))
+        if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
+                and kn.get(f"{final.out}.vectorize", True, (True, False)):
+            trace.append(Vectorize(final.out, loops[-1]))
+        return trace
+    if sketch == NAIVE:
+        return []
+    # per-stage schedules, contractions register-tiled, with elementwise epilogues (bias, activation,
+    # residual add) applied at the register tile's write-back when they read it at their own index
+    use_contraction, use_epilogue = {STAGES_EPILOGUE: (True, True), STAGES: (True, False),
+                                     STAGES_SIMPLE: (False, False)}[sketch]
+    trace = []
+    reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
+    tiled: set[str] = set()
+    inlined: set[str] = set()
+    for st in stmts:
+        reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
+        if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
+            consumers = [c for c in stmts if st.out in c.inputs()]
+            # a padded copy feeding a window stays a copy: inlined, its bounds checks would return
+            padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
+            if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
+                trace.append(Inline(st.out))
+                inlined.add(st.out)
+                continue
+        if use_contraction and st.reduce == "+=":
+            try:
+                sub = KnobRecorder(kn.overrides)
+                trace += contraction_schedule(st, compute.inputs, target, consts=consts, knobs=sub)
+                kn.used.update(sub.used)
+                kn.domains.update(sub.domains)
+                tiled.add(st.out)
+                continue
+            except (ValueError, StopIteration):
+                pass
+        producers = sorted(reads[st.out] & tiled)
+        if use_epilogue and st.reduce == "=" and len(producers) == 1:
+            trace.append(Epilogue(st.out, producers[0]))
+            continue
+        trace += simple_schedule(st, target, knobs=kn)
+    return trace
