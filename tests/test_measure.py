@@ -3,6 +3,7 @@ schedule, slow compiler) are recorded with the right error code while the rest o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from superopt.codegen.c_emit import KernelSource
+from superopt.ir.canonical import workload_key
 from superopt.lang import compile_op
 from superopt.measure import (
     FORMAT_VERSION,
@@ -22,7 +24,8 @@ from superopt.measure import (
     records_path,
 )
 from superopt.runtime.compiler import CompilerConfig
-from superopt.schedule import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize
+from superopt.runtime.target import host_target
+from superopt.schedule import CacheWrite, Pack, Parallel, Reorder, Split, Unroll, Vectorize
 
 N = 64
 
@@ -132,7 +135,8 @@ def test_records_round_trip(mm, tmp_path):
     raw = json.loads(lines[0])
     assert raw["version"] == FORMAT_VERSION
     assert raw["target"]["threads"] == 2 and raw["target"]["cpu_model"] and raw["target"]["compiler"] == "gcc"
-    assert raw["workload"] == {"text": mm.text(), "digest": mm.digest()}
+    assert raw["workload"] == {"text": mm.text(), "digest": mm.digest(), "key": workload_key(mm, {"A", "B"})}
+    assert raw["constant_inputs"] == ["A", "B"]  # None given: every input constant, said explicitly
     assert raw["error_code"] == "OK" and raw["timings"]["median_s"] == res[0].median_s
     assert raw["timestamp"] > 0 and raw["source_sha256"] is None
 
@@ -167,3 +171,66 @@ def test_two_workers_hang_does_not_block_the_other(mm, tmp_path):
     E = ErrorCode
     want = [E.TIMEOUT, E.OK, E.OK, E.RUNTIME_ERROR, E.OK]
     assert [r.error_code for r in res] == want, [r.error_msg[:200] for r in res]
+
+
+# a matmul with few rows: packing the 512x512 weight costs about as much as the product itself
+PACKED = (Split("C", "j", 16), Reorder("C", ("j_o", "k", "i", "j_i")), CacheWrite("C", "k"), Unroll("C", "i"),
+          Vectorize("C", "j_i"), Pack("B", (0, 1), 1, 16))
+
+
+def test_runtime_packed_input_is_packed_inside_the_timing(tmp_path):
+    c = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (4, 512), "B": (512, 512)})
+    ds = tmp_path / "ds"
+    inputs = [MeasureInput(c, PACKED, constant_inputs=frozenset({"B"})),  # B a weight: packed once
+              MeasureInput(c, PACKED, constant_inputs=frozenset()),  # B computed at run time: packed per call
+              MeasureInput(c, PACKED[:-1], constant_inputs=frozenset())]  # nothing to pack
+    const, runtime, unpacked = measure(inputs, _cfg(tmp_path, dataset_dir=ds, repeats=5, min_repeat_s=0.01))
+    assert [r.error_code for r in (const, runtime, unpacked)] == [ErrorCode.OK] * 3, runtime.error_msg
+    # the per-call pack reads and writes 2 MiB (and allocates): clearly more than the 4-row product
+    assert runtime.median_s > 1.3 * const.median_s, (const.median_s, runtime.median_s)
+    recs = load_records(records_path(ds))
+    assert [r.constant_inputs for r in recs] == [("B",), (), ()]
+    assert recs[0].workload_key == workload_key(c, {"B"}) != recs[1].workload_key == workload_key(c, set())
+
+
+def test_target_reaches_lower_and_the_records(mm, tmp_path):
+    # a made-up target with one narrow vector register: TILED's 4x16 register tile is too large for it
+    tiny = dataclasses.replace(host_target(1), cpu_model="tiny test cpu", vector_bits=128, vector_registers=1)
+    ds = tmp_path / "ds"
+    res = measure([MeasureInput(mm, TILED), MeasureInput(mm, TILED[:2])], _cfg(tmp_path, target=tiny, dataset_dir=ds))
+    assert res[0].error_code is ErrorCode.ILLEGAL_SCHEDULE and "tile" in res[0].error_msg
+    assert res[1].error_code is ErrorCode.OK, res[1].error_msg
+    (r0, r1) = load_records(records_path(ds))
+    assert r0.target == r1.target == tiny.to_dict() and r0.target_key() == tiny.key()
+    # without a target: this machine with ``threads``
+    svc = MeasureService(_cfg(tmp_path, threads=2))
+    assert svc.target == host_target(2)
+
+
+def test_any_lower_failure_is_an_illegal_schedule(mm, tmp_path, monkeypatch):
+    import superopt.measure.service as service
+
+    def broken_lower(compute, trace, target=None):
+        raise KeyError("j_q")
+
+    monkeypatch.setattr(service, "lower", broken_lower)
+    (r,) = measure([MeasureInput(mm, TILED)], _cfg(tmp_path))
+    assert r.error_code is ErrorCode.ILLEGAL_SCHEDULE and "KeyError" in r.error_msg
+
+
+def test_misnamed_constant_input_is_an_error(mm, tmp_path):
+    with pytest.raises(ValueError, match="not inputs"):
+        measure([MeasureInput(mm, TILED, constant_inputs=frozenset({"W"}))], _cfg(tmp_path))
+
+
+def test_version_1_records_still_load(mm, tmp_path):
+    path = tmp_path / "old.jsonl"
+    v1 = {"version": 1, "workload": {"text": mm.text(), "digest": mm.digest()}, "trace": [],
+          "target": host_target(1).to_dict(), "timings": {"times_s": [0.5], "median_s": 0.5, "build_s": 0.1},
+          "error_code": "OK", "error_msg": "", "timestamp": 1.0, "source_sha256": None}
+    path.write_text(json.dumps(v1) + "\n")
+    (r,) = load_records(path)
+    assert r.version == 1 and r.constant_inputs is None and r.workload_key is None and r.median_s == 0.5
+    path.write_text(json.dumps(dict(v1, version=99)) + "\n" + json.dumps(v1) + "\n")
+    with pytest.raises(ValueError, match="version 99"):
+        load_records(path)

@@ -1,7 +1,10 @@
 """Measurement records: one JSON object per line, appended to ``<dataset_dir>/measurements.jsonl``.
 
-Each record holds the format version, the workload (canonical IR text and digest), the schedule trace,
-the target, the timings, the error code and message, and a timestamp. Appends take an exclusive
+Each record holds the format version, the workload (IR text and digest, as measured, plus the
+rename-invariant workload key of :mod:`superopt.ir.canonical`), which inputs were constants (packed
+once, outside the timing), the schedule trace, the target, the timings, the error code and message,
+and a timestamp. Version 1 records (before constant inputs and the workload key) still load: every
+input was constant then, which ``constant_inputs=None`` says. Appends take an exclusive
 ``flock`` so several processes may share one file; :func:`load_records` skips a truncated last line
 (a writer killed mid-append).
 """
@@ -17,7 +20,8 @@ from pathlib import Path
 
 from superopt.schedule.primitives import Primitive, trace_from_json, trace_to_json
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 RECORDS_FILE = "measurements.jsonl"
 
 
@@ -34,12 +38,20 @@ class MeasureRecord:
     build_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
     source_sha256: str | None = None  # set when a hand-written kernel source replaced codegen
+    constant_inputs: tuple[str, ...] | None = None  # sorted local names; None: all (version 1 records)
+    workload_key: str | None = None  # superopt.ir.canonical.workload_key (None in version 1 records)
     version: int = FORMAT_VERSION
+
+    def target_key(self) -> str:
+        from superopt.runtime.target import Target
+
+        return Target.from_dict(self.target).key()
 
     def to_json(self) -> str:
         return json.dumps({
             "version": self.version,
-            "workload": {"text": self.workload_text, "digest": self.workload_digest},
+            "workload": {"text": self.workload_text, "digest": self.workload_digest, "key": self.workload_key},
+            "constant_inputs": None if self.constant_inputs is None else list(self.constant_inputs),
             "trace": json.loads(trace_to_json(self.trace)),
             "target": self.target,
             "timings": {"times_s": list(self.times_s), "median_s": self.median_s, "build_s": self.build_s},
@@ -53,16 +65,18 @@ class MeasureRecord:
     @classmethod
     def from_dict(cls, d: dict) -> MeasureRecord:
         version = d.get("version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(f"unsupported measurement record version {version!r} "
-                             f"(expected {FORMAT_VERSION})")
+                             f"(this code reads {READABLE_VERSIONS})")
         tm = d["timings"]
+        consts = d.get("constant_inputs")
         return cls(
             workload_text=d["workload"]["text"], workload_digest=d["workload"]["digest"],
             trace=trace_from_json(json.dumps(d["trace"])), target=d["target"], error_code=d["error_code"],
             error_msg=d.get("error_msg", ""), times_s=tuple(tm.get("times_s", ())),
             median_s=tm.get("median_s"), build_s=tm.get("build_s", 0.0),
             timestamp=d["timestamp"], source_sha256=d.get("source_sha256"),
+            constant_inputs=None if consts is None else tuple(consts), workload_key=d["workload"].get("key"),
             version=version)
 
 

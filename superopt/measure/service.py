@@ -7,6 +7,11 @@ A kernel that crashes or hangs costs one recorded error: the worker is killed/re
 and the batch carries on. Each candidate's outputs are checked against the float64 reference
 interpreter on seeded random inputs before its timing counts.
 
+Timing matches how the graph executor runs a kernel: inputs named constant (graph constants) that
+the kernel packs are packed once before timing; run-time inputs the kernel packs are packed on
+every call inside the timed function. Everything is lowered, compiled and timed for one explicit
+:class:`~superopt.runtime.target.Target` (``MeasureConfig.target``), which the records carry.
+
 Use :class:`MeasureService` directly to keep workers (and the reference cache) alive across calls.
 """
 
@@ -30,19 +35,20 @@ import numpy as np
 from superopt.codegen.c_emit import KernelSource, emit_c
 from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp.reference import evaluate_compute
+from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.worker import recv_frame, send_frame
 from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
 from superopt.runtime.kernel import kernel_name
-from superopt.runtime.target import host_target
+from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
 
 
 class ErrorCode(Enum):
     OK = 0
-    ILLEGAL_SCHEDULE = 1  # lower() raised ScheduleError
-    COMPILE_ERROR = 2  # codegen or the C compiler failed
+    ILLEGAL_SCHEDULE = 1  # lower() rejected the trace (ScheduleError, or any other error lowering it)
+    COMPILE_ERROR = 2  # emitting C or the C compiler failed
     RUNTIME_ERROR = 3  # the kernel crashed its worker (or could not be loaded)
     TIMEOUT = 4  # build or run exceeded its limit
     WRONG_ANSWER = 5  # outputs differ from the reference interpreter
@@ -50,7 +56,7 @@ class ErrorCode(Enum):
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    threads: int = 1
+    threads: int = 1  # used only when ``target`` is None; otherwise the target's threads
     build_timeout_s: float = 60.0  # one compiler run (a batch, or one candidate)
     run_timeout_s: float = 10.0  # one candidate: load, correctness run, warm-up and all repeats
     warmup: int = 1
@@ -66,6 +72,10 @@ class MeasureConfig:
     worker_start_timeout_s: float = 60.0
     reference_cache: int = 8  # distinct workloads whose inputs/reference outputs are kept
     max_tasks_per_worker: int = 500  # a worker is recycled after this many (it keeps every library loaded)
+    target: Target | None = None  # None: this machine (host_target) with ``threads`` threads
+
+    def resolved_target(self) -> Target:
+        return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,18 @@ class MeasureInput:
     compute: Compute
     trace: tuple[Primitive, ...] | list[Primitive] = ()
     source: KernelSource | None = None  # hand-written kernel used instead of codegen (tests, baselines)
+    # inputs bound to constants (packed once, before timing); None: every input is constant. A run-time
+    # input the kernel packs is packed inside every timed call, as the graph executor does.
+    constant_inputs: frozenset[str] | None = None
+
+    def constants(self) -> frozenset[str]:
+        """The constant inputs, resolved (None means all of them)."""
+        if self.constant_inputs is None:
+            return frozenset(self.compute.inputs)
+        unknown = sorted(set(self.constant_inputs) - set(self.compute.inputs))
+        if unknown:
+            raise ValueError(f"constant input(s) {unknown} are not inputs of the compute {list(self.compute.inputs)}")
+        return frozenset(self.constant_inputs)
 
 
 @dataclass
@@ -201,7 +223,7 @@ class MeasureService:
             raise ValueError("MeasureConfig needs workers >= 1 and repeats >= 1")
         self._workers: list[_WorkerProc | None] = [None] * self.config.workers
         self._refs: OrderedDict[str, tuple[list[np.ndarray], list[np.ndarray]] | str] = OrderedDict()
-        self._target: dict | None = None
+        self._target: Target = self.config.resolved_target()
 
     def __enter__(self) -> MeasureService:
         return self
@@ -216,9 +238,7 @@ class MeasureService:
                 self._workers[i] = None
 
     @property
-    def target(self) -> dict:
-        if self._target is None:
-            self._target = host_target(self.config.threads, self.config.compiler.cc).to_dict()
+    def target(self) -> Target:
         return self._target
 
     # -- build ---------------------------------------------------------------------------------
@@ -230,9 +250,17 @@ class MeasureService:
                 sources[i] = inp.source
                 continue
             try:
-                sources[i] = emit_c(lower(inp.compute, inp.trace), kernel_name(inp.compute, inp.trace, i))
+                plan = lower(inp.compute, inp.trace, self._target)
             except ScheduleError as e:
                 results[i] = MeasureResult(ErrorCode.ILLEGAL_SCHEDULE, error_msg=str(e))
+                continue
+            except Exception as e:  # noqa: BLE001 - lower is meant to raise only ScheduleError; anything
+                # else it raises is still caused by this trace on this compute: the trace is unusable
+                results[i] = MeasureResult(ErrorCode.ILLEGAL_SCHEDULE,
+                                           error_msg=f"lower raised {type(e).__name__} (not ScheduleError): {e}")
+                continue
+            try:
+                sources[i] = emit_c(plan, kernel_name(inp.compute, inp.trace, i))
             except Exception as e:  # noqa: BLE001 - a codegen bug costs this candidate only
                 results[i] = MeasureResult(ErrorCode.COMPILE_ERROR, error_msg=f"codegen failed: {e!r}")
         return sources
@@ -242,7 +270,7 @@ class MeasureService:
         cc = replace(self.config.compiler, timeout_s=self.config.build_timeout_s)
         t0 = time.perf_counter()
         try:
-            path = compile_library([sources[i].code for i in idx], cc)
+            path = compile_library([sources[i].code for i in idx], cc, self._target)
         except CompileError as e:
             dt = time.perf_counter() - t0
             if len(idx) > 1:
@@ -290,7 +318,8 @@ class MeasureService:
                     results[i] = MeasureResult(ErrorCode.RUNTIME_ERROR, error_msg=ref, build_s=built[i][1])
                     continue
                 task = {"lib": built[i][0], "source": sources[i], "compute": inputs[i].compute,
-                        "digest": inputs[i].compute.digest(), "threads": cfg.threads, "rtol": cfg.rtol,
+                        "digest": inputs[i].compute.digest(), "threads": self._target.threads,
+                        "constants": sorted(inputs[i].constants()), "rtol": cfg.rtol,
                         "atol": cfg.atol, "warmup": cfg.warmup, "min_repeat_s": cfg.min_repeat_s,
                         "repeats": cfg.repeats}
                 for attempt in (0, 1):
@@ -342,6 +371,8 @@ class MeasureService:
 
     def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         inputs = list(inputs)
+        for inp in inputs:
+            inp.constants()  # a misnamed constant input is the caller's error, raised before any work
         results: list[MeasureResult | None] = [None] * len(inputs)
         sources = self._sources(inputs, results)
         built: dict[int, tuple] = {}
@@ -356,14 +387,17 @@ class MeasureService:
 
     def _record(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         now = time.time()
+        target = self._target.to_dict()
         recs = []
         for inp, r in zip(inputs, results, strict=True):
             sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
+            consts = inp.constants()
             recs.append(MeasureRecord(
                 workload_text=inp.compute.text(), workload_digest=inp.compute.digest(),
-                trace=tuple(inp.trace), target=self.target, error_code=r.error_code.name,
+                trace=tuple(inp.trace), target=target, error_code=r.error_code.name,
                 error_msg=r.error_msg, times_s=tuple(r.times_s), median_s=r.median_s,
-                build_s=r.build_s, timestamp=now, source_sha256=sha))
+                build_s=r.build_s, timestamp=now, source_sha256=sha,
+                constant_inputs=tuple(sorted(consts)), workload_key=workload_key(inp.compute, consts)))
         append_records(records_path(self.config.dataset_dir), recs)
 
 

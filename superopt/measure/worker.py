@@ -6,6 +6,10 @@ The parent talks to it over stdin/stdout with length-prefixed pickle frames (:fu
 cannot corrupt the protocol. A kernel that
 crashes kills only this process, and one that hangs is killed by the parent after its run timeout.
 
+Inputs are prepared as the graph executor prepares them: the task's ``constants`` (graph constants)
+are packed once before timing, a run-time input the kernel packs is packed again inside every
+timed call (a fresh buffer each time, as ``GraphExecutor`` does), other inputs are passed as they are.
+
 Protocol: the worker sends ``{"ready": True}`` once imported, then answers each task dict with one
 reply dict ``{"code": <ErrorCode name>, "times_s": [...], "msg": str}``.
 """
@@ -132,18 +136,37 @@ class Worker:
             kernel = CompiledKernel(lib, task["source"], compute)
             kernel.set_threads(task["threads"])
             # copies: a kernel that writes its inputs must not corrupt the cached ones
-            ins = kernel.prepare_inputs([x.copy() for x in inputs])
+            copies = [x.copy() for x in inputs]
+            ins = kernel.prepare_inputs(copies)  # packs every packed input once
+            consts = set(compute.inputs) if task.get("constants") is None else set(task["constants"])
+            per_call = [(k, name, copies[k]) for k, name in enumerate(compute.inputs)
+                        if name in kernel.pack_fns and name not in consts]
             outs = _fresh_outputs(compute)
         except Exception as e:  # noqa: BLE001 - any failure to set up is this candidate's runtime error
             return {"code": "RUNTIME_ERROR", "times_s": [], "msg": f"kernel setup failed: {e!r}"}
         args = ins + outs
-        kernel.run_raw(args)
+        run = _runner(kernel, args, per_call)
+        run()
         ok, msg = outputs_match(outs, refs, task["rtol"], task["atol"])
         if not ok:
             return {"code": "WRONG_ANSWER", "times_s": [], "msg": msg}
-        times = time_kernel(lambda: kernel.run_raw(args), task["warmup"], task["min_repeat_s"],
-                            task["repeats"])
+        times = time_kernel(run, task["warmup"], task["min_repeat_s"], task["repeats"])
         return {"code": "OK", "times_s": times, "msg": ""}
+
+
+def _runner(kernel, args: list[np.ndarray], per_call: list[tuple[int, str, np.ndarray]]):
+    """One call of the kernel as the executor makes it: run-time inputs in ``per_call`` (argument
+    slot, local name, unpacked array) are packed into fresh buffers first, every call."""
+    if not per_call:
+        return lambda: kernel.run_raw(args)
+
+    def run() -> None:
+        call = list(args)
+        for slot, name, src in per_call:
+            call[slot] = kernel.pack(name, src)
+        kernel.run_raw(call)
+
+    return run
 
 
 def main() -> None:
