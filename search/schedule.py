@@ -1,0 +1,311 @@
+"""Schedule search for one kernel: a bandit over sketches, evolution of knobs, measured in batches.
+
+Two layers, as in Ansor:
+- **Sketch level** (the structure): an upper-confidence-bound tree policy over the sketches that
+  fit the kernel (row-wise fusion, tiled stages with or without epilogues, ...): each batch's
+  proposals are split among sketches by their best measured speed plus an exploration bonus.
+- **Knob level** (the parameters): an evolutionary refinement. Parents are the fastest measured
+  points of a sketch; children are mutations (one or two knobs changed) and crossovers (each knob
+  from either parent), plus fresh random samples. Children are deduplicated by trace and must
+  lower legally; the cost model ranks them and the best of them (with a share picked at random,
+  for exploration) are measured.
+
+Every candidate is measured by the measurement service, which verifies it against the reference
+interpreter before its time counts. The default heuristic's point is measured first, so the
+report's speedup is over the default and the search can only improve on it. Budgets are trials and
+seconds; with the same seed and the same measurements the same candidates are proposed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from costmodel.base import Candidate, CostModel, RandomModel
+from superopt.codegen.lower import ScheduleError
+from superopt.ir.compute import Compute
+from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
+from superopt.runtime.target import Target
+from superopt.schedule.primitives import Primitive, trace_to_json
+from superopt.schedule.space import Point, ScheduleSpace
+
+STRATEGIES = ("evolutionary", "random")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    trials: int = 64  # measurements, the default's included
+    time_s: float | None = None  # wall-clock budget (checked between batches)
+    seed: int = 0
+    batch_size: int = 16
+    strategy: str = "evolutionary"  # or "random": uniform samples of the space (the baseline)
+    progress: bool = False  # a tqdm bar on stderr
+    parents: int = 6  # fastest points per sketch that breed
+    proposals: int = 96  # children generated per batch, ranked by the cost model
+    explore: float = 0.25  # share of each batch picked at random among the proposals
+    fresh: float = 0.15  # share of proposals that are fresh random samples
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown search strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
+        if self.trials < 1 or self.batch_size < 1:
+            raise ValueError("a search needs trials >= 1 and batch_size >= 1")
+
+
+class Measurer(Protocol):
+    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
+
+
+@dataclass(frozen=True)
+class Trial:
+    point: Point
+    trace: tuple[Primitive, ...]
+    seconds: float  # inf when it failed
+    error: str  # ErrorCode name
+
+
+@dataclass
+class SearchReport:
+    workload: str  # the compute's digest
+    default_s: float | None
+    best_s: float | None
+    best_trace: tuple[Primitive, ...]
+    best_point: Point | None
+    trials: int  # measurements made
+    failures: dict[str, int]  # ErrorCode name -> count
+    stop_reason: str
+    elapsed_s: float
+    history: list[tuple[int, float]] = field(default_factory=list)  # (measurements so far, best so far) per batch
+    log: list[Trial] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_s is None or self.best_s is None:
+            return None
+        return self.default_s / self.best_s
+
+    def best_after(self, n: int) -> float | None:
+        """The best time among the first ``n`` measurements (the default's included when it counts)."""
+        best = [t for k, t in self.history if k <= n]
+        return min(best) if best else None
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "default_s": self.default_s, "best_s": self.best_s,
+                "speedup": self.speedup, "best_trace": [repr(p) for p in self.best_trace],
+                "best_point": self.best_point.to_json() if self.best_point else None, "trials": self.trials,
+                "failures": self.failures, "stop_reason": self.stop_reason, "elapsed_s": self.elapsed_s,
+                "history": self.history}
+
+
+class ScheduleSearch:
+    """The search state of one kernel; :meth:`step` proposes and measures one batch.
+
+    ``tune_graph`` interleaves the steps of many kernels; :func:`search_compute` runs one to its budget."""
+
+    def __init__(self, compute: Compute, target: Target, config: SearchConfig, measurer: Measurer, *,
+                 constant_inputs: frozenset[str] | None = None, model: CostModel | None = None) -> None:
+        self.compute = compute
+        self.target = target
+        self.config = config
+        self.measurer = measurer
+        self.consts = frozenset(compute.inputs) if constant_inputs is None else frozenset(constant_inputs)
+        self.space = ScheduleSpace(compute, target, self.consts)
+        self.model: CostModel = model if model is not None else RandomModel(config.seed)
+        self.rng = random.Random(config.seed)
+        self.log: list[Trial] = []
+        self.seen: set[str] = set()
+        self.failures: Counter[str] = Counter()
+        self.history: list[tuple[int, float]] = []
+        self.default_s: float | None = None
+        self.best: Trial | None = None
+        self.started = time.perf_counter()
+        self.stop_reason = ""
+        self._stale = 0  # batches in a row that proposed nothing new
+
+    # -- budget ---------------------------------------------------------------------------------
+
+    @property
+    def trials(self) -> int:
+        return len(self.log)
+
+    def remaining(self) -> int:
+        return self.config.trials - self.trials
+
+    def done(self) -> bool:
+        if self.stop_reason:
+            return True
+        if self.remaining() <= 0:
+            self.stop_reason = f"trial budget spent ({self.config.trials} measurements)"
+        elif self.config.time_s is not None and time.perf_counter() - self.started >= self.config.time_s:
+            self.stop_reason = f"time budget spent ({self.config.time_s:.0f}s)"
+        elif self._stale >= 3:
+            self.stop_reason = f"space exhausted: no new legal candidate in 3 batches ({len(self.seen)} distinct)"
+        return bool(self.stop_reason)
+
+    # -- one batch --------------------------------------------------------------------------------
+
+    def step(self, n: int | None = None) -> list[Trial]:
+        """Propose up to ``n`` (default: batch size) new candidates, measure them, learn from them."""
+        if self.done():
+            return []
+        n = min(n or self.config.batch_size, self.remaining())
+        batch: list[tuple[Point, tuple[Primitive, ...]]] = []
+        if not self.log:  # the default heuristic's point first
+            p = self.space.default_point()
+            batch.append((p, self._legal(p) or ()))
+            self.seen.add(trace_to_json(batch[0][1]))
+        batch += self._propose(n - len(batch))
+        if not batch:
+            self._stale += 1
+            return []
+        self._stale = 0
+        return self._measure(batch, first_is_default=not self.log)
+
+    def _legal(self, p: Point) -> tuple[Primitive, ...] | None:
+        try:
+            return self.space.trace(p)
+        except ScheduleError:
+            return None
+
+    def _new(self, p: Point, out: dict[str, tuple[Point, tuple]]) -> None:
+        trace = self._legal(p)
+        if trace is None:
+            return
+        key = trace_to_json(trace)
+        if key not in self.seen and key not in out:
+            out[key] = (p, trace)
+
+    def _propose(self, n: int) -> list[tuple[Point, tuple[Primitive, ...]]]:
+        if n <= 0:
+            return []
+        cfg = self.config
+        pool: dict[str, tuple[Point, tuple]] = {}
+        tries = 0
+        if cfg.strategy == "random":
+            while len(pool) < n and tries < 40 * n:
+                tries += 1
+                self._new(self.space.sample(self.rng), pool)
+            return list(pool.values())
+        shares = self._sketch_shares(cfg.proposals)
+        for sketch, k in shares.items():
+            parents = self._parents(sketch)
+            made = tries = 0
+            while made < k and tries < 10 * k:
+                tries += 1
+                r = self.rng.random()
+                if not parents or r < cfg.fresh:
+                    child = self.space.sample(self.rng, sketch)
+                elif r < cfg.fresh + 0.25 and len(parents) > 1:
+                    a, b = self.rng.sample(parents, 2)
+                    child = self.space.mutate(self.space.crossover(a, b, self.rng), self.rng, 1) \
+                        if self.rng.random() < 0.3 else self.space.crossover(a, b, self.rng)
+                else:
+                    child = self.space.mutate(self.rng.choice(parents), self.rng, self.rng.choice((1, 1, 2)))
+                before = len(pool)
+                self._new(child, pool)
+                made += len(pool) > before
+        cands = list(pool.values())
+        if len(cands) <= n:
+            return cands
+        scores = np.asarray(self.model.predict([self._candidate(t) for _, t in cands]), dtype=float)
+        order = list(np.argsort(-scores, kind="stable"))
+        n_explore = int(round(n * cfg.explore))
+        chosen = order[: n - n_explore]
+        rest = order[n - n_explore:]
+        chosen += self.rng.sample(rest, min(n_explore, len(rest)))
+        return [cands[i] for i in chosen]
+
+    def _sketch_shares(self, total: int) -> dict[str, int]:
+        """Proposals per sketch: UCB1 over sketches, reward = default time / best time of the sketch."""
+        sketches = self.space.sketches
+        if len(sketches) == 1:
+            return {sketches[0]: total}
+        counts = Counter(t.point.sketch for t in self.log)
+        best: dict[str, float] = {}
+        for t in self.log:
+            if math.isfinite(t.seconds):
+                best[t.point.sketch] = min(best.get(t.point.sketch, math.inf), t.seconds)
+        ref = self.default_s or min(best.values(), default=1.0)
+        n_all = max(1, sum(counts.values()))
+        # an unvisited sketch gets a couple of samples first (it may have a single point: naive)
+        shares = {s: 2 for s in sketches if counts[s] == 0}
+        visited = [s for s in sketches if counts[s] > 0]
+        ucb = {s: (ref / best[s] if s in best else 0.0) + 0.5 * math.sqrt(math.log(n_all + 1) / counts[s])
+               for s in visited}
+        ranked = sorted(visited, key=lambda s: -ucb[s])
+        left = total - sum(shares.values())
+        # most proposals to the leading sketch, a few to the next two, so no branch starves
+        for s, share in zip(ranked, (0.7, 0.15, 0.15)):
+            shares[s] = max(1, int(left * share))
+        return shares
+
+    def _parents(self, sketch: str) -> list[Point]:
+        ok = sorted((t for t in self.log if t.point.sketch == sketch and math.isfinite(t.seconds)),
+                    key=lambda t: t.seconds)
+        return [t.point for t in ok[: self.config.parents]]
+
+    def _candidate(self, trace: tuple[Primitive, ...]) -> Candidate:
+        return Candidate(self.compute, trace, self.target, self.consts)
+
+    def _measure(self, batch: list[tuple[Point, tuple[Primitive, ...]]], first_is_default: bool) -> list[Trial]:
+        inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts) for _, trace in batch]
+        results = self.measurer.measure(inputs)
+        trials = []
+        for k, ((p, trace), r) in enumerate(zip(batch, results, strict=True)):
+            self.seen.add(trace_to_json(trace))
+            t = Trial(p, trace, r.cost, r.error_code.name)
+            trials.append(t)
+            self.log.append(t)
+            if not r.ok:
+                self.failures[r.error_code.name] += 1
+            if k == 0 and first_is_default:
+                self.default_s = r.median_s if r.ok else None
+                if self.config.strategy == "random":
+                    continue  # the random baseline's best is over its own samples only
+            if r.ok and (self.best is None or t.seconds < self.best.seconds):
+                self.best = t
+        self.model.update([self._candidate(t.trace) for t in trials], [t.seconds for t in trials])
+        if self.best is not None:
+            self.history.append((self.trials, self.best.seconds))
+        return trials
+
+    def report(self) -> SearchReport:
+        self.done()
+        b = self.best
+        return SearchReport(self.compute.digest(), self.default_s, b.seconds if b else None, b.trace if b else (),
+                            b.point if b else None, self.trials, dict(self.failures),
+                            self.stop_reason or "stopped by the caller", time.perf_counter() - self.started,
+                            list(self.history), list(self.log))
+
+
+def search_compute(compute: Compute, target: Target, config: SearchConfig | None = None, *,
+                   constant_inputs: frozenset[str] | None = None, service: Measurer | None = None,
+                   model: CostModel | None = None) -> SearchReport:
+    """Search schedules of one kernel within the budget; returns the report (best trace, stop reason)."""
+    config = config or SearchConfig()
+    own = service is None
+    if own:
+        service = MeasureService(MeasureConfig(threads=target.threads, target=target))
+    try:
+        s = ScheduleSearch(compute, target, config, service, constant_inputs=constant_inputs, model=model)
+        with tqdm(total=config.trials, disable=not config.progress, desc="search", unit="trial") as bar:
+            while not s.done():
+                got = s.step()
+                bar.update(len(got))
+                if s.best is not None:
+                    bar.set_postfix(best_ms=f"{s.best.seconds * 1e3:.3f}")
+        return s.report()
+    finally:
+        if own:
+            service.close()
+
+
+__all__ = ["SearchConfig", "SearchReport", "ScheduleSearch", "Trial", "search_compute", "ErrorCode"]

@@ -1,0 +1,152 @@
+"""The schedule space of one kernel: sketches (structure) x knobs (parameters).
+
+A :class:`Point` names a sketch and assigns its knobs; :meth:`ScheduleSpace.trace` turns it into a
+replayable trace of primitives. The default heuristic is one point of the space
+(:meth:`ScheduleSpace.default_point`), so a search that starts from it can only improve on it.
+Knobs are named by stage and role (``C.rows``, ``C.width``), never by loop name, so changing one
+never invalidates another; an assignment that does not fit is rejected with ``ScheduleError``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from superopt.codegen.lower import ScheduleError, lower
+from superopt.ir.compute import Compute
+from superopt.runtime.target import Target
+from superopt.schedule.default import build_sketch, sketch_names
+from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.primitives import Primitive
+
+
+@dataclass(frozen=True)
+class Point:
+    """A sketch and a knob assignment (knobs not named take the heuristic's value)."""
+
+    sketch: str
+    knobs: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def of(sketch: str, knobs: Mapping[str, Any] | None = None) -> Point:
+        return Point(sketch, tuple(sorted((knobs or {}).items())))
+
+    @property
+    def knob_map(self) -> dict[str, Any]:
+        return dict(self.knobs)
+
+    def to_json(self) -> str:
+        return json.dumps({"sketch": self.sketch, "knobs": dict(self.knobs)}, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Point:
+        d = json.loads(text)
+        return Point.of(d["sketch"], d.get("knobs", {}))
+
+
+def check(compute: Compute, trace: Sequence[Primitive], target: Target) -> None:
+    """Raise ``ScheduleError`` (and nothing else) when ``trace`` is not a legal schedule of ``compute``."""
+    try:
+        lower(compute, trace, target)
+    except ScheduleError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to lower is an illegal schedule, with its reason
+        raise ScheduleError(f"illegal schedule: {type(e).__name__}: {e}") from e
+
+
+class ScheduleSpace:
+    """Sketches that fit ``compute`` on ``target`` and the domains of their knobs."""
+
+    def __init__(self, compute: Compute, target: Target, constant_inputs: frozenset[str] | None = None) -> None:
+        self.compute = compute
+        self.target = target
+        self.consts = frozenset(compute.inputs) if constant_inputs is None else frozenset(constant_inputs)
+        self.sketches: list[str] = []
+        self._default: Point | None = None
+        for name in sketch_names(compute, target):
+            try:
+                trace = build_sketch(compute, target, self.consts, name)
+                check(compute, trace, target)
+            except (ScheduleError, ValueError, KeyError, StopIteration):
+                continue
+            self.sketches.append(name)
+            if self._default is None:
+                self._default = Point.of(name)
+        if not self.sketches:
+            self.sketches = ["naive"]
+            self._default = Point.of("naive")
+
+    def default_point(self) -> Point:
+        """The default heuristic as a point of this space."""
+        assert self._default is not None
+        return self._default
+
+    def resolve(self, point: Point) -> tuple[tuple[Primitive, ...], dict[str, Any], dict[str, tuple]]:
+        """(trace, knobs used with their values, their domains); raises ScheduleError if it does not fit."""
+        kn = KnobRecorder(point.knob_map)
+        try:
+            trace = tuple(build_sketch(self.compute, self.target, self.consts, point.sketch, kn))
+        except ScheduleError:
+            raise
+        except (ValueError, KeyError, IndexError, StopIteration) as e:
+            raise ScheduleError(f"sketch {point.sketch!r} does not fit with knobs {point.knob_map}: {e}") from e
+        return trace, kn.used, kn.domains
+
+    def trace(self, point: Point) -> tuple[Primitive, ...]:
+        """The point's trace, checked legal (``ScheduleError`` otherwise)."""
+        trace = self.resolve(point)[0]
+        check(self.compute, trace, self.target)
+        return trace
+
+    def normalize(self, point: Point) -> Point:
+        """The same schedule with exactly the knobs its sketch uses (unused ones dropped)."""
+        _, used, _ = self.resolve(point)
+        return Point.of(point.sketch, used)
+
+    def domains(self, point: Point) -> dict[str, tuple]:
+        return self.resolve(point)[2]
+
+    def sample(self, rng: random.Random, sketch: str | None = None) -> Point:
+        """A random knob assignment of ``sketch`` (random sketch if None). Structural knobs decide
+        which other knobs exist, so assignment repeats until the set of knobs is stable."""
+        sketch = sketch or rng.choice(self.sketches)
+        chosen: dict[str, Any] = {}
+        for _ in range(4):
+            try:
+                _, used, domains = self.resolve(Point.of(sketch, chosen))
+            except ScheduleError:
+                break
+            new = [k for k in domains if k not in chosen]
+            if not new:
+                break
+            for k in new:
+                chosen[k] = rng.choice(domains[k])
+        return Point.of(sketch, chosen)
+
+    def mutate(self, point: Point, rng: random.Random, n: int = 1) -> Point:
+        """Change ``n`` knobs to other values of their domains (or, rarely, switch sketch)."""
+        if len(self.sketches) > 1 and rng.random() < 0.05:
+            return self.sample(rng, rng.choice([s for s in self.sketches if s != point.sketch]))
+        try:
+            _, used, domains = self.resolve(point)
+        except ScheduleError:
+            return self.sample(rng, point.sketch)
+        knobs = dict(used)
+        names = [k for k in domains if len(domains[k]) > 1]
+        if not names:
+            return self.sample(rng)
+        for k in rng.sample(names, min(n, len(names))):
+            others = [v for v in domains[k] if v != knobs.get(k)]
+            knobs[k] = rng.choice(others)
+        return Point.of(point.sketch, knobs)
+
+    def crossover(self, a: Point, b: Point, rng: random.Random) -> Point:
+        """Each knob from one parent or the other (same sketch; otherwise a copy of ``a``)."""
+        if a.sketch != b.sketch:
+            return a
+        ka, kb = a.knob_map, b.knob_map
+        knobs = {k: (ka if rng.random() < 0.5 else kb).get(k, ka.get(k, kb.get(k))) for k in set(ka) | set(kb)}
+        return Point.of(a.sketch, {k: v for k, v in knobs.items() if v is not None})

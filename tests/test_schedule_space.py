@@ -1,0 +1,130 @@
+"""The schedule space: the default is one point; random knob assignments are either rejected with
+ScheduleError (and nothing else) or compile and match the reference; points round-trip."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from superopt.codegen.lower import ScheduleError
+from superopt.lang import compile_op
+from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.target import avx512_target, host_target
+from superopt.schedule.default import default_schedule
+from superopt.schedule.graph import constant_inputs
+from superopt.schedule.primitives import CacheWrite, Fuse, Split
+from superopt.schedule.space import Point, ScheduleSpace, check
+from superopt.testing.op_table import CASES, case_graph, case_reference
+
+MATMUL = "C[i,j] += A[i,k] * B[k,j]"
+CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
+
+
+@pytest.mark.parametrize("target", [host_target(2), avx512_target(2)], ids=["host", "avx512"])
+def test_default_heuristic_is_a_point_of_the_space(target):
+    for case in CASES:
+        graph, _ = case_graph(case)
+        for n in graph.nodes:
+            if n.is_extern:
+                continue
+            consts = constant_inputs(graph, n)
+            space = ScheduleSpace(n.op, target, consts)
+            assert list(space.trace(space.default_point())) == default_schedule(n.op, target, consts), case.name
+
+
+def test_knobs_are_named_by_role_and_change_one_thing():
+    c = compile_op(MATMUL, {"A": (96, 80), "B": (80, 200)})
+    space = ScheduleSpace(c, host_target(2))
+    base = space.default_point()
+    _, used, domains = space.resolve(base)
+    assert {"C.rows", "C.width", "C.k_tile", "C.panel_outer"} <= set(used)
+    rows = next(r for r in domains["C.rows"] if r != used["C.rows"])
+    changed = Point.of(base.sketch, {**used, "C.rows": rows})
+    _, used2, _ = space.resolve(changed)
+    assert used2["C.rows"] == rows
+    assert {k: v for k, v in used2.items() if k != "C.rows"} == {k: v for k, v in used.items() if k != "C.rows"}
+    lanes = host_target(2).lanes()
+    assert Split("C", "i", rows) in space.trace(changed) and used["C.width"] % lanes == 0
+
+
+def test_point_json_round_trip_and_normalize():
+    c = compile_op(MATMUL, {"A": (64, 64), "B": (64, 64)})
+    space = ScheduleSpace(c, host_target(2))
+    rng = random.Random(3)
+    for _ in range(10):
+        p = space.sample(rng)
+        assert Point.from_json(p.to_json()) == p
+        assert space.trace(space.normalize(p)) == space.trace(p)
+
+
+def test_check_raises_only_schedule_error():
+    c = compile_op(MATMUL, {"A": (32, 48), "B": (48, 40)})
+    t = host_target(2)
+    bad = [[CacheWrite("C", "k"), Split("C", "j", 8), Fuse("C", "j_o", "j_i"), Split("C", "j_o_j_i", 3)],
+           [Split("C", "i", 0)], [Fuse("C", "i", "k")], [CacheWrite("C", "nope")]]
+    for trace in bad:
+        with pytest.raises(ScheduleError):
+            check(c, trace, t)
+
+
+def test_knob_values_outside_the_domain_are_rejected_with_schedule_error():
+    c = compile_op(MATMUL, {"A": (64, 64), "B": (64, 64)})
+    space = ScheduleSpace(c, host_target(2))
+    with pytest.raises(ScheduleError):
+        space.trace(Point.of(space.default_point().sketch, {"C.rows": 64, "C.width": 64}))  # 4096-element tile
+    with pytest.raises(ScheduleError):
+        space.trace(Point.of("no-such-sketch"))
+
+
+SETTINGS = settings(max_examples=2, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_knob_assignments_compile_and_match_reference(case, seed, kernel_cache):
+    """Every random point of the space is either rejected with ScheduleError or correct."""
+    graph, feed = case_graph(case)
+    target = host_target(2)
+    rng = random.Random(seed)
+    schedules = {}
+    for n in graph.nodes:
+        if n.is_extern:
+            continue
+        space = ScheduleSpace(n.op, target, constant_inputs(graph, n))
+        point = space.sample(rng)
+        try:
+            schedules[n.name] = space.trace(point)
+        except ScheduleError:
+            schedules[n.name] = space.trace(space.default_point())
+    ex = GraphExecutor(graph, schedules, ExecutorConfig(threads=2, compiler=kernel_cache, target=target))
+    out = ex(feed)
+    for o, ref in zip(graph.outputs, case_reference(case)):
+        np.testing.assert_allclose(out[o], ref, rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-5),
+                                   err_msg=f"schedules {schedules}")
+
+
+@settings(max_examples=3, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_points_of_capsule_votes(seed, kernel_cache):
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+
+    c = compile_op(CAPSULE, {"P": (2, 7, 7, 4, 4, 4), "W": (3, 3, 4, 6, 4, 4)})
+    target = host_target(2)
+    space = ScheduleSpace(c, target)
+    rng = random.Random(seed)
+    traces = []
+    while len(traces) < 4:
+        try:
+            traces.append(space.trace(space.sample(rng)))
+        except ScheduleError:
+            continue
+    args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, target)):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
