@@ -1,0 +1,174 @@
+"""Tune every kernel of a graph within one budget, shared by expected gain (Ansor's task scheduler).
+
+Kernels with the same rename-invariant workload key are one task (weight = how many nodes use it).
+A task already tuned for the target in the database is not searched again. The others first get one
+batch each (their default schedule is measured first), then each next batch goes to the task whose
+expected saving is largest: weight x its best time x its recent relative improvement (plus a small
+optimism bonus that shrinks with the batches it had). Every measurement is appended to the database
+as it is made, so an interrupted run loses nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from tqdm import tqdm
+
+from search.database import TuningDatabase, TuningRecord
+from search.schedule import ScheduleSearch, SearchConfig
+from superopt.ir.canonical import workload_key
+from superopt.ir.compute import Compute
+from superopt.ir.flops import flop_count
+from superopt.ir.graph import Graph
+from superopt.measure import MeasureConfig, MeasureService
+from superopt.runtime.target import Target
+from superopt.schedule.default import default_schedule
+from superopt.schedule.graph import constant_inputs
+from superopt.schedule.primitives import Primitive
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    trials: int = 200  # measurements over all kernels of the graph
+    time_s: float | None = None  # wall-clock budget
+    seed: int = 0
+    batch_size: int = 16
+    strategy: str = "evolutionary"  # or "random"
+    progress: bool = True  # a tqdm bar on stderr
+
+
+@dataclass
+class KernelTuneResult:
+    nodes: list[str]
+    workload_key: str
+    flops: int
+    default_s: float | None
+    best_s: float | None
+    best_trace: tuple[Primitive, ...]
+    measured: int  # measurements made in this run
+    from_database: bool  # already tuned for this target: nothing measured
+    stop_reason: str
+    failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.default_s / self.best_s if self.default_s and self.best_s else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["best_trace"] = [repr(p) for p in self.best_trace]
+        d["speedup"] = self.speedup
+        return d
+
+
+@dataclass
+class GraphTuneReport:
+    kernels: list[KernelTuneResult]
+    measured: int
+    elapsed_s: float
+    stop_reason: str
+
+    def to_dict(self) -> dict:
+        return {"kernels": [k.to_dict() for k in self.kernels], "measured": self.measured,
+                "elapsed_s": self.elapsed_s, "stop_reason": self.stop_reason}
+
+
+@dataclass
+class _Task:
+    key: str
+    compute: Compute
+    consts: frozenset[str]
+    nodes: list[str]
+    search: ScheduleSearch | None = None
+    result: KernelTuneResult | None = None
+    batches: int = 0
+    bests: list[float] = field(default_factory=list)  # best seconds after each batch
+
+    def priority(self) -> float:
+        """Expected seconds saved per batch: weight x best time x recent relative improvement."""
+        if not self.bests or not math.isfinite(self.bests[-1]):
+            return math.inf if not self.bests else 0.0
+        best = self.bests[-1]
+        prev = self.bests[-3] if len(self.bests) >= 3 else self.bests[0]
+        gain = max(0.0, (prev - best) / prev) if math.isfinite(prev) else 0.0
+        return len(self.nodes) * best * (gain + 0.2 / math.sqrt(self.batches))
+
+
+def graph_tasks(graph: Graph) -> list[_Task]:
+    """One task per distinct workload key among the compute nodes (in graph order)."""
+    tasks: dict[str, _Task] = {}
+    for n in graph.nodes:
+        if n.is_extern:
+            continue
+        consts = constant_inputs(graph, n)
+        key = workload_key(n.op, consts)
+        if key in tasks:
+            tasks[key].nodes.append(n.name)
+        else:
+            tasks[key] = _Task(key, n.op, consts, [n.name])
+    return list(tasks.values())
+
+
+def _from_database(task: _Task, target: Target, db: TuningDatabase) -> KernelTuneResult | None:
+    best = db.best(task.key, target)
+    if best is None:
+        return None
+    default = tuple(default_schedule(task.compute, target, task.consts))
+    default_s = min((r.median_s for r in db.records(task.key, target) if r.ok and r.trace == default), default=None)
+    return KernelTuneResult(task.nodes, task.key, flop_count(task.compute), default_s, best.median_s, best.trace, 0,
+                            True, "already tuned for this target (database)")
+
+
+def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: TuningDatabase,
+               measure: MeasureConfig | None = None) -> GraphTuneReport:
+    """Search schedules for every kernel of ``graph`` (kernels canonicalized) within one budget."""
+    started = time.perf_counter()
+    tasks = graph_tasks(graph)
+    todo = []
+    for t in tasks:
+        t.result = _from_database(t, target, database)
+        if t.result is None:
+            todo.append(t)
+    if not todo:
+        return GraphTuneReport([t.result for t in tasks], 0, time.perf_counter() - started,
+                               f"nothing to measure: all {len(tasks)} kernels already tuned for this target")
+    mcfg = measure or MeasureConfig(threads=target.threads, target=target)
+    measured = 0
+    stop = ""
+    with MeasureService(mcfg) as service, \
+            tqdm(total=config.trials, disable=not config.progress, desc="tune", unit="trial") as bar:
+        for i, t in enumerate(todo):
+            t.search = ScheduleSearch(t.compute, target, SearchConfig(
+                trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
+                strategy=config.strategy), service, constant_inputs=t.consts)
+        while True:
+            if measured >= config.trials:
+                stop = f"trial budget spent ({config.trials} measurements)"
+                break
+            if config.time_s is not None and time.perf_counter() - started >= config.time_s:
+                stop = f"time budget spent ({config.time_s:.0f}s)"
+                break
+            live = [t for t in todo if not t.search.done()]
+            if not live:
+                stop = "every kernel's search stopped by itself"
+                break
+            task = max(live, key=lambda t: (t.priority(), -todo.index(t)))
+            trials = task.search.step(min(config.batch_size, config.trials - measured))
+            task.batches += 1
+            task.bests.append(task.search.best.seconds if task.search.best else math.inf)
+            measured += len(trials)
+            bar.update(len(trials))
+            bar.set_postfix(kernel=task.nodes[0][:20])
+            database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
+                                          tr.seconds if tr.error == "OK" else None, task.consts) for tr in trials])
+    for t in todo:
+        rep = t.search.report()
+        t.result = KernelTuneResult(t.nodes, t.key, flop_count(t.compute), rep.default_s, rep.best_s, rep.best_trace,
+                                    rep.trials, False, rep.stop_reason if t.search.stop_reason else stop,
+                                    rep.failures)
+    return GraphTuneReport([t.result for t in tasks], measured, time.perf_counter() - started, stop)
+
+
+__all__ = ["TuneConfig", "KernelTuneResult", "GraphTuneReport", "tune_graph", "graph_tasks"]
