@@ -1,0 +1,50 @@
+"""Print this machine's FMA ceiling and streaming memory bandwidth (superopt.measure.peak).
+
+    python benchmarks/peak.py [--threads 2] [--refresh] [--seconds 0.3] [--json]
+
+Results are cached per target under the compiler cache directory; --refresh measures again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from superopt.measure.peak import fma_peak_gflops, measure_bandwidth  # noqa: E402
+from superopt.runtime.target import host_target  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=0.3, help="time budget of the FMA measurement")
+    ap.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    target = host_target(args.threads)
+    peak = fma_peak_gflops(target, seconds=args.seconds, refresh=args.refresh)
+    bw = measure_bandwidth(target, refresh=args.refresh)
+    if args.json:
+        print(json.dumps({"target": target.to_dict(), "target_key": target.key(), "fma": peak.to_dict(),
+                          "fma_from_cache": peak.from_cache, "implied_ghz": peak.implied_ghz(target.fma_units),
+                          "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache}, indent=1))
+        return 0
+    cached = lambda r: " (cached)" if r.from_cache else ""  # noqa: E731
+    print(f"target: {target.describe()}")
+    print(f"FMA ceiling{cached(peak)}: {peak.gflops:.1f} GFLOP/s with {peak.threads} thread(s), "
+          f"{peak.gflops_1t:.1f} with one (x{peak.scaling:.2f}); {peak.vector_bits}-bit vectors, "
+          f"{peak.accumulators} chains per thread, implied clock {peak.implied_ghz(target.fma_units):.2f} GHz "
+          f"at {target.fma_units} FMA pipes; measured {peak.measured_at}")
+    print(f"memory bandwidth{cached(bw)}: triad {bw.triad_gbs:.1f} GB/s, copy {bw.copy_gbs:.1f} GB/s "
+          f"({bw.threads} thread(s), 3 x {bw.array_bytes >> 20} MiB arrays); measured {bw.measured_at}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

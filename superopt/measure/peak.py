@@ -1,0 +1,308 @@
+"""The machine's ceilings for rooflines: peak FMA throughput and streaming memory bandwidth.
+
+:func:`fma_peak_gflops` compiles (through the project's own compiler path, so with the target's
+flags) a kernel that runs ``A`` independent vector FMA chains on every OpenMP thread
+(``acc[j] = acc[j] * m + c`` over GCC vector extensions sized from ``target.vector_bits``); enough
+accumulators cover FMA latency x pipes, so the loop is bound by FMA throughput alone. The
+accumulators are written out, so nothing is optimized away, and ``m``/``c`` are run-time arguments,
+so nothing is constant-folded. GFLOP/s = threads x iterations x A x lanes x 2 / seconds (best of a
+few repeats: a ceiling, not a typical value).
+
+:func:`memory_bandwidth_gbs` times a STREAM-style triad ``a[i] = b[i] + s * c[i]`` over three
+buffers much larger than the last-level cache (bytes counted as STREAM does: 2 reads + 1 write).
+
+Both results are cached per :meth:`Target.key` as small JSON files under the compiler cache
+directory (``<cache_dir>/peak/``); ``refresh=True`` measures again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from superopt.runtime.buffers import aligned_empty
+from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
+from superopt.runtime.target import Target
+
+CACHE_VERSION = 1
+RETRIES = 3  # extra all-thread measurements when the scaling over one thread looks poor
+GOOD_SCALING = 0.9  # of linear
+FMA_LATENCY_CYCLES = 4  # upper end for current x86 cores (Zen, Skylake and later); sizes the chains
+
+
+@dataclass(frozen=True)
+class PeakResult:
+    gflops: float  # all ``threads`` threads
+    gflops_1t: float  # one thread
+    threads: int
+    cores: int
+    vector_bits: int
+    lanes: int  # float32 per vector
+    accumulators: int  # independent vector FMA chains per thread
+    iterations: int  # per thread, of the timed run
+    seconds: float  # the best timed run, all threads
+    measured_at: str = ""
+    from_cache: bool = False
+
+    @property
+    def scaling(self) -> float:
+        """All-threads throughput over one thread's."""
+        return self.gflops / self.gflops_1t if self.gflops_1t > 0 else 0.0
+
+    @property
+    def ceiling_gflops(self) -> float:
+        """The roofline's compute ceiling: the measured all-thread peak, or one thread's peak times the
+        threads (up to the cores) where a busy shared machine held the all-thread run below that."""
+        return max(self.gflops, self.gflops_1t * min(self.threads, self.cores))
+
+    @property
+    def flops_per_iteration(self) -> int:
+        """Per thread and loop iteration: accumulators x lanes x 2 (multiply + add)."""
+        return self.accumulators * self.lanes * 2
+
+    def implied_ghz(self, fma_units: int) -> float:
+        """The clock one thread's throughput implies with ``fma_units`` vector FMA pipes per core."""
+        return self.gflops_1t / (fma_units * self.lanes * 2)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("from_cache")
+        return d
+
+
+@dataclass(frozen=True)
+class BandwidthResult:
+    triad_gbs: float  # a = b + s*c, 12 bytes per element (STREAM convention)
+    copy_gbs: float  # a = b, 8 bytes per element
+    threads: int
+    array_bytes: int  # each of the three arrays
+    measured_at: str = ""
+    from_cache: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("from_cache")
+        return d
+
+
+# -- C sources --------------------------------------------------------------------------------------
+
+
+def accumulator_count(target: Target) -> int:
+    """Independent chains: latency x pipes with room to spare, leaving registers for m and c."""
+    return max(2, min(FMA_LATENCY_CYCLES * target.fma_units + 4, target.vector_registers - 4))
+
+
+def fma_source(lanes: int, accumulators: int) -> str:
+    """``so_fma_peak(iters, m, c, init, out)``: ``accumulators`` vector chains of FMAs per thread.
+
+    Thread ``t``'s chain ``j`` starts from ``init + t*A*lanes + j*lanes + lane`` in each lane and runs
+    ``x = x*m + c`` ``iters`` times; its final vectors go to ``out[(t*A + j)*lanes + lane]``.
+    Returns the number of threads that ran."""
+    a = accumulators
+    decl = "\n".join(f"        vf a{j} = base + (vf){{{', '.join(str(j * lanes + k) + '.0f' for k in range(lanes))}}};"
+                     for j in range(a))
+    body = "\n".join(f"            a{j} = a{j} * vm + vc;" for j in range(a))
+    store = "\n".join(f"        memcpy(out + ((long)t * {a} + {j}) * {lanes}, &a{j}, sizeof(vf));" for j in range(a))
+    return f"""
+typedef float vf __attribute__((vector_size({lanes * 4})));
+int so_fma_peak(long iters, float m, float c, float init, float *out) {{
+    int nthreads = 1;
+    #pragma omp parallel
+    {{
+        int t = omp_get_thread_num();
+        #pragma omp single
+        nthreads = omp_get_num_threads();
+        vf vm = (vf){{0}} + m, vc = (vf){{0}} + c;
+        vf base = (vf){{0}} + (init + (float)(t * {a * lanes}));
+{decl}
+        for (long i = 0; i < iters; i++) {{
+{body}
+        }}
+{store}
+    }}
+    return nthreads;
+}}
+"""
+
+
+BANDWIDTH_SOURCE = """
+void so_triad(long n, float s, float *restrict a, const float *restrict b, const float *restrict c) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+void so_copy(long n, float *restrict a, const float *restrict b) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) a[i] = b[i];
+}
+void so_fill(long n, float v, float *restrict a) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) a[i] = v + (float)(i & 1023);
+}
+"""
+
+
+# -- cache ----------------------------------------------------------------------------------------------
+
+
+def _cache_path(kind: str, target: Target, compiler: CompilerConfig) -> Path:
+    return Path(compiler.cache_dir) / "peak" / f"{kind}-{target.key()}.json"
+
+
+def _load_cached(path: Path, cls: type) -> object | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("version") != CACHE_VERSION:
+        return None
+    names = {f.name for f in fields(cls)} - {"from_cache"}
+    try:
+        return cls(**{k: d[k] for k in names}, from_cache=True)
+    except (KeyError, TypeError):
+        return None
+
+
+def _store(path: Path, result: PeakResult | BandwidthResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{time.time_ns()}.tmp")
+    tmp.write_text(json.dumps({"version": CACHE_VERSION, **result.to_dict()}, indent=1))
+    tmp.replace(path)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+# -- FMA ceiling ----------------------------------------------------------------------------------------
+
+
+class FmaKernel:
+    """The compiled FMA-chain kernel of one target (vector width, accumulator count)."""
+
+    def __init__(self, target: Target, compiler: CompilerConfig | None = None) -> None:
+        self.target = target
+        self.lanes = target.lanes("float32")
+        self.accumulators = accumulator_count(target)
+        so = compile_library([fma_source(self.lanes, self.accumulators)], compiler or CompilerConfig(), target)
+        self.lib = load_library(so)
+        self.lib.so_fma_peak.restype = ctypes.c_int
+        self.lib.so_fma_peak.argtypes = [ctypes.c_long, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+                                         ctypes.c_void_p]
+
+    def run(self, iterations: int, threads: int, m: float = 0.999, c: float = 1e-3,
+            init: float = 0.0) -> tuple[np.ndarray, int]:
+        """Run once; returns the accumulators (threads, accumulators, lanes) and the threads that ran."""
+        self.lib.so_set_threads(ctypes.c_int(threads))
+        out = aligned_empty((threads, self.accumulators, self.lanes), np.float32)
+        out.fill(np.nan)
+        ran = self.lib.so_fma_peak(iterations, m, c, init, out.ctypes.data)
+        return out[:ran], ran
+
+    def gflops(self, threads: int, seconds: float, repeats: int = 5) -> tuple[float, int, float]:
+        """Best GFLOP/s over ``repeats`` runs of about ``seconds / repeats`` each; also the iteration
+        count and time of the best run."""
+        iters = 1 << 12
+        while True:  # calibrate: double until a run lasts 20 ms
+            t0 = time.perf_counter()
+            _, ran = self.run(iters, threads)
+            dt = time.perf_counter() - t0
+            if dt >= 0.02 or iters >= 1 << 40:
+                break
+            iters *= 2
+        iters = max(1, int(iters * (seconds / max(repeats, 1)) / dt))
+        best = (0.0, iters, 0.0)
+        for _ in range(max(repeats, 1)):
+            t0 = time.perf_counter()
+            _, ran = self.run(iters, threads)
+            dt = time.perf_counter() - t0
+            g = ran * iters * self.accumulators * self.lanes * 2 / dt / 1e9
+            if g > best[0]:
+                best = (g, iters, dt)
+        return best
+
+
+def fma_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, seconds: float = 0.3,
+                    refresh: bool = False) -> PeakResult:
+    """Peak float32 FMA GFLOP/s with ``target.threads`` threads (and with one), cached per target."""
+    compiler = compiler or CompilerConfig()
+    path = _cache_path("fma", target, compiler)
+    if not refresh:
+        cached = _load_cached(path, PeakResult)
+        if cached is not None:
+            return cached
+    k = FmaKernel(target, compiler)
+    g1, iters, dt = k.gflops(1, seconds / 2)
+    g = g1
+    if target.threads > 1:
+        g, iters, dt = k.gflops(target.threads, seconds / 2)
+        # a shared machine steals cores at random: a ceiling is the best observed, so retry a poor scaling
+        for _ in range(RETRIES):
+            if g >= GOOD_SCALING * min(target.threads, target.cores) * g1:
+                break
+            g, iters, dt = max((g, iters, dt), k.gflops(target.threads, seconds / 2))
+    res = PeakResult(g, g1, target.threads, target.cores, target.vector_bits, k.lanes, k.accumulators, iters, dt, _now())
+    _store(path, res)
+    return res
+
+
+# -- memory bandwidth -----------------------------------------------------------------------------------
+
+
+def _bandwidth_lib(target: Target, compiler: CompilerConfig) -> ctypes.CDLL:
+    lib = load_library(compile_library([BANDWIDTH_SOURCE], compiler, target))
+    lib.so_triad.argtypes = [ctypes.c_long, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.so_copy.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    lib.so_fill.argtypes = [ctypes.c_long, ctypes.c_float, ctypes.c_void_p]
+    for f in (lib.so_triad, lib.so_copy, lib.so_fill):
+        f.restype = None
+    return lib
+
+
+def default_array_bytes(target: Target) -> int:
+    """Each of the three arrays: 4x the last-level cache, at least 64 MiB."""
+    return max(4 * target.l3_bytes, 64 << 20)
+
+
+def measure_bandwidth(target: Target, compiler: CompilerConfig | None = None, *, array_bytes: int | None = None,
+                      repeats: int = 5, refresh: bool = False) -> BandwidthResult:
+    """Streaming triad and copy bandwidth (best of ``repeats``) with ``target.threads`` threads, cached."""
+    compiler = compiler or CompilerConfig()
+    path = _cache_path("bandwidth", target, compiler)
+    if not refresh and array_bytes is None:
+        cached = _load_cached(path, BandwidthResult)
+        if cached is not None:
+            return cached
+    nbytes = array_bytes or default_array_bytes(target)
+    n = nbytes // 4
+    lib = _bandwidth_lib(target, compiler)
+    lib.so_set_threads(ctypes.c_int(target.threads))
+    a, b, c = (aligned_empty((n,), np.float32) for _ in range(3))
+    for i, x in enumerate((a, b, c)):  # first touch by the threads that stream it
+        lib.so_fill(n, float(i), x.ctypes.data)
+    triad = copy = 0.0
+    for _ in range(max(repeats, 1)):
+        t0 = time.perf_counter()
+        lib.so_triad(n, 3.0, a.ctypes.data, b.ctypes.data, c.ctypes.data)
+        triad = max(triad, 12 * n / (time.perf_counter() - t0) / 1e9)
+        t0 = time.perf_counter()
+        lib.so_copy(n, a.ctypes.data, b.ctypes.data)
+        copy = max(copy, 8 * n / (time.perf_counter() - t0) / 1e9)
+    res = BandwidthResult(triad, copy, target.threads, 4 * n, _now())
+    if array_bytes is None:
+        _store(path, res)
+    return res
+
+
+def memory_bandwidth_gbs(target: Target, compiler: CompilerConfig | None = None, *, refresh: bool = False) -> float:
+    """Streaming (triad) memory bandwidth in GB/s with ``target.threads`` threads, cached per target."""
+    return measure_bandwidth(target, compiler, refresh=refresh).triad_gbs
+
+
+__all__ = ["PeakResult", "BandwidthResult", "FmaKernel", "fma_peak_gflops", "measure_bandwidth",
+           "memory_bandwidth_gbs", "accumulator_count", "fma_source"]

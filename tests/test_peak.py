@@ -1,0 +1,85 @@
+"""The machine ceilings of superopt.measure.peak: the FMA kernel computes its chains, the ceiling is
+positive and scales sanely with threads, the bandwidth kernel streams, and both cache round-trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from superopt.measure import peak
+from superopt.measure.peak import FmaKernel, fma_peak_gflops, measure_bandwidth, memory_bandwidth_gbs
+from superopt.runtime.compiler import CompilerConfig
+from superopt.runtime.target import host_target
+
+
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory) -> CompilerConfig:
+    return CompilerConfig(cache_dir=tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.fixture(scope="module")
+def kernel(compiler) -> FmaKernel:
+    return FmaKernel(host_target(2), compiler)
+
+
+def _start(k: FmaKernel, threads: int, init: float) -> np.ndarray:
+    t, j, lane = np.meshgrid(np.arange(threads), np.arange(k.accumulators), np.arange(k.lanes), indexing="ij")
+    return init + (t * k.accumulators + j) * k.lanes + lane
+
+
+def test_fma_chains_are_computed(kernel):
+    # x <- x*1 + 0.5, 1000 times: every lane of every chain of every thread ends at its start + 500, exactly
+    out, ran = kernel.run(1000, threads=2, m=1.0, c=0.5, init=3.0)
+    assert ran == 2
+    np.testing.assert_array_equal(out, (_start(kernel, 2, 3.0) + 500).astype(np.float32))
+    # x <- x*2 + 0, 10 times: the multiply is computed too (exact powers of two)
+    out, ran = kernel.run(10, threads=1, m=2.0, c=0.0, init=1.0)
+    assert ran == 1
+    np.testing.assert_array_equal(out, (_start(kernel, 1, 1.0) * 1024).astype(np.float32))
+
+
+def test_chain_count_covers_latency_and_pipes():
+    t = host_target(2)
+    assert peak.accumulator_count(t) >= peak.FMA_LATENCY_CYCLES * t.fma_units
+    assert peak.accumulator_count(t) <= t.vector_registers - 2
+    assert f"vector_size({t.lanes() * 4})" in peak.fma_source(t.lanes(), peak.accumulator_count(t))
+
+
+def test_ceiling_positive_and_scaling_sane(compiler):
+    t = host_target(2)
+    r = fma_peak_gflops(t, compiler, seconds=0.05, refresh=True)
+    assert r.gflops > 0 and r.gflops_1t > 0 and not r.from_cache
+    assert (r.threads, r.vector_bits, r.lanes) == (2, t.vector_bits, t.lanes())
+    # one thread reaches at least a tenth of a plausible single pipe at 1 GHz (no scalar fallback)
+    assert r.gflops_1t >= 0.1 * r.lanes * 2
+    # a shared 2-core machine may steal a core at any moment: assert only what cannot flake
+    assert r.scaling >= 0.3
+    assert r.ceiling_gflops >= r.gflops
+    assert r.iterations > 0 and r.seconds > 0
+
+
+def test_fma_cache_round_trips(compiler):
+    t = host_target(1)
+    first = fma_peak_gflops(t, compiler, seconds=0.02, refresh=True)
+    again = fma_peak_gflops(t, compiler, seconds=0.02)
+    assert again.from_cache and not first.from_cache
+    assert replace(again, from_cache=False) == first
+    path = peak._cache_path("fma", t, compiler)
+    assert json.loads(path.read_text())["gflops"] == first.gflops
+    path.write_text("{not json")  # a corrupt cache file is measured again
+    assert not fma_peak_gflops(t, compiler, seconds=0.02).from_cache
+    other = replace(t, vector_bits=128)  # another target key, another entry
+    assert peak._cache_path("fma", other, compiler) != path
+
+
+def test_bandwidth_streams_and_caches(compiler, monkeypatch):
+    t = host_target(2)
+    r = measure_bandwidth(t, compiler, array_bytes=4 << 20, repeats=2)
+    assert r.triad_gbs > 0 and r.copy_gbs > 0 and r.array_bytes == 4 << 20
+    monkeypatch.setattr(peak, "default_array_bytes", lambda target: 2 << 20)
+    gbs = memory_bandwidth_gbs(t, compiler, refresh=True)
+    cached = measure_bandwidth(t, compiler)
+    assert cached.from_cache and cached.triad_gbs == gbs
