@@ -9,9 +9,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from superopt.codegen.linexpr import Lin
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, Expr, map_expr, substitute_dims
+from superopt.ir.expr import Access, Affine, DivMod, Expr, map_expr, substitute_dims
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 from superopt.runtime.target import Target, host_target
@@ -52,8 +51,8 @@ class Loop:
 class Stage:
     stmt: Statement
     loops: list[Loop]
-    dims: dict[str, Lin]  # dim -> linear expression over loop atoms
-    tails: list[tuple[Lin, int]] = field(default_factory=list)  # each: lin < limit
+    dims: dict[str, Affine]  # dim -> linear expression over loop variables (and div/mod atoms of fused ones)
+    tails: list[tuple[Affine, int]] = field(default_factory=list)  # each: lin < limit
     cache_at: str | None = None
     attach: tuple[str, str] | None = None  # (consumer stage, consumer loop)
     bound: dict[str, str] = field(default_factory=dict)  # my out dim -> consumer loop var
@@ -178,12 +177,16 @@ def _inline(statements: list[Statement], prim: Inline, outputs: Sequence[str]) -
 def _new_stage(st: Statement) -> Stage:
     red = set(st.reduce_dims)
     loops = [Loop(d, n, d in red) for d, n in st.extents]
-    return Stage(st, loops, {d: Lin.var(d) for d, _ in st.extents})
+    return Stage(st, loops, {d: Affine.var(d) for d, _ in st.extents})
 
 
-def _substitute(stage: Stage, var: str, repl: Lin) -> None:
-    stage.dims = {d: e.substitute(var, repl) if var in e.vars() else e for d, e in stage.dims.items()}
-    stage.tails = [(e.substitute(var, repl) if var in e.vars() else e, lim) for e, lim in stage.tails]
+def _substitute(stage: Stage, var: str, repl: Affine, prim: Primitive) -> None:
+    try:
+        stage.dims = {d: e.substitute({var: repl}) if var in e.vars() else e for d, e in stage.dims.items()}
+        stage.tails = [(e.substitute({var: repl}) if var in e.vars() else e, lim) for e, lim in stage.tails]
+    except ValueError as err:  # a div/mod atom of ``var`` that ``repl`` cannot be pushed through
+        raise ScheduleError(f"{prim}: loop {var!r} is part of a fused loop that this primitive cannot "
+                            f"rewrite ({err})") from err
 
 
 def _fresh(stage: Stage, base: str) -> str:
@@ -238,18 +241,18 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         lp = stage.loop(p.loop, p)
         if p.factor < 1:
             raise ScheduleError(f"{p}: factor must be positive")
-        fused_atoms = [a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, tuple) and a[1] == p.loop]
-        if any(lp.extent % a[2] == 0 and p.factor % a[2] for a in fused_atoms):
+        fused_atoms = [a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == p.loop]
+        if any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms):
             raise ScheduleError(f"{p}: splitting fused loop {p.loop!r} needs a factor that is a multiple of "
-                                f"{sorted({a[2] for a in fused_atoms})}")
+                                f"{sorted({a.divisor for a in fused_atoms})}")
         k = stage.index_of(p.loop)
         outer, inner = _fresh(stage, f"{p.loop}_o"), _fresh(stage, f"{p.loop}_i")
         n_outer = math.ceil(lp.extent / p.factor)
         stage.loops[k:k + 1] = [Loop(outer, n_outer, lp.reduce), Loop(inner, min(p.factor, lp.extent), lp.reduce)]
-        repl = Lin.of({outer: p.factor, inner: 1})
+        repl = Affine.of({outer: p.factor, inner: 1})
         if lp.extent % p.factor and p.factor < lp.extent:
             stage.tails.append((repl, lp.extent))
-        _substitute(stage, p.loop, repl)
+        _substitute(stage, p.loop, repl, p)
     elif isinstance(p, Reorder):
         names = [lp.name for lp in stage.loops]
         for n in p.order:
@@ -272,14 +275,14 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         name = _fresh(stage, f"{p.outer}_{p.inner}")
         stage.loops[ia:ib + 1] = [Loop(name, a.extent * b.extent, a.reduce)]
         if b.extent == 1:  # no div/mod atoms for a unit loop: they could not be split again
-            _substitute(stage, p.outer, Lin.var(name))
-            _substitute(stage, p.inner, Lin.of({}))
+            _substitute(stage, p.outer, Affine.var(name), p)
+            _substitute(stage, p.inner, Affine.of({}), p)
         elif a.extent == 1:
-            _substitute(stage, p.outer, Lin.of({}))
-            _substitute(stage, p.inner, Lin.var(name))
+            _substitute(stage, p.outer, Affine.of({}), p)
+            _substitute(stage, p.inner, Affine.var(name), p)
         else:
-            _substitute(stage, p.outer, Lin.var(("/", name, b.extent)))
-            _substitute(stage, p.inner, Lin.var(("%", name, b.extent)))
+            _substitute(stage, p.outer, Affine.var(DivMod("/", name, b.extent)), p)
+            _substitute(stage, p.inner, Affine.var(DivMod("%", name, b.extent)), p)
     elif isinstance(p, Vectorize):
         stage.loop(p.loop, p).vector = True
     elif isinstance(p, Parallel):
@@ -388,7 +391,7 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
     if loop not in names:
         raise ScheduleError(f"{prim}: {cname} has no loop {loop!r}")
     outer = c.loops[: names.index(loop) + 1]
-    plain = {lp.name for lp in outer if c.dims.get(lp.name) == Lin.var(lp.name)}
+    plain = {lp.name for lp in outer if c.dims.get(lp.name) == Affine.var(lp.name)}
     bound: dict[str, str] = {}
     first = True
     for r in readers:
@@ -415,7 +418,7 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
     s.bound = bound
     # bound dims: drop their loops (they must not have been split)
     for d in bound:
-        if s.dims.get(d) != Lin.var(d) or d not in [lp.name for lp in s.loops]:
+        if s.dims.get(d) != Affine.var(d) or d not in [lp.name for lp in s.loops]:
             raise ScheduleError(f"{prim}: loop {d!r} of {s.name} is bound by the consumer and must stay whole")
     s.loops = [lp for lp in s.loops if lp.name not in bound]
     size = math.prod(n for d, n in zip(s.stmt.out_dims, s.stmt.out_shape) if d not in bound)

@@ -1,6 +1,7 @@
 """Scalar expressions evaluated at one point of a statement's iteration space.
 
-An index into a tensor is an :class:`Affine` combination of named dimensions; values are built
+An index into a tensor is an :class:`Affine` combination of named dimensions (the same class, with
+:class:`DivMod` atoms, indexes lowered loop nests); values are built
 from tensor accesses, constants, index values and the operators below, grouped by kind.
 """
 
@@ -19,31 +20,69 @@ COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 @dataclass(frozen=True)
-class Affine:
-    """sum(coeff * dim) + const, with integer coefficients; terms sorted by dim name, no zeros."""
+class DivMod:
+    """``var / divisor`` (op ``"/"``, floor quotient) or ``var % divisor`` (op ``"%"``): the two parts of
+    a loop variable fused from an outer and an inner loop (``outer = f / n_inner``, ``inner = f % n_inner``)."""
 
-    terms: tuple[tuple[str, int], ...] = ()
+    op: str
+    var: str
+    divisor: int
+
+    def __str__(self) -> str:
+        return f"({self.var} {self.op} {self.divisor})"
+
+
+Atom = str | DivMod  # a dimension / loop variable name, or a quotient or remainder of one
+
+
+def _atom_order(atom: Atom) -> tuple[int, str]:
+    """Names first, by name; then div/mod atoms by the text of ``(op, var, divisor)`` (the printed order
+    of generated C depends on it, so it never changes)."""
+    if isinstance(atom, str):
+        return 0, atom
+    return 1, repr((atom.op, atom.var, atom.divisor))
+
+
+@dataclass(frozen=True)
+class Affine:
+    """sum(coeff * atom) + const with integer coefficients: the one linear index expression of the code base.
+
+    In the IR an atom is a named dimension; in lowered loop nests it is a loop variable or a
+    :class:`DivMod` of one (left by a fuse). Terms are sorted (names by name, then div/mod atoms) and
+    have no zero coefficients, so equal expressions are equal objects."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
 
     @staticmethod
-    def of(terms: Mapping[str, int] | None = None, const: int = 0) -> Affine:
+    def of(terms: Mapping[Atom, int] | None = None, const: int = 0) -> Affine:
         terms = {d: int(c) for d, c in (terms or {}).items() if c != 0}
-        return Affine(tuple(sorted(terms.items())), int(const))
+        return Affine(tuple(sorted(terms.items(), key=lambda kv: _atom_order(kv[0]))), int(const))
 
     @staticmethod
-    def dim(name: str) -> Affine:
+    def dim(name: Atom) -> Affine:
         return Affine(((name, 1),), 0)
 
-    def coeff(self, dim: str) -> int:
-        return dict(self.terms).get(dim, 0)
+    var = dim  # a loop variable (or div/mod atom) with coefficient 1
+
+    def coeff(self, atom: Atom) -> int:
+        return dict(self.terms).get(atom, 0)
 
     @property
-    def dims(self) -> tuple[str, ...]:
+    def map(self) -> dict[Atom, int]:
+        return dict(self.terms)
+
+    @property
+    def dims(self) -> tuple[Atom, ...]:
         return tuple(d for d, _ in self.terms)
+
+    def vars(self) -> set[str]:
+        """The variables the expression depends on (also those inside div/mod atoms)."""
+        return {a if isinstance(a, str) else a.var for a, _ in self.terms}
 
     @property
     def is_plain_dim(self) -> bool:
-        return self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1
+        return self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1 and isinstance(self.terms[0][0], str)
 
     def __add__(self, other: Affine) -> Affine:
         t = dict(self.terms)
@@ -55,28 +94,68 @@ class Affine:
         return Affine.of({d: c * k for d, c in self.terms}, self.const * k)
 
     def substitute(self, mapping: Mapping[str, Affine]) -> Affine:
+        """Replace variables by expressions; a div/mod atom of a replaced variable is rewritten when the
+        replacement is ``m*outer + inner`` with ``m`` a multiple of the divisor (else ValueError)."""
         out = Affine.of({}, self.const)
         for d, c in self.terms:
-            out = out + (mapping[d].scale(c) if d in mapping else Affine.of({d: c}))
+            if isinstance(d, str):
+                out = out + (mapping[d].scale(c) if d in mapping else Affine.of({d: c}))
+            elif d.var in mapping:
+                out = out + _split_divmod(d, mapping[d.var]).scale(c)
+            else:
+                out = out + Affine.of({d: c})
         return out
 
+    def simplify(self) -> Affine:
+        """Fold ``k*(v/k)*c + (v%k)*c`` into ``v*c`` (a fused loop over contiguous axes keeps unit stride)."""
+        t = self.map
+        for a in list(t):
+            if isinstance(a, DivMod) and a.op == "%" and a in t:
+                d = DivMod("/", a.var, a.divisor)
+                c = t[a]
+                if t.get(d) == c * a.divisor:
+                    del t[a], t[d]
+                    t[a.var] = t.get(a.var, 0) + c
+        return Affine.of(t, self.const)
+
     def bounds(self, extents: Mapping[str, int]) -> tuple[int, int]:
-        """Smallest and largest value over the box 0 <= dim < extent."""
+        """Smallest and largest value over the box 0 <= var < extent (KeyError for a variable not in it)."""
         lo = hi = self.const
         for d, c in self.terms:
-            top = c * (extents[d] - 1)
-            lo += min(0, top)
-            hi += max(0, top)
+            if isinstance(d, str):
+                top = extents[d] - 1
+            elif d.op == "%":
+                top = d.divisor - 1
+            else:
+                top = (extents[d.var] - 1) // d.divisor
+            lo += min(0, c * top)
+            hi += max(0, c * top)
         return lo, hi
 
     def __str__(self) -> str:
         s = ""
         for d, c in self.terms:
-            term = d if abs(c) == 1 else f"{abs(c)}*{d}"
+            term = str(d) if abs(c) == 1 else f"{abs(c)}*{d}"
             s += ("-" if c < 0 else ("+" if s else "")) + term
         if self.const or not s:
             s += f"+{self.const}" if (s and self.const > 0) else str(self.const)
         return s
+
+
+def _split_divmod(atom: DivMod, repl: Affine) -> Affine:
+    """(v / k) or (v % k) with v = m*outer + inner, m a multiple of k (and inner < m)."""
+    k = atom.divisor
+    terms = repl.map
+    inner = [a for a, c in terms.items() if c == 1 and isinstance(a, str)]
+    for i in inner:
+        rest = {a: c for a, c in terms.items() if a != i}
+        if len(rest) == 1 and repl.const == 0:
+            (outer, m), = rest.items()
+            if isinstance(outer, str) and m % k == 0:
+                if atom.op == "/":
+                    return Affine.of({outer: m // k, DivMod("/", i, k): 1})
+                return Affine.of({DivMod("%", i, k): 1})
+    raise ValueError(f"cannot substitute {atom.var} = {repl} under {atom}")
 
 
 class Expr:

@@ -1,0 +1,64 @@
+"""The C prelude every generated library starts with: headers, NaN-exact max/min, vectorizable
+exp/erf/sigmoid, floor modulo, thread control."""
+
+PRELUDE = r"""#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#define SO_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SO_MIN(a, b) ((a) < (b) ? (a) : (b))
+static inline float so_maxf(float a, float b) { return a != a ? a : (a > b ? a : b); }
+static inline float so_minf(float a, float b) { return a != a ? a : (a < b ? a : b); }
+static inline double so_max(double a, double b) { return a != a ? a : (a > b ? a : b); }
+static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
+/* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp). Branch-free:
+   n = round(x / ln 2) by the 1.5 * 2^23 trick (floorf would block if-converted vectorization), and
+   2^(n-1) is built in the exponent bits through memcpy (a union pun also blocks it); the polynomial's
+   coefficients are doubled to make up the 2. Clamping at 89 lets large x overflow to +inf by itself,
+   below -87 the scale is 0, and NaN flows through. */
+static inline float so_expf(float x) {
+    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 3.9751383000e-4f;
+    p = p * r + 2.7963999014e-3f;
+    p = p * r + 1.6666903815e-2f;
+    p = p * r + 8.3331591788e-2f;
+    p = p * r + 3.3333330918e-1f;
+    p = p * r + 1.0000000240e+0f;
+    p = p * (r * r) + (r * 2.0f + 2.0f);
+    int32_t bits = ((int32_t)n + 126) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+/* erf for float32 that GCC vectorizes: odd/even rational approximation on [-4, 4] (the one of Eigen and
+   XLA), max error 3.3e-7 against the exact erf; libm's erff is a scalar call */
+static inline float so_erff(float a) {
+    float x = a > 4.0f ? 4.0f : (a < -4.0f ? -4.0f : a);
+    float x2 = x * x;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 + -2.10102402082508e-06f;
+    p = p * x2 + -5.69250639462346e-05f;
+    p = p * x2 + -7.34990630326855e-04f;
+    p = p * x2 + -2.95459980854025e-03f;
+    p = p * x2 + -1.60960333262415e-02f;
+    p = p * x;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 + -2.13374055278905e-04f;
+    q = q * x2 + -1.68282697438203e-03f;
+    q = q * x2 + -7.37332916720468e-03f;
+    q = q * x2 + -1.42647390514189e-02f;
+    return a != a ? a : p / q;
+}
+static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + so_expf(-x)); }
+static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t so_modl(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+void so_set_threads(int n) { omp_set_num_threads(n); }
+int so_get_threads(void) { return omp_get_max_threads(); }
+"""

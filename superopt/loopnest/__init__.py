@@ -1,0 +1,41 @@
+"""The loop-nest IR: one explicit, target-independent tree per kernel, between lowering and printing.
+
+``lower(compute, trace, target)`` applies a schedule (a :class:`~superopt.codegen.lower.KernelPlan`);
+:func:`build_loopnest` turns the plan into a :class:`LoopNest` holding every structural decision
+(loops with kinds and tail bounds, allocations, init / accumulate / write-back / epilogue,
+flattened accesses with strides). Printers (C now, CUDA later) and the cost-model feature extractor
+walk this tree; see :mod:`superopt.loopnest.walk`.
+
+Modules: ``index`` (accesses, flat indices, strides), ``values`` (typed scalar values), ``loop``,
+``alloc``, ``statements``, ``kernel`` (the root and pack routines), ``build`` (plan -> nest),
+``walk`` (traversal and summaries).
+"""
+
+from superopt.loopnest.alloc import Alloc, Fill
+from superopt.loopnest.build import build_loopnest
+from superopt.loopnest.index import BufferAccess, FlatIndex, GuardCond, InBounds, RegisterRef, WrappedTerm
+from superopt.loopnest.kernel import Joined, LoopNest, PackNest, Param
+from superopt.loopnest.loop import Loop, LoopKind, ReductionClause, TailLimit
+from superopt.loopnest.statements import (
+    Accumulate,
+    Assign,
+    CombineLanes,
+    Epilogue,
+    Guard,
+    Node,
+    RestoreNan,
+    Scope,
+    SplitIndex,
+    StageNest,
+    WriteBack,
+)
+from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value, op_counts
+from superopt.loopnest.walk import AccessVisit, Visit, accesses, allocations, statement_ops, walk
+
+__all__ = [
+    "Accumulate", "AccessVisit", "Alloc", "Assign", "BufferAccess", "CombineLanes", "Epilogue", "Fill", "FlatIndex",
+    "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
+    "Node", "Op", "PackNest", "Param", "ReductionClause", "RegisterRef", "RestoreNan", "Scope", "SplitIndex",
+    "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
+    "build_loopnest", "op_counts", "statement_ops", "walk",
+]

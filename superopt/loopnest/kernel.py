@@ -1,0 +1,75 @@
+"""The root of a loop nest: kernel arguments, workspace, stage nests, pack routines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from superopt.codegen.lower import PackLayout
+from superopt.loopnest.alloc import Alloc
+from superopt.loopnest.statements import StageNest
+
+
+@dataclass(frozen=True)
+class Param:
+    """Kernel argument ``index``: a contiguous row-major buffer (an input is read-only)."""
+
+    name: str
+    dtype: str
+    is_input: bool
+    index: int
+
+
+@dataclass(frozen=True)
+class Joined:
+    """``outer * factor + inner``: an axis index rebuilt from a split axis of a packed layout."""
+
+    outer: str
+    factor: int
+    inner: str
+
+
+@dataclass(frozen=True)
+class PackNest:
+    """Copy input ``tensor`` into its packed layout: loops ``loops`` (var, extent) over the packed
+    shape ``dst_shape``; the source element at per-axis ``src_index`` (one per source axis) lands at
+    the packed per-axis index ``loops``' vars. ``in_range``: (source axis index, limit) below which the
+    source is read, zero above (the padded tail of a split axis)."""
+
+    tensor: str
+    dtype: str
+    layout: PackLayout
+    loops: tuple[tuple[str, int], ...]
+    src_shape: tuple[int, ...]
+    src_index: tuple[str | Joined, ...]
+    in_range: tuple[str | Joined, int] | None
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """One kernel as an explicit tree: every structural decision of lowering, none left to a printer.
+
+    ``params``: inputs (packed ones in their packed layout) then outputs; ``workspace``: temporaries
+    in caller-owned scratch, passed after the outputs; ``body``: the root stages in order (attached
+    stages sit inside their consumer's loop, epilogue stages at their producer's write-back)."""
+
+    params: tuple[Param, ...]
+    workspace: tuple[Alloc, ...]
+    body: tuple[StageNest, ...]
+    packs: tuple[PackNest, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def layouts(self) -> dict[str, PackLayout]:
+        return {p.tensor: p.layout for p in self.packs}
+
+    @property
+    def workspace_bytes(self) -> tuple[int, ...]:
+        return tuple(a.nbytes for a in self.workspace)
+
+    def walk(self) -> Iterator:
+        """Every node with its enclosing loops: see :func:`superopt.loopnest.walk.walk`."""
+        from superopt.loopnest.walk import walk
+
+        return walk(self)

@@ -1,0 +1,51 @@
+"""Loops of a loop nest: a variable, an extent, a kind, an optional tail bound and reduction clauses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from superopt.ir.expr import Affine
+
+if TYPE_CHECKING:
+    from superopt.loopnest.statements import Node
+
+LoopKind = Literal["serial", "parallel", "vectorized", "unrolled"]
+
+
+@dataclass(frozen=True)
+class TailLimit:
+    """The loop runs while ``var < limit - offset`` as well (the tail of a non-dividing split)."""
+
+    limit: int
+    offset: Affine
+
+
+@dataclass(frozen=True)
+class ReductionClause:
+    """A vectorized loop that combines ``var`` across its lanes with ``op`` (``+ * max min or``)."""
+
+    op: str
+    var: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``for var in [0, min(extent, limit - offset for each tail)):`` body.
+
+    ``reduce``: the loop walks a reduction dimension. ``stage``: the statement it belongs to (None
+    for helper loops, e.g. of a split sum)."""
+
+    var: str
+    extent: int
+    kind: LoopKind
+    body: tuple[Node, ...]
+    tail: tuple[TailLimit, ...] = ()
+    reductions: tuple[ReductionClause, ...] = ()
+    reduce: bool = False
+    stage: str | None = None
+
+    @property
+    def trip_count(self) -> int:
+        """Iterations when no tail cuts the loop short (an upper bound otherwise)."""
+        return self.extent

@@ -1,0 +1,113 @@
+"""Statement nodes of a loop nest: scopes, stages, stores, accumulation, write-back, epilogues.
+
+A :data:`Node` is a :class:`~superopt.loopnest.loop.Loop`, an :class:`~superopt.loopnest.alloc.Alloc`,
+a :class:`~superopt.loopnest.alloc.Fill` or one of the classes below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from superopt.loopnest.alloc import Alloc, Fill
+from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
+from superopt.loopnest.loop import Loop
+from superopt.loopnest.values import Value
+
+
+@dataclass(frozen=True)
+class StageNest:
+    """The nest of one statement of the compute (``text``: the statement), in place of its loops."""
+
+    stage: str
+    text: str
+    body: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A lexical block: the accumulators declared in it live until it ends."""
+
+    body: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``target = value`` (the statement of an elementwise stage)."""
+
+    target: BufferAccess | RegisterRef
+    value: Value
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """``target = target <op> value`` for a reduction op (``+= *= max= min=``) in ``dtype``.
+
+    ``nan_flag``: a float max=/min= into a scalar register as a plain compare-select, with NaN
+    inputs recorded in that flag (restored at write-back by :class:`RestoreNan`)."""
+
+    target: BufferAccess | RegisterRef
+    op: str
+    value: Value
+    dtype: str
+    nan_flag: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreNan:
+    """``if flag: register = NaN``."""
+
+    target: RegisterRef
+    flag: str
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """Store an accumulator to its tensor: ``target = source``, or ``target = target <op> source``
+    when part of the reduction happens outside the accumulator (``op`` set)."""
+
+    target: BufferAccess
+    source: RegisterRef
+    op: str | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """An elementwise stage evaluated at its producer's write-back (``text``: its statement)."""
+
+    stage: str
+    text: str
+    body: Assign | Guard
+
+
+@dataclass(frozen=True)
+class Guard:
+    """``if all(cond): body`` for one statement."""
+
+    conds: tuple[GuardCond, ...]
+    body: Assign | Accumulate | WriteBack
+
+
+@dataclass(frozen=True)
+class SplitIndex:
+    """Define ``var = outer * factor + inner`` (a loop rebuilt from two, as in a split sum)."""
+
+    var: str
+    outer: str
+    factor: int
+    inner: str
+
+
+@dataclass(frozen=True)
+class CombineLanes:
+    """``target <op>= source[var]`` for var in [0, lanes): the partial sums of a split sum added up."""
+
+    target: RegisterRef
+    source: str
+    lanes: int
+    var: str
+    op: str = "+"
+
+
+Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard
+        | SplitIndex | CombineLanes)

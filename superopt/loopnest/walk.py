@@ -1,0 +1,123 @@
+"""Walking a loop nest: every node with the loops around it, and the summaries a cost model needs.
+
+    for visit in walk(nest):            # pre-order, stages in kernel order, attached stages in place
+        visit.node, visit.loops, visit.stage
+    for a in accesses(nest):            # every buffer read and write of a statement
+        a.access.buffer, a.is_write, a.strides     # strides: per enclosing loop (var -> stride or None)
+    allocations(nest)                   # Alloc nodes (register tiles, locals, workspace)
+    statement_ops(nest)                 # (node, loops, Counter of arithmetic ops per execution)
+
+Accumulator and NaN-flag updates are not buffer accesses (they are registers); a read of a padded
+tensor counts once, whether or not its padding check passes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from superopt.loopnest.alloc import Alloc
+from superopt.loopnest.index import BufferAccess
+from superopt.loopnest.kernel import LoopNest
+from superopt.loopnest.loop import Loop
+from superopt.loopnest.statements import (
+    Accumulate,
+    Assign,
+    Epilogue,
+    Guard,
+    Node,
+    Scope,
+    StageNest,
+    WriteBack,
+)
+from superopt.loopnest.values import Value, loads, op_counts
+
+_COMBINE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}
+
+
+@dataclass(frozen=True)
+class Visit:
+    node: Node
+    loops: tuple[Loop, ...]  # enclosing loops, outermost first
+    stage: str | None  # the innermost enclosing stage nest
+
+
+def _children(n: Node) -> tuple[Node, ...]:
+    if isinstance(n, (StageNest, Scope, Loop)):
+        return n.body
+    if isinstance(n, (Epilogue, Guard)):
+        return (n.body,)
+    return ()
+
+
+def walk(nest: LoopNest) -> Iterator[Visit]:
+    """Pre-order over the kernel body (workspace allocations first, pack routines not included)."""
+    for a in nest.workspace:
+        yield Visit(a, (), None)
+
+    def go(n: Node, loops: tuple[Loop, ...], stage: str | None) -> Iterator[Visit]:
+        if isinstance(n, StageNest):
+            stage = n.stage
+        yield Visit(n, loops, stage)
+        inner = loops + (n,) if isinstance(n, Loop) else loops
+        for c in _children(n):
+            yield from go(c, inner, stage)
+
+    for s in nest.body:
+        yield from go(s, (), None)
+
+
+@dataclass(frozen=True)
+class AccessVisit:
+    access: BufferAccess
+    is_write: bool
+    loops: tuple[Loop, ...]
+    stage: str | None
+
+    @property
+    def strides(self) -> dict[str, int | None]:
+        """Stride of the access in elements per iteration of each enclosing loop (None: not constant)."""
+        return {lp.var: self.access.stride(lp.var) for lp in self.loops}
+
+
+def _values(n: Node) -> list[Value]:
+    if isinstance(n, (Assign, Accumulate)):
+        return [n.value]
+    return []
+
+
+def accesses(nest: LoopNest) -> list[AccessVisit]:
+    out: list[AccessVisit] = []
+    for v in walk(nest):
+        n = v.node
+        for val in _values(n):
+            for ld in loads(val):
+                if isinstance(ld.source, BufferAccess):
+                    out.append(AccessVisit(ld.source, False, v.loops, v.stage))
+        if isinstance(n, Accumulate) and isinstance(n.target, BufferAccess):
+            out.append(AccessVisit(n.target, False, v.loops, v.stage))  # read-modify-write
+        if isinstance(n, WriteBack) and n.op is not None:
+            out.append(AccessVisit(n.target, False, v.loops, v.stage))
+        if isinstance(n, (Assign, Accumulate, WriteBack)) and isinstance(n.target, BufferAccess):
+            out.append(AccessVisit(n.target, True, v.loops, v.stage))
+    return out
+
+
+def allocations(nest: LoopNest) -> list[Alloc]:
+    return [v.node for v in walk(nest) if isinstance(v.node, Alloc)]
+
+
+def statement_ops(nest: LoopNest) -> list[tuple[Node, tuple[Loop, ...], Counter[str]]]:
+    """Arithmetic operations per execution of each statement (the reduction's combine included)."""
+    out = []
+    for v in walk(nest):
+        n = v.node
+        if isinstance(n, (Assign, Accumulate, WriteBack)):
+            ops: Counter[str] = Counter()
+            for val in _values(n):
+                ops += op_counts(val)
+            if isinstance(n, Accumulate) or (isinstance(n, WriteBack) and n.op is not None):
+                ops[_COMBINE_OP[n.op]] += 1
+            out.append((n, v.loops, ops))
+    return out
