@@ -1,7 +1,9 @@
 """The Python API: ``optimize`` a model or an index-notation op into verified compiled code.
 
-The pipeline is one function of named passes: import -> prune dead code -> fuse (rewrite rules) ->
-schedule & compile -> verify. Every program is checked against the numpy reference interpreter (float64) on seeded random inputs
+The pipeline is one function of named passes: load -> rewrite (prune dead code, rewrite rules) ->
+canonicalize kernels (rename-invariant workloads) -> schedule (the tuning database's best where it
+has one for this target, the default heuristic for the rest) -> build (compile into a GraphExecutor)
+-> verify. Every program is checked against the numpy reference interpreter (float64) on seeded random inputs
 before it is returned; a mismatch raises :class:`VerificationError` (fast and wrong is worthless).
 """
 
@@ -10,12 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from rewrite_rules import RULES, rewrite_greedy
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
@@ -35,6 +39,7 @@ class OptimizeConfig:
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
+    database: str | Path | None = None  # a tuning database (search.database) consulted before the default
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -50,7 +55,8 @@ class OptimizeReport:
     max_error: float | None  # max |compiled - reference| / max |reference| over outputs
     stop_reason: str
     rewrites: int = 0  # graph rewrite rules applied
-
+    compute_nodes: int = 0  # nodes that run a compiled kernel (equal ones share one)
+    from_database: int = 0  # compute nodes scheduled from the tuning database
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -135,16 +141,32 @@ def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphEx
     return GraphExecutor(graph, default_schedules(graph, target), ExecutorConfig(target.threads, config.compiler, target))
 
 
+def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None
+                   ) -> tuple[dict[str, list], list[str]]:
+    """The schedule pass over a graph with canonical kernels (``canonicalize_kernels``): node name ->
+    trace for every compute node, from the tuning database where it has a verified best for
+    ``target``, else the default heuristic. Returns the schedules and the nodes the database served."""
+    schedules, hits = {}, []
+    if database is not None:
+        from search.database import TuningDatabase, schedules_from_database
+
+        schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
+    if any(not n.is_extern and n.name not in schedules for n in graph.nodes):
+        schedules = default_schedules(graph, target) | schedules
+    return schedules, hits
+
+
 def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
-    """Import, schedule and compile, verify: the whole pipeline."""
+    """The whole pipeline: load -> rewrite -> canonicalize kernels -> schedule -> build -> verify."""
     config = config or OptimizeConfig()
     t0 = time.perf_counter()
-    imported = load_graph(model)
-    graph, rewrites = rewrite_graph(imported, config)
+    imported = load_graph(model)  # load
+    graph, rewrites = rewrite_graph(imported, config)  # rewrite
+    graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
     target = config.resolved_target()
-    executor = GraphExecutor(graph, default_schedules(graph, target), ExecutorConfig(target.threads, config.compiler,
-                                                                                     target))
+    schedules, hits = schedule_graph(graph, target, config.database)  # schedule
+    executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
     t2 = time.perf_counter()
     err = None
     if config.verify:
@@ -153,8 +175,13 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
     t3 = time.perf_counter()
-    report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err,
-                            "default schedules (no search budget given)", len(rewrites))
+    n_compute = sum(not n.is_extern for n in graph.nodes)
+    if config.database is None:
+        how = "default schedules (no tuning database given)"
+    else:
+        how = f"{len(hits)} of {n_compute} kernels from the tuning database, the rest default schedules"
+    report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, how,
+                            len(rewrites), n_compute, len(hits))
     return OptimizedProgram(graph, executor, report)
 
 
@@ -174,4 +201,4 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
 
 
 __all__ = ["OptimizeConfig", "OptimizeReport", "OptimizedProgram", "VerificationError", "optimize",
-           "optimize_op", "define_op", "load_graph"]
+           "optimize_op", "define_op", "load_graph", "schedule_graph"]

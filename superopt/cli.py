@@ -1,14 +1,63 @@
-"""Command line: ``superopt optimize model.onnx`` and ``superopt demo``."""
+"""Command line: ``superopt tune``, ``superopt optimize`` and ``superopt demo``.
+
+``superopt tune MODEL.onnx`` (or ``--op TEXT --shape NAME=AxB ...``) searches schedules for every
+kernel of the model and records every measurement in the tuning database (``--db``, default
+``./superopt_tuning.jsonl``); a second run for the same model and machine finds everything tuned and
+measures nothing. ``superopt optimize`` then compiles with the database's best schedules.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import re
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
+DEFAULT_DB = "superopt_tuning.jsonl"  # in the current directory
+
+
+class UsageError(ValueError):
+    """Bad command-line input (exit status 2)."""
+
+
+_TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_time(text: str) -> float:
+    """A wall-clock budget: ``90s``, ``10m``, ``1.5h``, ``1h30m`` or plain seconds (``45``)."""
+    t = text.strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)", t)
+    if not t or re.sub(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)", "", t).strip() or not parts \
+            or (len(parts) > 1 and any(not u for _, u in parts)):
+        raise UsageError(f"bad --time {text!r}: give a number with a unit s, m or h (e.g. 90s, 10m, 1h, 1h30m)")
+    seconds = sum(float(v) * _TIME_UNITS[u or "s"] for v, u in parts)
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise UsageError(f"bad --time {text!r}: the budget must be positive")
+    return seconds
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=AxBxC`` -> (NAME, (A, B, C)); a scalar is ``NAME=`` (rank 0)."""
+    name, eq, dims = text.partition("=")
+    name = name.strip()
+    if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise UsageError(f"bad --shape {text!r}: expected NAME=AxBx.. (e.g. A=64x128)")
+    dims = dims.strip()
+    if not dims:
+        return name, ()
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"bad --shape {text!r}: dimensions must be positive integers separated by x") from None
+    if any(d <= 0 for d in shape):
+        raise UsageError(f"bad --shape {text!r}: dimensions must be positive")
+    return name, shape
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -29,10 +78,32 @@ def _alternating_medians(fns, repeats: int) -> list[float]:
     return [float(np.median(ts)) for ts in times]
 
 
+def _model_file(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such model file: {path}")
+    if p.is_dir():
+        raise UsageError(f"{path} is a directory, not a model file")
+    return path
+
+
+def _optimize_db(args: argparse.Namespace) -> str | None:
+    """--db PATH; without it the default database when it exists; --no-db: none."""
+    if args.no_db:
+        return None
+    if args.db is not None:
+        if not Path(args.db).exists():
+            raise FileNotFoundError(f"no such tuning database: {args.db}")
+        return args.db
+    return DEFAULT_DB if Path(DEFAULT_DB).exists() else None
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from superopt.api import OptimizeConfig, optimize, random_inputs
 
-    prog = optimize(args.model, OptimizeConfig(threads=args.threads, verify=not args.no_verify))
+    db = _optimize_db(args)
+    prog = optimize(_model_file(args.model), OptimizeConfig(threads=args.threads, verify=not args.no_verify,
+                                                            database=db))
     print(f"optimized {args.model}: {prog.report}")
     feed = random_inputs(prog.graph)
     t = _median_time(lambda: prog.executor(feed), args.repeat)
@@ -83,6 +154,138 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune_graph_input(args: argparse.Namespace):
+    """The graph to tune, from the model file or --op/--shape, and a label for it."""
+    from superopt.api import define_op, load_graph
+
+    if (args.model is None) == (args.op is None):
+        raise UsageError("give a model file or --op TEXT (one of them)")
+    if args.op is None:
+        if args.shape:
+            raise UsageError("--shape goes with --op")
+        return load_graph(_model_file(args.model)), args.model
+    shapes = dict(parse_shape(s) for s in args.shape or [])
+    if not shapes:
+        raise UsageError("--op needs the shape of every input: --shape NAME=AxBx.. (once per input)")
+    return define_op(args.op, shapes), "op"
+
+
+def _fma_peak(target, compiler) -> float | None:
+    """The machine's FMA ceiling in GFLOP/s (superopt.measure.peak), or None where unavailable."""
+    try:
+        from superopt.measure.peak import fma_peak_gflops
+    except ImportError:
+        return None
+    try:
+        peak = fma_peak_gflops(target, compiler)
+        return float(getattr(peak, "ceiling_gflops", peak))
+    except Exception:  # noqa: BLE001 - the ceiling is extra information; the report stands without it
+        return None
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else s * 1e3
+
+
+def tune_summary(report, peak_gflops: float | None) -> dict:
+    """The JSON form of a tune run: per kernel default/best ms, GFLOP/s, fraction of the FMA ceiling,
+    measurements made in this run; totals weighted by how many nodes run each kernel."""
+    kernels = []
+    tot_default = tot_best = 0.0
+    complete = True
+    for k in report.kernels:
+        best = k.best_s if k.best_s is not None else k.default_s
+        gflops = k.flops / best / 1e9 if best and k.flops else None
+        kernels.append({
+            "nodes": list(k.nodes), "workload_key": k.workload_key, "flops": k.flops,
+            "default_ms": _ms(k.default_s), "best_ms": _ms(k.best_s),
+            "speedup": k.default_s / k.best_s if k.default_s and k.best_s else None,
+            "gflops": gflops,
+            "fma_fraction": gflops / peak_gflops if gflops is not None and peak_gflops else None,
+            "measured": k.measured, "from_database": k.from_database, "stop_reason": k.stop_reason,
+        })
+        if k.default_s is None or best is None:
+            complete = False
+        else:
+            tot_default += k.default_s * len(k.nodes)
+            tot_best += best * len(k.nodes)
+    return {
+        "kernels": kernels, "measured": report.measured, "elapsed_s": report.elapsed_s,
+        "stop_reason": report.stop_reason, "fma_peak_gflops": peak_gflops,
+        "total_default_ms": tot_default * 1e3 if complete else None,
+        "total_best_ms": tot_best * 1e3 if complete else None,
+        "all_from_database": bool(report.kernels) and all(k.from_database for k in report.kernels),
+    }
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "    -    " if v is None else f"{v:9.3f}"
+
+
+def print_tune_summary(summary: dict, out=None) -> None:
+    out = out or sys.stdout
+    ks = summary["kernels"]
+    if summary["all_from_database"] and summary["measured"] == 0:
+        print(f"nothing to measure: all {len(ks)} kernels already tuned for this target", file=out)
+    print(f"{'kernel':<28} {'default ms':>10} {'best ms':>10} {'speedup':>8} {'GFLOP/s':>8} {'measured':>9}", file=out)
+    for k in ks:
+        name = ",".join(k["nodes"])
+        name = name if len(name) <= 28 else name[:25] + "..."
+        speed = "-" if k["speedup"] is None else f"{k['speedup']:.2f}x"
+        gf = "-" if k["gflops"] is None else f"{k['gflops']:.1f}"
+        tag = " (db)" if k["from_database"] else ""
+        print(f"{name:<28} {_fmt_ms(k['default_ms']):>10} {_fmt_ms(k['best_ms']):>10} {speed:>8} {gf:>8} "
+              f"{k['measured']:>9}{tag}", file=out)
+    d, b = summary["total_default_ms"], summary["total_best_ms"]
+    total = "-" if d is None or not b else f"{d / b:.2f}x"
+    print(f"{'total':<28} {_fmt_ms(d):>10} {_fmt_ms(b):>10} {total:>8} {'':>8} {summary['measured']:>9}", file=out)
+    if not summary["stop_reason"].startswith("nothing to measure"):
+        print(f"{summary['measured']} measurements in {summary['elapsed_s']:.1f}s; stop: {summary['stop_reason']}",
+              file=out)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from search.database import TuningDatabase
+    from superopt.api import OptimizeConfig, rewrite_graph
+    from superopt.ir.canonical import canonicalize_kernels
+    from superopt.measure import MeasureConfig
+    from superopt.runtime.compiler import CompilerConfig
+    from superopt.runtime.target import host_target
+
+    time_s = parse_time(args.time) if args.time is not None else None
+    if args.trials < 1:
+        raise UsageError(f"bad --trials {args.trials}: at least 1")
+    if args.threads < 1:
+        raise UsageError(f"bad --threads {args.threads}: at least 1")
+    graph, label = _tune_graph_input(args)
+    from search.tune import TuneConfig, tune_graph  # the schedule search (imported only when used)
+
+    compiler = CompilerConfig()
+    target = host_target(args.threads, compiler.cc)
+    graph = canonicalize_kernels(rewrite_graph(graph, OptimizeConfig(threads=args.threads, target=target))[0])
+    db = TuningDatabase(args.db)
+    config = TuneConfig(trials=args.trials, time_s=time_s, seed=args.seed, progress=not args.no_progress)
+    report = tune_graph(graph, target, config, db, MeasureConfig(threads=args.threads, target=target,
+                                                                compiler=compiler))
+    summary = tune_summary(report, _fma_peak(target, compiler) if args.json else None)
+    if args.json:
+        if summary["all_from_database"] and summary["measured"] == 0:
+            print(f"nothing to measure: all {len(summary['kernels'])} kernels already tuned for this target",
+                  file=sys.stderr)
+        summary = {"model": label, "database": str(args.db), "target": target.to_dict(),
+                   "target_key": target.key(), **summary}
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"tuned {label} on {target.describe()}; database {args.db}")
+        print_tune_summary(summary)
+    return 0
+
+
+def _one_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superopt", description="search-based superoptimizer for tensor programs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,15 +294,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--no-verify", action="store_true", help="skip the check against the reference interpreter")
+    p.add_argument("--db", default=None, help=f"tuning database to take schedules from (default: ./{DEFAULT_DB} "
+                                               "when it exists)")
+    p.add_argument("--no-db", action="store_true", help="default schedules only, no tuning database")
     p.set_defaults(fn=cmd_optimize)
+    t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
+                                    "the tuning database",
+                       description="superopt tune MODEL.onnx | --op TEXT --shape NAME=AxB.. [--shape ..]")
+    t.add_argument("model", nargs="?", help="an ONNX model file")
+    t.add_argument("--op", help="an op in index notation instead of a model, e.g. 'C[i,j] += A[i,k] * B[k,j]'")
+    t.add_argument("--shape", action="append", metavar="NAME=AxB..", help="shape of an --op input (repeat)")
+    t.add_argument("--trials", type=int, default=200, help="measurements over all kernels (default 200)")
+    t.add_argument("--time", default=None, help="wall-clock budget, e.g. 90s, 10m, 1h (default: none)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--db", default=DEFAULT_DB, help=f"tuning database (JSON lines; default ./{DEFAULT_DB})")
+    t.add_argument("--json", action="store_true", help="print the report as JSON")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    t.set_defaults(fn=cmd_tune)
     d = sub.add_parser("demo", help="run the capsule votes op and squeezenet end to end")
     d.add_argument("--threads", type=int, default=2)
     d.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as err:
-        print(f"superopt: error: {err}", file=sys.stderr)
+    except UsageError as err:
+        print(f"superopt {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as err:
+        print(f"superopt {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 1
 
 
