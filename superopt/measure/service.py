@@ -261,6 +261,8 @@ class MeasureService:
                 continue
             try:
                 sources[i] = emit_c(plan, kernel_name(inp.compute, inp.trace, i))
+            except ScheduleError as e:  # a check made while building the loop nest
+                results[i] = MeasureResult(ErrorCode.ILLEGAL_SCHEDULE, error_msg=str(e))
             except Exception as e:  # noqa: BLE001 - a codegen bug costs this candidate only
                 results[i] = MeasureResult(ErrorCode.COMPILE_ERROR, error_msg=f"codegen failed: {e!r}")
         return sources
