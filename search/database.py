@@ -158,7 +158,7 @@ class TuningDatabase:
                 continue
             try:
                 rec = TuningRecord.from_json(raw.decode("utf-8"))
-            except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            except Exception as e:  # noqa: BLE001 - whatever is wrong with one line costs that line only
                 warnings.warn(f"{self.path}:{self._lines}: skipping corrupt tuning record ({type(e).__name__}: "
                               f"{str(e)[:120]})", stacklevel=3)
                 continue

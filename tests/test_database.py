@@ -116,7 +116,7 @@ def test_corrupt_lines_anywhere_are_skipped_with_a_warning(tmp_path):
     good = [_rec(1e-3 * (i + 1)) for i in range(4)]
     lines = [r.to_json() for r in good]
     text = "\n".join(["{not json", lines[0], lines[1][:40], lines[2], "[1, 2]",
-                      lines[3].replace('"version": 1', '"version": 7'), "\"\"", lines[3]]) + "\n"
+                      lines[3].replace('"version": 1', '"version": 7'), "[" * 100000, lines[3]]) + "\n"
     path.write_text(text)
     db = TuningDatabase(path)
     with warnings.catch_warnings(record=True) as caught:
