@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, DivMod, Expr, map_expr, substitute_dims
@@ -199,9 +199,33 @@ def _fresh(stage: Stage, base: str) -> str:
     return name
 
 
+def _check_fields(p: object) -> None:
+    """A primitive whose fields have the declared types (a trace may come from JSON or a fuzzer)."""
+    if not isinstance(p, Primitive):
+        raise ScheduleError(f"not a schedule primitive: {p!r}")
+    for f in fields(p):
+        v, ann = getattr(p, f.name), str(f.type)
+        if ann == "str":
+            ok = isinstance(v, str)
+        elif ann == "int":
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        elif ann.startswith(("tuple[str", "tuple[int")):
+            want = str if ann.startswith("tuple[str") else int
+            ok = isinstance(v, (tuple, list)) and all(isinstance(x, want) and not isinstance(x, bool) for x in v)
+        else:
+            ok = True
+        if not ok:
+            raise ScheduleError(f"{p}: field {f.name!r} must be {ann}, got {v!r}")
+
+
 def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | None = None) -> KernelPlan:
-    """Apply ``trace`` to ``compute`` for ``target`` (None: this machine)."""
+    """Apply ``trace`` to ``compute`` for ``target`` (None: this machine).
+
+    Raises only :class:`ScheduleError` for an illegal trace (unknown stages or loops, ill-typed
+    fields, primitives that contradict each other)."""
     target = target or host_target()
+    for p in trace:
+        _check_fields(p)
     statements = list(compute.statements)
     inlined: set[str] = set()
     for p in trace:
@@ -315,8 +339,16 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         raise ScheduleError(f"unknown primitive {p!r}")
 
 
+def _check_cache_at(s: Stage) -> None:
+    if s.cache_at is not None and s.cache_at not in [lp.name for lp in s.loops]:
+        raise ScheduleError(f"CacheWrite({s.name}, {s.cache_at}): the accumulator's loop {s.cache_at!r} no longer "
+                            f"exists (split, fused or bound by a ComputeAt after the CacheWrite; loops: "
+                            f"{[lp.name for lp in s.loops]})")
+
+
 def _check(plan: KernelPlan) -> None:
     for s in plan.stages.values():
+        _check_cache_at(s)
         names = [lp.name for lp in s.loops]
         for i, lp in enumerate(s.loops):
             if lp.parallel and (i != 0 or s.attach is not None):
@@ -342,6 +374,7 @@ def _check(plan: KernelPlan) -> None:
     for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
         if s.attach is not None:
             _check_attach(plan, s)
+            _check_cache_at(s)
     # attachment must be acyclic
     for s in plan.stages.values():
         seen = {s.name}
