@@ -66,12 +66,16 @@ class ScheduleSpace:
         self.consts = frozenset(compute.inputs) if constant_inputs is None else frozenset(constant_inputs)
         self.sketches: list[str] = []
         self._default: Point | None = None
+        defaults: set[tuple] = set()
         for name in sketch_names(compute, target):
             try:
-                trace = build_sketch(compute, target, self.consts, name)
+                trace = tuple(build_sketch(compute, target, self.consts, name))
                 check(compute, trace, target)
             except (ScheduleError, ValueError, KeyError, StopIteration):
                 continue
+            if trace in defaults:
+                continue  # the same structure as an earlier sketch here (no epilogue to apply, ...)
+            defaults.add(trace)
             self.sketches.append(name)
             if self._default is None:
                 self._default = Point.of(name)
@@ -139,8 +143,7 @@ class ScheduleSpace:
         if not names:
             return self.sample(rng)
         for k in rng.sample(names, min(n, len(names))):
-            others = [v for v in domains[k] if v != knobs.get(k)]
-            knobs[k] = rng.choice(others)
+            knobs[k] = _neighbour(domains[k], knobs.get(k), rng)
         return Point.of(point.sketch, knobs)
 
     def crossover(self, a: Point, b: Point, rng: random.Random) -> Point:
@@ -150,3 +153,19 @@ class ScheduleSpace:
         ka, kb = a.knob_map, b.knob_map
         knobs = {k: (ka if rng.random() < 0.5 else kb).get(k, ka.get(k, kb.get(k))) for k in set(ka) | set(kb)}
         return Point.of(a.sketch, {k: v for k, v in knobs.items() if v is not None})
+
+
+def _neighbour(domain: tuple, value: Any, rng: random.Random) -> Any:
+    """Another value of the domain: for ordered numbers mostly a near one (tile sizes form smooth
+    landscapes: 6 rows is a better guess than 16 when 5 was good), sometimes any."""
+    others = [v for v in domain if v != value]
+    numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in domain)
+    if not numeric or value not in domain or rng.random() < 0.3:
+        return rng.choice(others)
+    ordered = sorted(domain)
+    i = ordered.index(value)
+    near = [ordered[j] for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < len(ordered)]
+    near += [v for v in near if abs(ordered.index(v) - i) == 1]  # the closest twice as likely
+    if 0 in ordered and value != 0:
+        near.append(0)  # 0 means "off" (no reduction block, ...): a neighbour of every "on" value
+    return rng.choice(near)
