@@ -321,7 +321,7 @@ class _Builder:
         lane_loop = Loop("so_l", lanes, "vectorized", (SplitIndex(v, "so_o", lanes, "so_l"), *body), reduce=True)
         return Scope((
             Alloc("register_tile", "acc_v", dtype, lanes),
-            Fill("acc_v", lanes, Literal(0, "int64"), "so_l"),
+            Fill("acc_v", lanes, Literal(0, "int64"), "so_l"),  # an integer zero (converts to any element type)
             Loop("so_o", lp.extent // lanes, "serial", (lane_loop,), reduce=True),
             CombineLanes(RegisterRef("acc"), "acc_v", lanes, "so_l"),
         ))
