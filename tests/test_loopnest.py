@@ -27,6 +27,7 @@ from superopt.loopnest import (
     accesses,
     allocations,
     build_loopnest,
+    outline,
     statement_ops,
     walk,
 )
@@ -87,6 +88,24 @@ def test_tiled_matmul_tree():
     assert isinstance(wb, WriteBack) and wb.target.buffer == "C" and wb.source == acc.target and wb.op is None
     (pack,) = nest.packs
     assert pack.tensor == "B" and pack.loops == (("a0", 2), ("a1", 48), ("a2", 32))
+
+
+def test_outline_of_tiled_matmul():
+    assert outline(tiled_matmul()) == """\
+stage C
+  loop i_o 16 parallel
+    loop j_o 2 serial
+      scope
+        alloc register_tile acc float32[128]
+        fill acc[128] = 0.0
+        loop k 48 serial reduce
+          loop i_i 4 unrolled
+            loop j_i 32 vectorized
+              accumulate acc[32*i_i + j_i] += (* A B)
+        loop i_i 4 unrolled
+          loop j_i 32 vectorized
+            write-back C = acc[32*i_i + j_i]
+pack B -> [2, 48, 32]"""
 
 
 def test_access_strides_of_tiled_matmul():

@@ -8,7 +8,7 @@ walk this tree; see :mod:`superopt.loopnest.walk`.
 
 Modules: ``index`` (accesses, flat indices, strides), ``values`` (typed scalar values), ``loop``,
 ``alloc``, ``statements``, ``kernel`` (the root and pack routines), ``build`` (plan -> nest),
-``walk`` (traversal and summaries).
+``walk`` (traversal and summaries), ``outline`` (an indented text view for people).
 """
 
 from superopt.loopnest.alloc import Alloc, Fill
@@ -16,6 +16,7 @@ from superopt.loopnest.build import build_loopnest
 from superopt.loopnest.index import BufferAccess, FlatIndex, GuardCond, InBounds, RegisterRef, WrappedTerm
 from superopt.loopnest.kernel import Joined, LoopNest, PackNest, Param
 from superopt.loopnest.loop import Loop, LoopKind, ReductionClause, TailLimit
+from superopt.loopnest.outline import outline
 from superopt.loopnest.statements import (
     Accumulate,
     Assign,
@@ -37,5 +38,5 @@ __all__ = [
     "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
     "Node", "Op", "PackNest", "Param", "ReductionClause", "RegisterRef", "RestoreNan", "Scope", "SplitIndex",
     "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
-    "build_loopnest", "op_counts", "statement_ops", "walk",
+    "build_loopnest", "op_counts", "outline", "statement_ops", "walk",
 ]
