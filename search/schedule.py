@@ -49,7 +49,7 @@ class SearchConfig:
     strategy: str = "evolutionary"  # or "random": uniform samples of the space (the baseline)
     progress: bool = False  # a tqdm bar on stderr
     parents: int = 6  # fastest points per sketch that breed
-    proposals: int = 96  # children generated per batch, ranked by the cost model
+    proposals: int = 48  # children generated per batch, ranked by the cost model
     explore: float = 0.25  # share of each batch picked at random among the proposals
     fresh: float = 0.15  # share of proposals that are fresh random samples
 
@@ -194,24 +194,14 @@ class ScheduleSearch:
                 tries += 1
                 self._new(self.space.sample(self.rng), pool)
             return list(pool.values())
-        shares = self._sketch_shares(cfg.proposals)
-        for sketch, k in shares.items():
-            parents = self._parents(sketch)
-            made = tries = 0
-            while made < k and tries < 10 * k:
-                tries += 1
-                r = self.rng.random()
-                if not parents or r < cfg.fresh:
-                    child = self.space.sample(self.rng, sketch)
-                elif r < cfg.fresh + 0.25 and len(parents) > 1:
-                    a, b = self.rng.sample(parents, 2)
-                    child = self.space.mutate(self.space.crossover(a, b, self.rng), self.rng, 1) \
-                        if self.rng.random() < 0.3 else self.space.crossover(a, b, self.rng)
-                else:
-                    child = self.space.mutate(self.rng.choice(parents), self.rng, self.rng.choice((1, 1, 2)))
-                before = len(pool)
-                self._new(child, pool)
-                made += len(pool) > before
+        for sketch, k in self._sketch_shares(cfg.proposals).items():
+            for parents, share, structural in self._structure_shares(sketch, k):
+                made = tries = 0
+                while made < share and tries < 10 * share:
+                    tries += 1
+                    before = len(pool)
+                    self._new(self._child(sketch, parents, structural), pool)
+                    made += len(pool) > before
         cands = list(pool.values())
         if len(cands) <= n:
             return cands
@@ -247,10 +237,46 @@ class ScheduleSearch:
             shares[s] = max(1, int(left * share))
         return shares
 
-    def _parents(self, sketch: str) -> list[Point]:
-        ok = sorted((t for t in self.log if t.point.sketch == sketch and math.isfinite(t.seconds)),
-                    key=lambda t: t.seconds)
-        return [t.point for t in ok[: self.config.parents]]
+    def _structure_shares(self, sketch: str, total: int) -> list[tuple[list[Point], int, bool]]:
+        """The second level of the tree: within a sketch, UCB1 over the structures measured so far
+        (operand roles, loop order, packing, reduction blocking). The leading structure's fastest
+        points breed most of the children, the runner-up's some; a share goes to new structures."""
+        groups: dict[tuple, list[Trial]] = {}
+        for t in self.log:
+            if t.point.sketch == sketch:
+                groups.setdefault(self.space.structure(t.point), []).append(t)
+        if not groups:
+            return [([], total, False)]
+        ref = self.default_s or min((t.seconds for t in self.log if math.isfinite(t.seconds)), default=1.0)
+        n_all = sum(len(g) for g in groups.values())
+
+        def ucb(g: list[Trial]) -> float:
+            best = min(t.seconds for t in g)
+            return (ref / best if math.isfinite(best) else 0.0) + 0.3 * math.sqrt(math.log(n_all + 1) / len(g))
+
+        ranked = sorted(groups.values(), key=ucb, reverse=True)
+        out = []
+        for g, share in zip(ranked, (0.6, 0.2)):
+            ok = sorted((t for t in g if math.isfinite(t.seconds)), key=lambda t: t.seconds)
+            if ok:
+                out.append(([t.point for t in ok[: self.config.parents]], max(1, int(total * share)), False))
+        best_all = sorted((t for g in ranked for t in g if math.isfinite(t.seconds)), key=lambda t: t.seconds)
+        # new structures: structural mutations of the best points overall
+        out.append(([t.point for t in best_all[: self.config.parents]], max(1, total - sum(n for _, n, _ in out)), True))
+        return out
+
+    def _child(self, sketch: str, parents: list[Point], structural: bool) -> Point:
+        """A fresh sample, a crossover, or a mutation: of numeric knobs within a structure, of
+        structural knobs for the new-structure share."""
+        rng, cfg = self.rng, self.config
+        r = rng.random()
+        if not parents or r < cfg.fresh:
+            return self.space.sample(rng, sketch)
+        if r < cfg.fresh + 0.2 and len(parents) > 1:
+            a, b = rng.sample(parents, 2)
+            return self.space.crossover(a, b, rng)
+        parent = rng.choice(parents)
+        return self.space.mutate(parent, rng, rng.choice((1, 1, 2)), structural=structural)
 
     def _candidate(self, trace: tuple[Primitive, ...]) -> Candidate:
         return Candidate(self.compute, trace, self.target, self.consts)

@@ -88,11 +88,11 @@ def test_budget_failures_and_stop_reason(mm):
 
 
 def test_evolutionary_search_beats_random_sampling_on_a_known_landscape(mm):
-    """Same budget, three seeds each: the search gets nearer the optimum (1 ms) than random sampling."""
-    search = [_run(mm, seed=s, trials=64).best_s for s in range(3)]
-    rand = [_run(mm, seed=s, trials=64, strategy="random").best_s for s in range(3)]
-    assert sum(search) < sum(rand), (search, rand)
-    assert min(search) <= 1.2e-3
+    """Same budget, six seeds each: the search gets nearer the optimum (1 ms) than random sampling."""
+    search = [_run(mm, seed=s, trials=64).best_s for s in range(6)]
+    rand = [_run(mm, seed=s, trials=64, strategy="random").best_s for s in range(6)]
+    assert sum(search) < 0.75 * sum(rand), (search, rand)
+    assert sum(t <= 1.0001e-3 for t in search) >= 2, search  # the optimum itself, more than once
 
 
 def test_bad_config_is_a_clear_error():

@@ -57,6 +57,11 @@ def check(compute: Compute, trace: Sequence[Primitive], target: Target) -> None:
         raise ScheduleError(f"illegal schedule: {type(e).__name__}: {e}") from e
 
 
+# knob roles that change the loop structure rather than a size (``k_tile`` is structural as on/off)
+STRUCTURAL_ROLES = frozenset({"swap", "col_dims", "red_order", "panel_outer", "pack", "row_window", "vectorize",
+                              "inline", "k_pos", "unroll"})
+
+
 class ScheduleSpace:
     """Sketches that fit ``compute`` on ``target`` and the domains of their knobs."""
 
@@ -110,6 +115,22 @@ class ScheduleSpace:
         _, used, _ = self.resolve(point)
         return Point.of(point.sketch, used)
 
+    def structure(self, point: Point) -> tuple:
+        """The point's structural decisions (sketch, operand roles, loop orders, packing, whether the
+        reduction is blocked): the levels of the search tree above the numeric knobs."""
+        try:
+            _, used, _ = self.resolve(point)
+        except ScheduleError:
+            return (point.sketch, "illegal")
+        out = [point.sketch]
+        for k, v in sorted(used.items()):
+            role = k.rsplit(".", 1)[-1]
+            if role in STRUCTURAL_ROLES:
+                out.append((k, v))
+            elif role == "k_tile":
+                out.append((k, v > 0))
+        return tuple(out)
+
     def domains(self, point: Point) -> dict[str, tuple]:
         return self.resolve(point)[2]
 
@@ -130,16 +151,16 @@ class ScheduleSpace:
                 chosen[k] = rng.choice(domains[k])
         return Point.of(sketch, chosen)
 
-    def mutate(self, point: Point, rng: random.Random, n: int = 1) -> Point:
-        """Change ``n`` knobs to other values of their domains (or, rarely, switch sketch)."""
-        if len(self.sketches) > 1 and rng.random() < 0.05:
-            return self.sample(rng, rng.choice([s for s in self.sketches if s != point.sketch]))
+    def mutate(self, point: Point, rng: random.Random, n: int = 1, structural: bool | None = None) -> Point:
+        """Change ``n`` knobs to other values of their domains. ``structural``: only structural knobs
+        (True), only numeric ones (False), or any (None)."""
         try:
             _, used, domains = self.resolve(point)
         except ScheduleError:
             return self.sample(rng, point.sketch)
         knobs = dict(used)
-        names = [k for k in domains if len(domains[k]) > 1]
+        names = [k for k in domains if len(domains[k]) > 1 and (
+            structural is None or (k.rsplit(".", 1)[-1] in STRUCTURAL_ROLES | {"k_tile"}) == structural)]
         if not names:
             return self.sample(rng)
         for k in rng.sample(names, min(n, len(names))):
@@ -151,7 +172,7 @@ class ScheduleSpace:
         if a.sketch != b.sketch:
             return a
         ka, kb = a.knob_map, b.knob_map
-        knobs = {k: (ka if rng.random() < 0.5 else kb).get(k, ka.get(k, kb.get(k))) for k in set(ka) | set(kb)}
+        knobs = {k: (ka if rng.random() < 0.5 else kb).get(k, ka.get(k, kb.get(k))) for k in sorted(set(ka) | set(kb))}
         return Point.of(a.sketch, {k: v for k, v in knobs.items() if v is not None})
 
 
