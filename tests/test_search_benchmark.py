@@ -59,6 +59,11 @@ def test_schedules_read_back_in_measurement_order(tmp_path):
     kernels = [SimpleNamespace(nodes=[node], best_trace=mid, default_s=3.0, best_s=2.0)]
     assert tuple(bench.schedules_from_kernels(graph, kernels, default)[node]) == mid
     assert bench.kernel_estimate(kernels, "best_s") == 2.0
+    naive = [SimpleNamespace(nodes=[node], best_trace=(), default_s=3.0, best_s=2.0)]  # the empty trace is a schedule
+    assert bench.schedules_from_kernels(graph, naive, default)[node] == []
+    unmeasured = [SimpleNamespace(nodes=[node], best_trace=(), default_s=None, best_s=None)]
+    assert bench.schedules_from_kernels(graph, unmeasured, default) == default
+    assert bench.kernel_estimate(unmeasured, "best_s") is None
     assert bench.schedule_key(default) != bench.schedule_key({node: list(mid)})
 
 
@@ -111,6 +116,6 @@ def test_report_writer(tmp_path):
     assert "| softmax | 2.00x | 1.00x | 1.60x | 4.00x | 1.20x |" in md  # ratios over search@200
     # 400 MFLOP in 1 ms = 400 GFLOP/s... of a 200 GFLOP/s ceiling; 40 MB at 16 GB/s = 2.5 ms = 250% of 1 ms
     assert "| softmax | 10.0 | 200.0 | 400.0 | 333.3 | 200% | 250% | 100% |" in md
-    assert "| softmax | 1 | 1.900 | 0.900 | - | 200 / 200 | TIMEOUT 2; TIMEOUT 2 | trial budget spent | 1.0e-07 |" in md
+    assert "| softmax | 1 | 2.000 | 1.900 | 0.900 | - | 200 / 200 | TIMEOUT 2; TIMEOUT 2 | trial budget spent | 1.0e-07 |" in md
     assert "| attention | error: RuntimeError: boom |" in md
     assert "FMA 190 GFLOP/s" in md and "16.0 GB/s" in md
