@@ -262,7 +262,7 @@ def footprint_bandwidth(w: SearchWorkload, target) -> float | None:
 
 
 def run_workload(spec, target, settings: dict, machine: dict) -> dict:
-    t0 = time.perf_counter()
+    t0, load_before = time.perf_counter(), _load()
     w = spec.build()
     graph, rules = prepare_graph(w)
     log(f"[{w.name}] {w.description}: {sum(not n.is_extern for n in graph.nodes)} compute node(s), "
@@ -274,7 +274,7 @@ def run_workload(spec, target, settings: dict, machine: dict) -> dict:
            "memory_bound": w.memory_bound, "rewrites": list(rules), "times": times, "rel_errors": errors,
            "status": status, "same_as": same_as, "footprint_copy_gbs": fp,
            "roofline": roofline(w, times, machine["fma"]["ceiling_gflops"], machine["bandwidth"]["triad_gbs"], fp),
-           **facts, "elapsed_s": time.perf_counter() - t0}
+           **facts, "elapsed_s": time.perf_counter() - t0, "load_before": load_before, "load_after": _load()}
     for name, t in times.items():
         log(f"  {name:14s} {t['median_s'] * 1e3:9.3f} ms  rel err {errors.get(name)}")
     del w, graph, variants
