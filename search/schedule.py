@@ -157,17 +157,19 @@ class ScheduleSearch:
         if self.done():
             return []
         n = min(n or self.config.batch_size, self.remaining())
-        batch: list[tuple[Point, tuple[Primitive, ...]]] = []
-        if not self.log:  # the default heuristic's point first
+        first: list[Trial] = []
+        if not self.log:  # the default heuristic's point first, alone: its time bounds the slow cut-off
             p = self.space.default_point()
-            batch.append((p, self._legal(p) or ()))
-            self.seen.add(trace_to_json(batch[0][1]))
-        batch += self._propose(n - len(batch))
+            trace = self._legal(p) or ()
+            self.seen.add(trace_to_json(trace))
+            first = self._measure([(p, trace)], first_is_default=True)
+            n -= 1
+        batch = self._propose(n)
         if not batch:
-            self._stale += 1
-            return []
+            self._stale += 0 if first else 1
+            return first
         self._stale = 0
-        return self._measure(batch, first_is_default=not self.log)
+        return first + self._measure(batch, first_is_default=False)
 
     def _legal(self, p: Point) -> tuple[Primitive, ...] | None:
         try:
@@ -282,7 +284,9 @@ class ScheduleSearch:
         return Candidate(self.compute, trace, self.target, self.consts)
 
     def _measure(self, batch: list[tuple[Point, tuple[Primitive, ...]]], first_is_default: bool) -> list[Trial]:
-        inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts) for _, trace in batch]
+        # a candidate 20x slower than the best so far is verified and timed once, not in full
+        slow = 20 * self.best.seconds if self.best is not None else None
+        inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts, slow_call_s=slow) for _, trace in batch]
         results = self.measurer.measure(inputs)
         trials = []
         for k, ((p, trace), r) in enumerate(zip(batch, results, strict=True)):

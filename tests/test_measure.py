@@ -234,3 +234,12 @@ def test_version_1_records_still_load(mm, tmp_path):
     path.write_text(json.dumps(dict(v1, version=99)) + "\n" + json.dumps(v1) + "\n")
     with pytest.raises(ValueError, match="version 99"):
         load_records(path)
+
+
+def test_a_slow_candidate_is_verified_and_timed_once(tmp_path, mm):
+    """slow_call_s: a candidate whose first call exceeds it is checked, then reported with that one call."""
+    cfg = _cfg(tmp_path)
+    with MeasureService(cfg) as service:
+        slow, full = service.measure([MeasureInput(mm, TILED, slow_call_s=0.0), MeasureInput(mm, TILED)])
+    assert slow.ok and len(slow.times_s) == 1 and "slow" in slow.error_msg
+    assert full.ok and len(full.times_s) == cfg.repeats

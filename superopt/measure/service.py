@@ -86,6 +86,9 @@ class MeasureInput:
     # inputs bound to constants (packed once, before timing); None: every input is constant. A run-time
     # input the kernel packs is packed inside every timed call, as the graph executor does.
     constant_inputs: frozenset[str] | None = None
+    # a candidate whose first (checked) call takes longer than this is verified and reported with that
+    # one call's time instead of being timed in full: a search does not spend seconds on a hopeless one
+    slow_call_s: float | None = None
 
     def constants(self) -> frozenset[str]:
         """The constant inputs, resolved (None means all of them)."""
@@ -323,7 +326,7 @@ class MeasureService:
                         "digest": inputs[i].compute.digest(), "threads": self._target.threads,
                         "constants": sorted(inputs[i].constants()), "rtol": cfg.rtol,
                         "atol": cfg.atol, "warmup": cfg.warmup, "min_repeat_s": cfg.min_repeat_s,
-                        "repeats": cfg.repeats}
+                        "repeats": cfg.repeats, "slow_call_s": inputs[i].slow_call_s}
                 for attempt in (0, 1):
                     if self._workers[slot] is None:
                         self._workers[slot] = _WorkerProc(cfg)
