@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,8 +47,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import timing  # noqa: E402
-from benchmarks.search_workloads import SEARCH_WORKLOADS, SearchWorkload  # noqa: E402
+from benchmarks.search_workloads import SEARCH_WORKLOADS, SearchWorkload, WorkloadSpec  # noqa: E402
 from benchmarks.systems.base import THREADS  # noqa: E402
+
+if TYPE_CHECKING:
+    from search.database import TuningDatabase
+    from search.tune import GraphTuneReport, KernelTuneResult
+    from superopt.ir.graph import Graph
+    from superopt.runtime.target import Target
 
 SUPEROPT_VARIANTS = ("default", "search@early", "search@final", "random@final")
 PEERS = ("eager", "onnxruntime")
@@ -62,7 +69,8 @@ def log(msg: str) -> None:
 # -- schedules from search runs ---------------------------------------------------------------------------
 
 
-def schedules_from_kernels(graph, kernels, default: Mapping[str, list]) -> dict[str, list]:
+def schedules_from_kernels(graph: Graph, kernels: Sequence[KernelTuneResult], default: Mapping[str, list]
+                           ) -> dict[str, list]:
     """Node -> the kernel's best trace from a tune report (the default where a kernel has none)."""
     out = dict(default)
     for k in kernels:
@@ -71,7 +79,8 @@ def schedules_from_kernels(graph, kernels, default: Mapping[str, list]) -> dict[
     return out
 
 
-def schedules_after(graph, db, target, n: int, default: Mapping[str, list]) -> tuple[dict[str, list], float]:
+def schedules_after(graph: Graph, db: TuningDatabase, target: Target, n: int, default: Mapping[str, list]
+                    ) -> tuple[dict[str, list], float]:
     """Node -> the best trace among the first ``n`` measurements in ``db`` (file = measurement order),
     and the search's own estimate of the graph's time with them (sum over nodes of kernel times)."""
     from search.database import node_workload_key
@@ -91,7 +100,7 @@ def schedules_after(graph, db, target, n: int, default: Mapping[str, list]) -> t
     return out, est
 
 
-def kernel_estimate(kernels, attr: str) -> float | None:
+def kernel_estimate(kernels: Sequence[KernelTuneResult], attr: str) -> float | None:
     """The search's own measure of the graph: sum over nodes of a kernel's ``default_s``/``best_s``."""
     total = 0.0
     for k in kernels:
@@ -102,7 +111,8 @@ def kernel_estimate(kernels, attr: str) -> float | None:
     return total
 
 
-def run_search(graph, target, trials: int, seed: int, strategy: str, workdir: Path):
+def run_search(graph: Graph, target: Target, trials: int, seed: int, strategy: str, workdir: Path
+               ) -> tuple[GraphTuneReport, TuningDatabase]:
     from search.database import TuningDatabase
     from search.tune import TuneConfig, tune_graph
 
@@ -122,7 +132,7 @@ def schedule_key(schedules: Mapping[str, list]) -> str:
     return json.dumps({n: trace_to_json(t) for n, t in sorted(schedules.items())})
 
 
-def rel_error(out, reference: np.ndarray | None) -> float | None:
+def rel_error(out: object, reference: np.ndarray | None) -> float | None:
     if reference is None:
         return None
     if isinstance(out, (tuple, list)):
@@ -135,7 +145,7 @@ def rel_error(out, reference: np.ndarray | None) -> float | None:
     return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
 
 
-def superopt_fn(graph, schedules: Mapping[str, list], target, feeds: Mapping[str, np.ndarray]
+def superopt_fn(graph: Graph, schedules: Mapping[str, list], target: Target, feeds: Mapping[str, np.ndarray]
                 ) -> Callable[[], np.ndarray]:
     from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 
@@ -144,7 +154,7 @@ def superopt_fn(graph, schedules: Mapping[str, list], target, feeds: Mapping[str
     return lambda: ex(feeds)[out]
 
 
-def peer_fns(instance) -> dict[str, Callable[[], object] | str]:
+def peer_fns(instance: object) -> dict[str, Callable[[], object] | str]:
     """Peer name -> its prepared callable, or a string saying why it is missing."""
     from benchmarks.systems import load_system
 
@@ -164,7 +174,7 @@ def peer_fns(instance) -> dict[str, Callable[[], object] | str]:
 # -- one workload -------------------------------------------------------------------------------------------------
 
 
-def prepare_graph(w: SearchWorkload):
+def prepare_graph(w: SearchWorkload) -> tuple[Graph, tuple[str, ...]]:
     from superopt.api import rewrite_graph
     from superopt.ir.canonical import canonicalize_kernels
 
@@ -172,7 +182,7 @@ def prepare_graph(w: SearchWorkload):
     return canonicalize_kernels(graph), rules
 
 
-def search_variants(graph, target, trials: int, early: int, seed: int) -> tuple[dict[str, dict], dict]:
+def search_variants(graph: Graph, target: Target, trials: int, early: int, seed: int) -> tuple[dict[str, dict], dict]:
     """The four superopt variants' schedules, and the search facts for the report."""
     from superopt.schedule.graph import default_schedules
 
@@ -195,7 +205,7 @@ def search_variants(graph, target, trials: int, early: int, seed: int) -> tuple[
     return variants, facts
 
 
-def time_workload(w: SearchWorkload, graph, variants: dict[str, dict], target, cfg: timing.TimingConfig
+def time_workload(w: SearchWorkload, graph: Graph, variants: dict[str, dict], target: Target, cfg: timing.TimingConfig
                   ) -> tuple[dict, dict, dict, dict]:
     """Build every distinct variant and the peers, check them, time them all in alternation."""
     feeds = w.feeds
@@ -252,7 +262,7 @@ def roofline(w: SearchWorkload, times: Mapping[str, dict], peak_gflops: float, d
     return out
 
 
-def footprint_bandwidth(w: SearchWorkload, target) -> float | None:
+def footprint_bandwidth(w: SearchWorkload, target: Target) -> float | None:
     """Copy bandwidth over two buffers of half the workload's traffic each (its own footprint)."""
     if not w.memory_bound:
         return None
@@ -261,7 +271,7 @@ def footprint_bandwidth(w: SearchWorkload, target) -> float | None:
     return measure_bandwidth(target, array_bytes=max(w.memory_bytes // 2, 1 << 16), repeats=50).copy_gbs
 
 
-def run_workload(spec, target, settings: dict, machine: dict) -> dict:
+def run_workload(spec: WorkloadSpec, target: Target, settings: dict, machine: dict) -> dict:
     t0, load_before = time.perf_counter(), _load()
     w = spec.build()
     graph, rules = prepare_graph(w)
@@ -436,7 +446,7 @@ def write_report(out_dir: Path, report: dict) -> None:
 # -- main ------------------------------------------------------------------------------------------------------------
 
 
-def machine_facts(target, refresh: bool) -> dict:
+def machine_facts(target: Target, refresh: bool) -> dict:
     from benchmarks.run import cpu_model
     from superopt.measure.peak import fma_peak_gflops, measure_bandwidth
 
