@@ -138,7 +138,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     measured = 0
     stop = ""
     with MeasureService(mcfg) as service, \
-            tqdm(total=config.trials, disable=not config.progress, desc="tune", unit="trial") as bar:
+            tqdm(total=config.trials if config.trials < 10**8 else None, disable=not config.progress, desc="tune",
+                 unit="trial") as bar:
         for i, t in enumerate(todo):
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
                 trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,

@@ -253,6 +253,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from superopt.runtime.target import host_target
 
     time_s = parse_time(args.time) if args.time is not None else None
+    if args.trials is None:  # a time budget alone is the budget; neither given: 200 trials
+        args.trials = 10**9 if time_s is not None else 200
     if args.trials < 1:
         raise UsageError(f"bad --trials {args.trials}: at least 1")
     if args.threads < 1:
@@ -304,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("model", nargs="?", help="an ONNX model file")
     t.add_argument("--op", help="an op in index notation instead of a model, e.g. 'C[i,j] += A[i,k] * B[k,j]'")
     t.add_argument("--shape", action="append", metavar="NAME=AxB..", help="shape of an --op input (repeat)")
-    t.add_argument("--trials", type=int, default=200, help="measurements over all kernels (default 200)")
+    t.add_argument("--trials", type=int, default=None,
+                   help="measurements over all kernels (default 200, or no limit when --time is given)")
     t.add_argument("--time", default=None, help="wall-clock budget, e.g. 90s, 10m, 1h (default: none)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=2)
