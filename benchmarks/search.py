@@ -402,8 +402,8 @@ def _search_table(report: dict) -> list[str]:
     label = _labels(report["settings"])
     lines = ["## The searches", "",
              "The search's own estimates (sum over nodes of its measured kernel times, not re-timed) next to what it "
-             "did, and the re-timed default for comparison (far apart: the machine was busy while the search "
-             "measured); the last column is the largest relative error against the float64 reference of anything "
+             "did, and the re-timed default for comparison (where the two are far apart, the machine was busy while "
+             "the search measured); the last column is the largest relative error against the float64 reference of anything "
              "timed.", "",
              f"| workload | kernels | re-timed default ms | est. default ms | est. {label['search@final']} ms | est. "
              f"{label['random@final']} ms | measured (evo / random) | failures (evo; random) | stop reason | "
