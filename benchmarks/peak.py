@@ -32,13 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     bw = measure_bandwidth(target, refresh=args.refresh)
     if args.json:
         print(json.dumps({"target": target.to_dict(), "target_key": target.key(), "fma": peak.to_dict(),
-                          "fma_from_cache": peak.from_cache, "implied_ghz": peak.implied_ghz(target.fma_units),
+                          "fma_from_cache": peak.from_cache,
+                          "ceiling_gflops": peak.ceiling_gflops, "implied_ghz": peak.implied_ghz(target.fma_units),
                           "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache}, indent=1))
         return 0
     cached = lambda r: " (cached)" if r.from_cache else ""  # noqa: E731
     print(f"target: {target.describe()}")
     print(f"FMA ceiling{cached(peak)}: {peak.gflops:.1f} GFLOP/s with {peak.threads} thread(s), "
-          f"{peak.gflops_1t:.1f} with one (x{peak.scaling:.2f}); {peak.vector_bits}-bit vectors, "
+          f"{peak.gflops_1t:.1f} with one (x{peak.scaling:.2f}; roofline ceiling {peak.ceiling_gflops:.1f}); "
+          f"{peak.vector_bits}-bit vectors, "
           f"{peak.accumulators} chains per thread, implied clock {peak.implied_ghz(target.fma_units):.2f} GHz "
           f"at {target.fma_units} FMA pipes; measured {peak.measured_at}")
     print(f"memory bandwidth{cached(bw)}: triad {bw.triad_gbs:.1f} GB/s, copy {bw.copy_gbs:.1f} GB/s "
