@@ -497,7 +497,11 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = settings_from(args)
     target = host_target(THREADS)
-    specs = [w for w in SEARCH_WORKLOADS if not args.only or w.name in args.only.split(",")]
+    only = args.only.split(",") if args.only else [w.name for w in SEARCH_WORKLOADS]
+    unknown = sorted(set(only) - {w.name for w in SEARCH_WORKLOADS})
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(w.name for w in SEARCH_WORKLOADS)}")
+    specs = [w for w in SEARCH_WORKLOADS if w.name in only]
     machine = machine_facts(target, args.refresh_peak)
     report = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "settings": {k: v for k, v in settings.items() if k != "timing"}, "machine": machine, "workloads": []}
