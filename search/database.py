@@ -22,8 +22,10 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute
@@ -182,10 +184,21 @@ class TuningDatabase:
                 and (tk is None or r.target_key == tk)]
 
     def best(self, workload_key: str, target: Target | str) -> TuningRecord | None:
-        """The fastest verified (OK) record for this workload on this target, or None."""
+        """The fastest verified (OK) schedule for this workload on this target, or None.
+
+        A schedule measured more than once (the tuner re-measures its leaders) counts with the median
+        of its measurements, so one lucky reading on a noisy machine does not make it the best; the
+        record returned carries that median."""
         self._refresh()
-        ok = [r for r in self._by_key.get((workload_key, _target_key(target)), ()) if r.ok]
-        return min(ok, key=lambda r: (r.median_s, r.timestamp)) if ok else None
+        by_trace: dict[tuple, list[TuningRecord]] = {}
+        for r in self._by_key.get((workload_key, _target_key(target)), ()):
+            if r.ok:
+                by_trace.setdefault(r.trace, []).append(r)
+        if not by_trace:
+            return None
+        scored = [(float(np.median([r.median_s for r in rs])), rs[-1].timestamp, rs[-1]) for rs in by_trace.values()]
+        median, _, rec = min(scored, key=lambda x: (x[0], x[1]))
+        return replace(rec, median_s=median)
 
     def measured(self, workload_key: str, target: Target | str) -> int:
         """How many candidates (any outcome) were measured for this workload on this target."""

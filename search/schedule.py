@@ -307,6 +307,11 @@ class ScheduleSearch:
             self.history.append((self.trials, self.best.seconds))
         return trials
 
+    def remeasure(self, traces: Sequence[tuple[Primitive, ...]]) -> list[Trial]:
+        """Measure already-seen traces again (confirmation); not counted as search trials."""
+        results = self.measurer.measure([MeasureInput(self.compute, tr, constant_inputs=self.consts) for tr in traces])
+        return [Trial(Point("remeasure"), tuple(tr), r.cost, r.error_code.name) for tr, r in zip(traces, results, strict=True)]
+
     def report(self) -> SearchReport:
         self.done()
         b = self.best

@@ -14,6 +14,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 from tqdm import tqdm
 
 from search.database import TuningDatabase, TuningRecord
@@ -37,6 +38,8 @@ class TuneConfig:
     batch_size: int = 16
     strategy: str = "evolutionary"  # or "random"
     progress: bool = True  # a tqdm bar on stderr
+    confirm_top: int = 3  # leaders per kernel re-measured with the default at the end
+    confirm_rounds: int = 2
 
 
 @dataclass
@@ -96,6 +99,21 @@ class _Task:
         return len(self.nodes) * best * (gain + 0.2 / math.sqrt(self.batches))
 
 
+def _leaders(task: _Task, k: int) -> list[tuple]:
+    """The default trace and the ``k`` fastest distinct other traces this task's search measured."""
+    log = task.search.log
+    if not log:
+        return []
+    default = tuple(log[0].trace)
+    out = [default]
+    for tr in sorted((t for t in log[1:] if math.isfinite(t.seconds)), key=lambda t: t.seconds):
+        if tuple(tr.trace) not in out:
+            out.append(tuple(tr.trace))
+        if len(out) > k:
+            break
+    return out
+
+
 def graph_tasks(graph: Graph) -> list[_Task]:
     """One task per distinct workload key among the compute nodes (in graph order)."""
     tasks: dict[str, _Task] = {}
@@ -144,11 +162,22 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
                 trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
                 strategy=config.strategy), service, constant_inputs=t.consts)
+        def record(task: _Task, trials) -> None:
+            database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
+                                          tr.seconds if tr.error == "OK" else None, task.consts) for tr in trials])
+
+        # the confirmation rounds need ~ (leaders + default) x rounds measurements per task: reserve their time
+        reserve_n = (config.confirm_top + 1) * config.confirm_rounds * len(todo)
+        rounds = config.confirm_rounds
+        if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
+            reserve_n, rounds = 0, 0
         while True:
-            if measured >= config.trials:
+            elapsed = time.perf_counter() - started
+            per_trial = elapsed / measured if measured else 0.0
+            if measured + reserve_n >= config.trials:
                 stop = f"trial budget spent ({config.trials} measurements)"
                 break
-            if config.time_s is not None and time.perf_counter() - started >= config.time_s:
+            if config.time_s is not None and elapsed + reserve_n * per_trial >= config.time_s:
                 stop = f"time budget spent ({config.time_s:.0f}s)"
                 break
             live = [t for t in todo if not t.search.done()]
@@ -156,18 +185,38 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 stop = "every kernel's search stopped by itself"
                 break
             task = max(live, key=lambda t: (t.priority(), -todo.index(t)))
-            trials = task.search.step(min(config.batch_size, config.trials - measured))
+            trials = task.search.step(min(config.batch_size, config.trials - reserve_n - measured))
             task.batches += 1
             task.bests.append(task.search.best.seconds if task.search.best else math.inf)
             measured += len(trials)
             bar.update(len(trials))
             bar.set_postfix(kernel=task.nodes[0][:20])
-            database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
-                                          tr.seconds if tr.error == "OK" else None, task.consts) for tr in trials])
+            record(task, trials)
+        # confirmation: the default and the leaders of every task re-measured side by side, in alternating
+        # order, a few rounds: one lucky reading on a noisy machine does not make a best (the database
+        # scores a schedule measured more than once by its median)
+        confirmed: dict[str, dict[tuple, list[float]]] = {}
+        for r in range(rounds):
+            for t in todo:
+                leaders = _leaders(t, config.confirm_top)
+                if not leaders:
+                    continue
+                batch = leaders if r % 2 == 0 else leaders[::-1]
+                trials = t.search.remeasure(batch)
+                measured += len(trials)
+                bar.update(len(trials))
+                record(t, trials)
+                for tr in trials:
+                    confirmed.setdefault(t.key, {}).setdefault(tr.trace, []).append(tr.seconds)
     for t in todo:
         rep = t.search.report()
-        t.result = KernelTuneResult(t.nodes, t.key, flop_count(t.compute), rep.default_s, rep.best_s, rep.best_trace,
-                                    rep.trials, False, rep.stop_reason if t.search.stop_reason else stop,
+        best = database.best(t.key, target)
+        default = tuple(t.search.log[0].trace) if t.search.log else ()
+        times = confirmed.get(t.key, {})
+        default_s = float(np.median(times[default])) if default in times else rep.default_s
+        t.result = KernelTuneResult(t.nodes, t.key, flop_count(t.compute), default_s,
+                                    best.median_s if best else None, best.trace if best else (),
+                                    t.search.trials, False, rep.stop_reason if t.search.stop_reason else stop,
                                     rep.failures)
     return GraphTuneReport([t.result for t in tasks], measured, time.perf_counter() - started, stop)
 

@@ -165,3 +165,36 @@ class _Ctx:
 
     def __exit__(self, *exc):
         return None
+
+
+def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
+    """A schedule that read 10x fast once (noise) but is slow when re-measured does not become the best."""
+    g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
+    seen: dict = {}
+
+    class Noisy(FakeMeasurer):
+        def measure(self, inputs):
+            out = super().measure(inputs)
+            for inp, r in zip(inputs, out):
+                key = repr(inp.trace)
+                first = key not in seen
+                seen[key] = True
+                if r.ok and first and len(seen) == 3:  # the second searched candidate reads lucky once
+                    r.median_s, r.times_s = r.median_s / 10, [r.median_s / 10]
+            return out
+
+    import search.tune as tune
+
+    real = tune.MeasureService
+    tune.MeasureService = lambda cfg: _Ctx(Noisy())
+    try:
+        db = TuningDatabase(tmp_path / "db.jsonl")
+        r = tune_graph(g, TARGET, TuneConfig(trials=64, batch_size=8, progress=False, confirm_rounds=2), db)
+    finally:
+        tune.MeasureService = real
+    (k,) = r.kernels
+    lucky = min((rec for rec in db.records() if rec.ok), key=lambda rec: rec.median_s)
+    assert lucky.median_s < k.best_s  # the lucky reading is in the database ...
+    assert k.best_s == pytest.approx(synthetic_seconds(k.best_trace))  # ... but the best is a confirmed time
+    assert k.default_s == pytest.approx(synthetic_seconds(default_schedule(g.nodes[0].op, TARGET, frozenset())))
+    assert sum(rec.trace == lucky.trace for rec in db.records()) == 3  # measured once, confirmed twice
