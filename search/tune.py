@@ -195,7 +195,6 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         # confirmation: the default and the leaders of every task re-measured side by side, in alternating
         # order, a few rounds: one lucky reading on a noisy machine does not make a best (the database
         # scores a schedule measured more than once by its median)
-        confirmed: dict[str, dict[tuple, list[float]]] = {}
         for r in range(rounds):
             for t in todo:
                 leaders = _leaders(t, config.confirm_top)
@@ -206,14 +205,13 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 measured += len(trials)
                 bar.update(len(trials))
                 record(t, trials)
-                for tr in trials:
-                    confirmed.setdefault(t.key, {}).setdefault(tr.trace, []).append(tr.seconds)
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)
         default = tuple(t.search.log[0].trace) if t.search.log else ()
-        times = confirmed.get(t.key, {})
-        default_s = float(np.median(times[default])) if default in times else rep.default_s
+        # the default scored like the best: the median of all its measurements in the database
+        default_times = [r.median_s for r in database.records(t.key, target) if r.ok and r.trace == default]
+        default_s = float(np.median(default_times)) if default_times else rep.default_s
         t.result = KernelTuneResult(t.nodes, t.key, flop_count(t.compute), default_s,
                                     best.median_s if best else None, best.trace if best else (),
                                     t.search.trials, False, rep.stop_reason if t.search.stop_reason else stop,
