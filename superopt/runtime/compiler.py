@@ -18,7 +18,8 @@ from superopt.codegen.c_emit import PRELUDE
 from superopt.runtime.target import Target, compiler_version, host_target
 
 # the target's own flags (vector width) are added by compile_library
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC",
+                 "-std=gnu11")
 
 
 def default_cache_dir() -> Path:
