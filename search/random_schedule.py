@@ -34,7 +34,7 @@ Choose = Callable[[Sequence[Any]], Any]
 def _try(compute: Compute, trace: list[Primitive], p: Primitive) -> KernelPlan | None:
     try:
         return lower(compute, trace + [p])
-    except (ScheduleError, ValueError):
+    except ScheduleError:
         return None
 
 
