@@ -105,6 +105,12 @@ class SearchReport:
                 "history": self.history}
 
 
+def _ucb(group: Sequence[Trial], ref: float, n_all: int, c: float) -> float:
+    """UCB1 of a branch: its best speed relative to ``ref`` plus an exploration bonus."""
+    best = min(t.seconds for t in group)
+    return (ref / best if math.isfinite(best) else 0.0) + c * math.sqrt(math.log(n_all + 1) / len(group))
+
+
 class ScheduleSearch:
     """The search state of one kernel; :meth:`step` proposes and measures one batch.
 
@@ -129,6 +135,7 @@ class ScheduleSearch:
         self.started = time.perf_counter()
         self.stop_reason = ""
         self._stale = 0  # batches in a row that proposed nothing new
+        self._structures: dict[Point, tuple] = {}  # point -> its structure (a lowering each: cached)
 
     # -- budget ---------------------------------------------------------------------------------
 
@@ -215,24 +222,29 @@ class ScheduleSearch:
         chosen += self.rng.sample(rest, min(n_explore, len(rest)))
         return [cands[i] for i in chosen]
 
+    def _reference_s(self) -> float:
+        """The time rewards are relative to: the default's, else the fastest measured."""
+        return self.default_s or min((t.seconds for t in self.log if math.isfinite(t.seconds)), default=1.0)
+
+    def _structure_of(self, point: Point) -> tuple:
+        s = self._structures.get(point)
+        if s is None:
+            s = self._structures[point] = self.space.structure(point)
+        return s
+
     def _sketch_shares(self, total: int) -> dict[str, int]:
-        """Proposals per sketch: UCB1 over sketches, reward = default time / best time of the sketch."""
+        """Proposals per sketch: UCB1 over sketches, reward = reference time / best time of the sketch."""
         sketches = self.space.sketches
         if len(sketches) == 1:
             return {sketches[0]: total}
-        counts = Counter(t.point.sketch for t in self.log)
-        best: dict[str, float] = {}
+        groups: dict[str, list[Trial]] = {}
         for t in self.log:
-            if math.isfinite(t.seconds):
-                best[t.point.sketch] = min(best.get(t.point.sketch, math.inf), t.seconds)
-        ref = self.default_s or min(best.values(), default=1.0)
-        n_all = max(1, sum(counts.values()))
+            groups.setdefault(t.point.sketch, []).append(t)
+        ref, n_all = self._reference_s(), max(1, len(self.log))
         # an unvisited sketch gets a couple of samples first (it may have a single point: naive)
-        shares = {s: 2 for s in sketches if counts[s] == 0}
-        visited = [s for s in sketches if counts[s] > 0]
-        ucb = {s: (ref / best[s] if s in best else 0.0) + 0.5 * math.sqrt(math.log(n_all + 1) / counts[s])
-               for s in visited}
-        ranked = sorted(visited, key=lambda s: -ucb[s])
+        shares = {s: 2 for s in sketches if s not in groups}
+        visited = [s for s in sketches if s in groups]
+        ranked = sorted(visited, key=lambda s: -_ucb(groups[s], ref, n_all, 0.5))
         left = total - sum(shares.values())
         # most proposals to the leading sketch, a few to the next two, so no branch starves
         for s, share in zip(ranked, (0.7, 0.15, 0.15)):
@@ -246,15 +258,13 @@ class ScheduleSearch:
         groups: dict[tuple, list[Trial]] = {}
         for t in self.log:
             if t.point.sketch == sketch:
-                groups.setdefault(self.space.structure(t.point), []).append(t)
+                groups.setdefault(self._structure_of(t.point), []).append(t)
         if not groups:
             return [([], total, False)]
-        ref = self.default_s or min((t.seconds for t in self.log if math.isfinite(t.seconds)), default=1.0)
-        n_all = sum(len(g) for g in groups.values())
+        ref, n_all = self._reference_s(), sum(len(g) for g in groups.values())
 
         def ucb(g: list[Trial]) -> float:
-            best = min(t.seconds for t in g)
-            return (ref / best if math.isfinite(best) else 0.0) + 0.3 * math.sqrt(math.log(n_all + 1) / len(g))
+            return _ucb(g, ref, n_all, 0.3)
 
         ranked = sorted(groups.values(), key=ucb, reverse=True)
         out = []

@@ -129,14 +129,19 @@ def graph_tasks(graph: Graph) -> list[_Task]:
     return list(tasks.values())
 
 
+def _default_seconds(task: _Task, target: Target, db: TuningDatabase) -> float | None:
+    """The default schedule's time, scored like the best: the median of all its measurements."""
+    default = tuple(default_schedule(task.compute, target, task.consts))
+    times = [r.median_s for r in db.records(task.key, target) if r.ok and r.trace == default]
+    return float(np.median(times)) if times else None
+
+
 def _from_database(task: _Task, target: Target, db: TuningDatabase) -> KernelTuneResult | None:
     best = db.best(task.key, target)
     if best is None:
         return None
-    default = tuple(default_schedule(task.compute, target, task.consts))
-    default_s = min((r.median_s for r in db.records(task.key, target) if r.ok and r.trace == default), default=None)
-    return KernelTuneResult(task.nodes, task.key, flop_count(task.compute), default_s, best.median_s, best.trace, 0,
-                            True, "already tuned for this target (database)")
+    return KernelTuneResult(task.nodes, task.key, flop_count(task.compute), _default_seconds(task, target, db),
+                            best.median_s, best.trace, 0, True, "already tuned for this target (database)")
 
 
 def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: TuningDatabase,
@@ -208,10 +213,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)
-        default = tuple(t.search.log[0].trace) if t.search.log else ()
-        # the default scored like the best: the median of all its measurements in the database
-        default_times = [r.median_s for r in database.records(t.key, target) if r.ok and r.trace == default]
-        default_s = float(np.median(default_times)) if default_times else rep.default_s
+        default_s = _default_seconds(t, target, database) or rep.default_s
         t.result = KernelTuneResult(t.nodes, t.key, flop_count(t.compute), default_s,
                                     best.median_s if best else None, best.trace if best else (),
                                     t.search.trials, False, rep.stop_reason if t.search.stop_reason else stop,
