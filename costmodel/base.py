@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.runtime.target import Target
 from superopt.schedule.primitives import Primitive
@@ -48,3 +49,9 @@ class RandomModel:
 
     def predict(self, candidates: Sequence[Candidate]) -> np.ndarray:
         return np.array([self.rng.random() for _ in candidates])
+
+
+def candidate_group(c: Candidate) -> str:
+    """What a candidate's time is compared within: its workload (rename-invariant, constants
+    included) on its target. Cost-model targets are normalized per group (best time / time)."""
+    return workload_key(c.compute, sorted(c.constant_inputs)) + "@" + c.target.key()

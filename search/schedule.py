@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import Candidate, CostModel, RandomModel
+from search.model_guided import evolve
 from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
@@ -52,6 +53,10 @@ class SearchConfig:
     proposals: int = 48  # children generated per batch, ranked by the cost model
     explore: float = 0.25  # share of each batch picked at random among the proposals
     fresh: float = 0.15  # share of proposals that are fresh random samples
+    # with a trained cost model: the proposals seed an evolution in the model (population points, a few
+    # generations) and only the model's top of it is measured (plus the explore share)
+    population: int = 512
+    generations: int = 2
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -211,6 +216,8 @@ class ScheduleSearch:
                     before = len(pool)
                     self._new(self._child(sketch, parents, structural), pool)
                     made += len(pool) > before
+        if getattr(self.model, "trained", False):
+            return self._guided(n, [p for p, _ in pool.values()])
         cands = list(pool.values())
         if len(cands) <= n:
             return cands
@@ -221,6 +228,19 @@ class ScheduleSearch:
         rest = order[n - n_explore:]
         chosen += self.rng.sample(rest, min(n_explore, len(rest)))
         return [cands[i] for i in chosen]
+
+    def _guided(self, n: int, seeds: list[Point]) -> list[tuple[Point, tuple[Primitive, ...]]]:
+        """Evolve the proposals (and the best measured points) in the cost model; measure its top
+        ``n`` minus the explore share, and that share drawn at random from the rest (epsilon-greedy)."""
+        cfg = self.config
+        best = sorted((t for t in self.log if math.isfinite(t.seconds)), key=lambda t: t.seconds)[: cfg.parents]
+        scored = evolve(self.space, self.model, self._candidate, self.rng, seeds + [t.point for t in best],
+                        population=cfg.population, generations=cfg.generations, exclude=self.seen)
+        n_explore = int(round(n * cfg.explore)) if len(scored) > n else 0
+        chosen = scored[: n - n_explore]
+        rest = scored[n - n_explore:]
+        chosen += self.rng.sample(rest, min(n_explore, len(rest)))
+        return [(s.point, s.trace) for s in chosen]
 
     def _reference_s(self) -> float:
         """The time rewards are relative to: the default's, else the fastest measured."""

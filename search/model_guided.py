@@ -1,0 +1,117 @@
+"""Search in the cost model instead of on the machine: evolution with the model as fitness, and
+the zero-measurement pick.
+
+:func:`evolve` is Ansor's evolutionary search: a population of legal points (seeds, their
+mutations, fresh samples) is scored by the cost model; the best-scored breed (mutation and
+crossover) for a few generations; the result is every point seen, best-scored first. The schedule
+search measures only the top of it (plus explorers); :func:`pick_schedule` measures nothing and
+takes the model's favourite over the default heuristic only when the model expects it to be
+clearly faster.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.base import Candidate, CostModel
+from superopt.codegen.lower import ScheduleError
+from superopt.ir.compute import Compute
+from superopt.runtime.target import Target
+from superopt.schedule.primitives import Primitive, trace_to_json
+from superopt.schedule.space import Point, ScheduleSpace
+
+
+@dataclass(frozen=True)
+class Scored:
+    point: Point
+    trace: tuple[Primitive, ...]
+    score: float
+
+
+def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primitive, ...]], Candidate],
+           rng: random.Random, seeds: Iterable[Point], *, population: int, generations: int,
+           exclude: frozenset[str] | set[str] = frozenset(), fresh: float = 0.2) -> list[Scored]:
+    """Evolve ``population`` points for ``generations`` rounds with ``model`` as fitness.
+
+    ``seeds`` start the population (with mutations of them and ``fresh`` random samples); traces in
+    ``exclude`` (already measured) are never returned. Returns every legal new point, best first."""
+    pool: dict[str, tuple[Point, tuple[Primitive, ...]]] = {}
+
+    def add(p: Point) -> None:
+        try:
+            trace = space.trace(p)
+        except ScheduleError:
+            return
+        key = trace_to_json(trace)
+        if key not in exclude and key not in pool:
+            pool[key] = (p, trace)
+
+    seeds = list(seeds)
+    for p in seeds:
+        add(p)
+    _breed(space, rng, seeds, add, lambda: len(pool) >= population, fresh)
+    scores: dict[str, float] = {}
+    for gen in range(generations + 1):
+        new = [k for k in pool if k not in scores]
+        if new:
+            s = np.asarray(model.predict([make(pool[k][1]) for k in new]), dtype=float)
+            scores.update(zip(new, s.tolist()))
+        if gen == generations:
+            break
+        ranked = sorted(scores, key=lambda k: -scores[k])[: max(4, population // 16)]
+        size = len(pool) + population // 2
+        _breed(space, rng, [pool[k][0] for k in ranked] + seeds, add, lambda s=size: len(pool) >= s, fresh / 2)
+    return sorted((Scored(pool[k][0], pool[k][1], scores[k]) for k in pool), key=lambda s: -s.score)
+
+
+def _breed(space: ScheduleSpace, rng: random.Random, parents: list[Point], add: Callable[[Point], None],
+           full: Callable[[], bool], fresh: float) -> None:
+    tries = 0
+    budget = 20 * 512
+    while not full() and tries < budget:
+        tries += 1
+        r = rng.random()
+        if not parents or r < fresh:
+            add(space.sample(rng))
+        elif r < fresh + 0.2 and len(parents) > 1:
+            a, b = rng.sample(parents, 2)
+            add(space.crossover(a, b, rng))
+        else:
+            add(space.mutate(rng.choice(parents), rng, rng.choice((1, 1, 2)), structural=rng.random() < 0.25))
+
+
+@dataclass(frozen=True)
+class ModelPick:
+    """The zero-measurement choice for one kernel."""
+
+    trace: tuple[Primitive, ...]
+    point: Point
+    predicted_gain: float  # the model's score of the pick minus the default's (0: the default kept)
+    candidates: int  # points scored
+    is_default: bool
+
+
+def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constant_inputs: frozenset[str],
+                  population: int = 512, generations: int = 2, margin: float = 0.0, seed: int = 0) -> ModelPick:
+    """The model's choice among the default and the model's top candidates, measuring nothing.
+
+    The default wins unless the model scores a candidate above it by more than ``margin`` (score
+    units of the model; the XGBoost ranker's scores are comparable within one workload)."""
+    space = ScheduleSpace(compute, target, constant_inputs)
+    default = space.default_point()
+    default_trace = space.trace(default)
+
+    def make(trace: tuple[Primitive, ...]) -> Candidate:
+        return Candidate(compute, trace, target, frozenset(constant_inputs))
+
+    rng = random.Random(seed)
+    scored = evolve(space, model, make, rng, [default], population=population, generations=generations)
+    default_score = float(np.asarray(model.predict([make(default_trace)]))[0])
+    best = scored[0] if scored else None
+    if best is None or best.score <= default_score + margin or best.trace == default_trace:
+        return ModelPick(default_trace, default, 0.0, len(scored), True)
+    return ModelPick(best.trace, best.point, best.score - default_score, len(scored), False)
