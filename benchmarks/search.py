@@ -2,6 +2,7 @@
 
     python benchmarks/search.py [--quick] [--trials N] [--early N] [--only sgemm,softmax,...] [--rounds R]
         [--seed S] [--out benchmarks/results]
+    python benchmarks/search.py --ablation [--random N] [--ratio 5] ...   (the cost model: search_ablation.py)
 
 For every workload (``search_workloads.py``) the graph goes through the graph passes (rewrite,
 canonical kernels) and then:
@@ -476,6 +477,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", help="comma-separated workload names")
     ap.add_argument("--refresh-peak", action="store_true", help="measure the machine ceilings again")
     ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
+    ap.add_argument("--ablation", action="store_true",
+                    help="cost-model ablation instead (benchmarks/search_ablation.py): guided vs random vs zero-shot")
+    ap.add_argument("--random", type=int, default=1000, help="ablation: random samples per workload (default 1000)")
+    ap.add_argument("--ratio", type=int, default=5, help="ablation: guided search gets random/ratio measurements")
+    ap.add_argument("--cost-model", default=None, help="ablation: a model file (default: the shipped one)")
     return ap.parse_args(argv)
 
 
@@ -493,6 +499,10 @@ def settings_from(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(THREADS)
+    if args.ablation:
+        from benchmarks import search_ablation
+
+        return search_ablation.run(args)
     from superopt.runtime.target import host_target
 
     settings = settings_from(args)

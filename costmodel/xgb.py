@@ -41,7 +41,7 @@ OBJECTIVES = ("reg:squarederror", "rank:pairwise", "rank:ndcg")
 
 @dataclass(frozen=True)
 class XGBConfig:
-    objective: str = "rank:pairwise"  # or reg:squarederror on the normalized speed
+    objective: str = "reg:squarederror"  # on the normalized speed (best / time); or a ranking objective
     rounds: int = 300  # boosting rounds of a full fit
     online_rounds: int = 40  # rounds added on top of a loaded model per online update
     max_depth: int = 8

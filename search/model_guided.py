@@ -115,3 +115,28 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
     if best is None or best.score <= default_score + margin or best.trace == default_trace:
         return ModelPick(default_trace, default, 0.0, len(scored), True)
     return ModelPick(best.trace, best.point, best.score - default_score, len(scored), False)
+
+
+def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Iterable[str] = (),
+                         population: int = 256, generations: int = 2, margin: float = 0.0, seed: int = 0
+                         ) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:
+    """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
+    node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
+    picked once. Returns the schedules and each node's :class:`ModelPick`."""
+    from superopt.schedule.graph import constant_inputs
+
+    skip = set(skip)
+    cache: dict[tuple[str, frozenset[str]], ModelPick] = {}
+    out: dict[str, list[Primitive]] = {}
+    picks: dict[str, ModelPick] = {}
+    for n in graph.nodes:
+        if n.is_extern or n.name in skip:
+            continue
+        consts = constant_inputs(graph, n)
+        key = (n.op.digest(), consts)
+        if key not in cache:
+            cache[key] = pick_schedule(n.op, target, model, constant_inputs=consts, population=population,
+                                       generations=generations, margin=margin, seed=seed)
+        picks[n.name] = cache[key]
+        out[n.name] = list(cache[key].trace)
+    return out, picks

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from tqdm import tqdm
 
+from costmodel.base import CostModel
 from search.database import TuningDatabase, TuningRecord
-from search.schedule import ScheduleSearch, SearchConfig
+from search.schedule import Measurer, ScheduleSearch, SearchConfig
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
@@ -145,8 +147,13 @@ def _from_database(task: _Task, target: Target, db: TuningDatabase) -> KernelTun
 
 
 def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: TuningDatabase,
-               measure: MeasureConfig | None = None) -> GraphTuneReport:
-    """Search schedules for every kernel of ``graph`` (kernels canonicalized) within one budget."""
+               measure: MeasureConfig | None = None, *, model: CostModel | None = None,
+               runner: Measurer | None = None) -> GraphTuneReport:
+    """Search schedules for every kernel of ``graph`` (kernels canonicalized) within one budget.
+
+    ``model``: the cost model every kernel's search shares (learning online from all of them); None:
+    random ranking. ``runner``: where candidates are measured (a local ``MeasureService`` by default,
+    or a Ray runner from ``superopt.measure.runner``); the caller closes a runner it passes."""
     started = time.perf_counter()
     tasks = graph_tasks(graph)
     todo = []
@@ -160,13 +167,13 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     mcfg = measure or MeasureConfig(threads=target.threads, target=target)
     measured = 0
     stop = ""
-    with MeasureService(mcfg) as service, \
+    with (nullcontext(runner) if runner is not None else MeasureService(mcfg)) as service, \
             tqdm(total=config.trials if config.trials < 10**8 else None, disable=not config.progress, desc="tune",
                  unit="trial") as bar:
         for i, t in enumerate(todo):
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
                 trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
-                strategy=config.strategy), service, constant_inputs=t.consts)
+                strategy=config.strategy), service, constant_inputs=t.consts, model=model)
         def record(task: _Task, trials) -> None:
             database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
                                           tr.seconds if tr.error == "OK" else None, task.consts) for tr in trials])

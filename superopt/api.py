@@ -40,6 +40,9 @@ class OptimizeConfig:
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
     database: str | Path | None = None  # a tuning database (search.database) consulted before the default
+    # the cost model that picks schedules with no measurement for kernels the database lacks: "pretrained"
+    # (the model shipped in the package, when there is one), a model file, or None (the default heuristic)
+    cost_model: str | Path | None = "pretrained"
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -57,6 +60,7 @@ class OptimizeReport:
     rewrites: int = 0  # graph rewrite rules applied
     compute_nodes: int = 0  # nodes that run a compiled kernel (equal ones share one)
     from_database: int = 0  # compute nodes scheduled from the tuning database
+    from_model: int = 0  # compute nodes whose schedule the cost model picked over the default (no measurement)
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -141,19 +145,36 @@ def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphEx
     return GraphExecutor(graph, default_schedules(graph, target), ExecutorConfig(target.threads, config.compiler, target))
 
 
-def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None
-                   ) -> tuple[dict[str, list], list[str]]:
+def load_cost_model(spec: str | Path | None):
+    """``"pretrained"`` (the shipped model; None when the package has none), a model file, or None."""
+    if spec is None:
+        return None
+    from costmodel.xgb import XGBModel, load_pretrained
+
+    return load_pretrained("cpu") if str(spec) == "pretrained" else XGBModel.load(spec)
+
+
+def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None, cost_model=None
+                   ) -> tuple[dict[str, list], list[str], list[str]]:
     """The schedule pass over a graph with canonical kernels (``canonicalize_kernels``): node name ->
-    trace for every compute node, from the tuning database where it has a verified best for
-    ``target``, else the default heuristic. Returns the schedules and the nodes the database served."""
-    schedules, hits = {}, []
+    trace for every compute node. From the tuning database where it has a verified best for
+    ``target``; else the cost model's pick, measuring nothing, when a model is given (it keeps the
+    default unless it expects another schedule to be faster); else the default heuristic. Returns the
+    schedules, the nodes the database served and the nodes whose schedule the model changed."""
+    schedules, hits, picked = {}, [], []
     if database is not None:
         from search.database import TuningDatabase, schedules_from_database
 
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
+    if cost_model is not None:
+        from search.model_guided import schedules_from_model
+
+        chosen, picks = schedules_from_model(graph, target, cost_model, skip=hits)
+        schedules = chosen | schedules
+        picked = [name for name, p in picks.items() if not p.is_default]
     if any(not n.is_extern and n.name not in schedules for n in graph.nodes):
         schedules = default_schedules(graph, target) | schedules
-    return schedules, hits
+    return schedules, hits, picked
 
 
 def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
@@ -165,7 +186,8 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
     graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
     target = config.resolved_target()
-    schedules, hits = schedule_graph(graph, target, config.database)  # schedule
+    model = load_cost_model(config.cost_model)
+    schedules, hits, picked = schedule_graph(graph, target, config.database, model)  # schedule
     executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
     t2 = time.perf_counter()
     err = None
@@ -176,12 +198,14 @@ def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
                                     f"> {config.rtol}")
     t3 = time.perf_counter()
     n_compute = sum(not n.is_extern for n in graph.nodes)
-    if config.database is None:
-        how = "default schedules (no tuning database given)"
-    else:
-        how = f"{len(hits)} of {n_compute} kernels from the tuning database, the rest default schedules"
-    report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, how,
-                            len(rewrites), n_compute, len(hits))
+    how = []
+    if config.database is not None:
+        how.append(f"{len(hits)} of {n_compute} kernels from the tuning database")
+    if model is not None:
+        how.append(f"{len(picked)} picked by the cost model with no measurement")
+    how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
+    report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
+                            len(rewrites), n_compute, len(hits), len(picked))
     return OptimizedProgram(graph, executor, report)
 
 
@@ -201,4 +225,4 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
 
 
 __all__ = ["OptimizeConfig", "OptimizeReport", "OptimizedProgram", "VerificationError", "optimize",
-           "optimize_op", "define_op", "load_graph", "schedule_graph"]
+           "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model"]

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from superopt.cli_costmodel import register as register_costmodel
+from superopt.cli_dataset import register as register_dataset
+
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
 DEFAULT_DB = "superopt_tuning.jsonl"  # in the current directory
 
@@ -103,11 +106,59 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     db = _optimize_db(args)
     prog = optimize(_model_file(args.model), OptimizeConfig(threads=args.threads, verify=not args.no_verify,
-                                                            database=db))
+                                                            database=db, cost_model=_cost_model_arg(args)))
     print(f"optimized {args.model}: {prog.report}")
     feed = random_inputs(prog.graph)
     t = _median_time(lambda: prog.executor(feed), args.repeat)
     print(f"median run time: {t * 1e3:.2f} ms ({args.threads} threads)")
+    return 0
+
+
+def _cost_model_arg(args: argparse.Namespace) -> str | None:
+    """--cost-model PATH|pretrained, or None with --no-cost-model; a missing file is a one-line error."""
+    if args.no_cost_model:
+        return None
+    spec = args.cost_model
+    if spec not in ("pretrained", "online") and not Path(spec).exists():
+        raise FileNotFoundError(f"no such cost model file: {spec}")
+    return spec
+
+
+def _tune_model(args: argparse.Namespace):
+    """The cost model guiding a tune: the shipped (or given) model refined online, or one learned from
+    scratch online (``online``, or when the package ships none); None with --no-cost-model (random)."""
+    from costmodel.xgb import XGBModel
+    from superopt.api import load_cost_model
+
+    spec = _cost_model_arg(args)
+    if spec is None:
+        return None
+    if spec == "online":
+        return XGBModel()
+    return load_cost_model(spec) or XGBModel()
+
+
+def _zero_measurement(args: argparse.Namespace, graph, target, label: str) -> int:
+    """``tune --trials 0``: each kernel's schedule picked by the cost model alone; nothing is measured
+    or recorded (the database holds measurements only)."""
+    from search.model_guided import schedules_from_model
+
+    model = _tune_model(args)
+    if model is None or not getattr(model, "trained", False):
+        raise UsageError("--trials 0 picks schedules with a trained cost model: give one with --cost-model PATH "
+                         "(or drop --no-cost-model to use the shipped one)")
+    _, picks = schedules_from_model(graph, target, model, seed=args.seed)
+    rows = [{"node": name, "default": p.is_default, "predicted_gain": p.predicted_gain, "candidates": p.candidates,
+             "trace": [repr(x) for x in p.trace]} for name, p in picks.items()]
+    if args.json:
+        print(json.dumps({"model": label, "target": target.to_dict(), "measured": 0, "kernels": rows}, indent=2))
+    else:
+        changed = sum(not r["default"] for r in rows)
+        print(f"picked schedules for {label} on {target.describe()} with no measurement: {changed} of "
+              f"{len(rows)} kernels differ from the default heuristic (nothing recorded)")
+        for r in rows:
+            print(f"  {r['node'][:40]:40s} {'default' if r['default'] else 'model  '} "
+                  f"predicted gain {r['predicted_gain']:+.3f} ({r['candidates']} scored)")
     return 0
 
 
@@ -255,8 +306,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     time_s = parse_time(args.time) if args.time is not None else None
     if args.trials is None:  # a time budget alone is the budget; neither given: 200 trials
         args.trials = 10**9 if time_s is not None else 200
-    if args.trials < 1:
-        raise UsageError(f"bad --trials {args.trials}: at least 1")
+    if args.trials < 0:
+        raise UsageError(f"bad --trials {args.trials}: at least 0 (0: the cost model picks, nothing is measured)")
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")
     graph, label = _tune_graph_input(args)
@@ -265,10 +316,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     compiler = CompilerConfig()
     target = host_target(args.threads, compiler.cc)
     graph = canonicalize_kernels(rewrite_graph(graph, OptimizeConfig(threads=args.threads, target=target))[0])
+    if args.trials == 0:
+        return _zero_measurement(args, graph, target, label)
     db = TuningDatabase(args.db)
     config = TuneConfig(trials=args.trials, time_s=time_s, seed=args.seed, progress=not args.no_progress)
-    report = tune_graph(graph, target, config, db, MeasureConfig(threads=args.threads, target=target,
-                                                                compiler=compiler))
+    mcfg = MeasureConfig(threads=args.threads, target=target, compiler=compiler)
+    model = _tune_model(args)
+    if args.ray is not None:
+        from superopt.measure.runner import make_runner
+
+        with make_runner(args.ray, mcfg, args.ray_workers) as runner:
+            report = tune_graph(graph, target, config, db, mcfg, model=model, runner=runner)
+    else:
+        report = tune_graph(graph, target, config, db, mcfg, model=model)
     summary = tune_summary(report, _fma_peak(target, compiler) if args.json else None)
     if args.json:
         if summary["all_from_database"] and summary["measured"] == 0:
@@ -288,6 +348,12 @@ def _one_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def _cost_model_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--cost-model", default="pretrained", metavar="PATH|pretrained",
+                   help=f"{what} (default: the model shipped in the package)")
+    p.add_argument("--no-cost-model", action="store_true", help="no cost model (default heuristic / random ranking)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superopt", description="search-based superoptimizer for tensor programs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -299,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", default=None, help=f"tuning database to take schedules from (default: ./{DEFAULT_DB} "
                                                "when it exists)")
     p.add_argument("--no-db", action="store_true", help="default schedules only, no tuning database")
+    _cost_model_args(p, "the cost model that picks schedules with no measurement for kernels the database lacks")
     p.set_defaults(fn=cmd_optimize)
     t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
                                     "the tuning database",
@@ -314,7 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--db", default=DEFAULT_DB, help=f"tuning database (JSON lines; default ./{DEFAULT_DB})")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
     t.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _cost_model_args(t, "the cost model ranking candidates (refined online); 'online': learn from scratch")
+    t.add_argument("--ray", default=None, metavar="auto|ADDRESS", help="measure on a Ray cluster")
+    t.add_argument("--ray-workers", type=int, default=None, metavar="W", help="Ray actors (default: CPUs / threads)")
     t.set_defaults(fn=cmd_tune)
+    register_dataset(sub)
+    register_costmodel(sub)
     d = sub.add_parser("demo", help="run the capsule votes op and squeezenet end to end")
     d.add_argument("--threads", type=int, default=2)
     d.set_defaults(fn=cmd_demo)

@@ -63,7 +63,7 @@ def test_argument_errors_are_one_line(capsys, tmp_path):
     assert "--shape goes with --op" in _err(capsys, ["tune", str(bad), "--shape", "A=1", *db], 2)
     assert "--op needs the shape" in _err(capsys, ["tune", "--op", MM, *db], 2)
     assert "unknown tensor" in _err(capsys, ["tune", "--op", MM, "--shape", "A=4x8", *db], 1)  # op errors: line 1
-    assert "bad --trials" in _err(capsys, ["tune", *op, "--trials", "0", *db], 2)
+    assert "bad --trials" in _err(capsys, ["tune", *op, "--trials", "-1", *db], 2)
     assert "no such model file" in _err(capsys, ["optimize", str(tmp_path / "missing.onnx")], 1)
     assert "no such tuning database" in _err(capsys, ["optimize", str(bad), "--db", str(tmp_path / "no.jsonl")], 1)
     assert not (tmp_path / "db.jsonl").exists()  # nothing was measured or written
@@ -135,3 +135,50 @@ def test_json_report_and_rename_invariance(capsys, tmp_path):
     again = json.loads(cap.out)
     assert again["measured"] == 0 and again["all_from_database"] and again["kernels"][0]["measured"] == 0
     assert again["kernels"][0]["best_ms"] == k["best_ms"] and "nothing to measure" in cap.err
+
+
+def _tiny_cost_model(path):
+    """A cost model trained on a few sampled schedules of a small matmul, times made up (a real file)."""
+    import random
+
+    from costmodel.base import Candidate
+    from costmodel.xgb import XGBConfig, XGBModel
+    from superopt.lang import compile_op
+    from superopt.runtime.target import host_target
+    from superopt.schedule.space import ScheduleSpace
+
+    target = host_target(1)
+    cands = []
+    for m in (16, 24):
+        c = compile_op(MM, {"A": (m, 32), "B": (32, 8)})
+        space = ScheduleSpace(c, target, frozenset({"B"}))
+        rng = random.Random(m)
+        for _ in range(12):
+            cands.append(Candidate(c, space.trace(space.sample(rng)), target, frozenset({"B"})))
+    model = XGBModel(XGBConfig(rounds=5))
+    model.fit(cands, [1e-3 * (1 + i % 5) for i in range(len(cands))])
+    model.save(path)
+    return str(path)
+
+
+def test_zero_measurement_tune_and_cost_model_flags(capsys, tmp_path):
+    model = _tiny_cost_model(tmp_path / "cm.json")
+    db = tmp_path / "db.jsonl"
+    op = ["--op", MM, "--shape", "A=16x32", "--shape", "B=32x8", "--threads", "1", "--db", str(db)]
+    assert main(["tune", *op, "--trials", "0", "--cost-model", model, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"] == 0 and len(out["kernels"]) == 1
+    (k,) = out["kernels"]
+    assert k["candidates"] > 0 and (k["default"] or k["predicted_gain"] > 0)
+    assert not db.exists()  # nothing measured, nothing recorded
+    msg = _err(capsys, ["tune", *op, "--trials", "0", "--no-cost-model"], 2)
+    assert "--trials 0 picks schedules with a trained cost model" in msg
+    assert "no such cost model file" in _err(capsys, ["tune", *op, "--cost-model", str(tmp_path / "no.json")], 1)
+    (tmp_path / "junk.json").write_text("{}")
+    assert "is not a superopt cost model" in _err(capsys, ["tune", *op, "--trials", "0", "--cost-model",
+                                                          str(tmp_path / "junk.json")], 1)
+    onnx_model = _onnx_model(tmp_path / "mlp.onnx")
+    assert main(["optimize", onnx_model, "--threads", "1", "--repeat", "2", "--no-db", "--cost-model", model]) == 0
+    assert "picked by the cost model with no measurement" in capsys.readouterr().out
+    assert main(["optimize", onnx_model, "--threads", "1", "--repeat", "2", "--no-db", "--no-cost-model"]) == 0
+    assert "default schedules (no tuning database, no cost model)" in capsys.readouterr().out
