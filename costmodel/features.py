@@ -44,7 +44,6 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,8 +57,8 @@ from superopt.loopnest import (
     Loop,
     LoopNest,
     Op,
+    Visit,
     accesses,
-    allocations,
     build_loopnest,
     statement_ops,
     walk,
@@ -144,37 +143,38 @@ def _trips(loops: Sequence[Loop]) -> int:
     return math.prod(lp.extent for lp in loops)
 
 
-@dataclass
 class _Access:
-    buffer: str
-    itemsize: int
-    loops: tuple[Loop, ...]
-    strides: tuple[int | None, ...]  # per enclosing loop; None: not constant (div/mod)
-    size: int  # elements of the whole buffer (caps every footprint)
+    """One buffer access with its loops: footprints and cache lines per loop depth, computed once."""
 
-    def footprint(self, depth: int) -> float:
-        """Distinct elements touched by one whole execution of ``loops[depth]`` (depth = len: one access)."""
-        inner = list(zip(self.loops[depth:], self.strides[depth:]))
-        moving = [(lp.extent, s) for lp, s in inner if s != 0]
+    def __init__(self, buffer: str, itemsize: int, loops: tuple[Loop, ...], strides: tuple[int | None, ...],
+                 size: int) -> None:
+        self.buffer = buffer
+        self.itemsize = itemsize
+        self.loops = loops
+        self.strides = strides  # per enclosing loop; None: not constant (div/mod)
+        self.size = size  # elements of the whole buffer (caps every footprint)
+        n = len(loops)
+        # footprints[d]: distinct elements touched by one whole execution of loops[d] (d = n: one access)
+        self.footprints = [self._footprint(d) for d in range(n + 1)]
+        self.line_counts = [self._lines(d) for d in range(n + 1)]
+        self.executions = math.prod(lp.extent for lp, s in zip(loops, strides)
+                                    if not (s == 0 and lp.kind in ("unrolled", "vectorized")))
+        # ^ times the access executes; a value held in a register across an unrolled or vectorized loop
+        # that does not move it counts once (the compiler keeps it in the register)
+
+    def _footprint(self, depth: int) -> float:
+        moving = [(lp.extent, s) for lp, s in zip(self.loops[depth:], self.strides[depth:]) if s != 0]
         count = math.prod(e for e, _ in moving)
         if all(s is not None for _, s in moving):  # a linear index cannot leave its span
             span = 1 + sum((e - 1) * abs(s) for e, s in moving)
             count = min(count, span)
         return float(min(count, self.size))
 
-    def executions(self) -> int:
-        """Times the access executes, a value held in a register across an unrolled or vectorized loop
-        that does not move it counting once (the compiler keeps it in the register)."""
-        return math.prod(lp.extent for lp, s in zip(self.loops, self.strides)
-                         if not (s == 0 and lp.kind in ("unrolled", "vectorized")))
-
-    def lines(self, depth: int) -> float:
-        """Cache lines touched by one execution of ``loops[depth]``."""
-        elems = self.footprint(depth)
+    def _lines(self, depth: int) -> float:
+        elems = self.footprints[depth]
         inner = next((s for s in reversed(self.strides[depth:]) if s != 0), 1)
         if inner is not None and abs(inner) * self.itemsize < LINE_BYTES:
-            per_line = LINE_BYTES // (abs(inner) * self.itemsize)
-            return math.ceil(elems / per_line)
+            return math.ceil(elems / (LINE_BYTES // (abs(inner) * self.itemsize)))
         return elems
 
 
@@ -216,10 +216,11 @@ def nest_features(plan: KernelPlan, nest: LoopNest, target: Target, constant_inp
     def put(name: str, value: float) -> None:
         f[_INDEX[name]] = value
 
+    visits = list(walk(nest))
     flops = _arithmetic(nest, put)
-    _loops(nest, target, put)
-    _allocations(nest, target, put)
-    _memory(plan, nest, target, constant_inputs, flops, put)
+    _loops(visits, target, put)
+    _allocations(nest, visits, target, put)
+    _memory(plan, nest, visits, target, constant_inputs, flops, put)
     for name, value in (("vector_bits", target.vector_bits), ("vector_registers", target.vector_registers),
                         ("threads", target.threads), ("cores", target.cores), ("fma_units", target.fma_units),
                         ("l1", _log(target.l1_bytes)), ("l2", _log(target.l2_bytes)), ("l3", _log(target.l3_bytes))):
@@ -252,7 +253,7 @@ def _arithmetic(nest: LoopNest, put) -> float:
     return float(total)
 
 
-def _loops(nest: LoopNest, target: Target, put) -> None:
+def _loops(visits: list[Visit], target: Target, put) -> None:
     count: Counter[str] = Counter()
     product: defaultdict[str, float] = defaultdict(lambda: 1.0)
     depth = tails = guards = stages = epilogues = 0
@@ -260,7 +261,7 @@ def _loops(nest: LoopNest, target: Target, put) -> None:
     vec_extent, vec_innermost = 0, 0.0
     unroll_body, reduce_inner, outer_product = 1, 0, 0
     lanes = target.lanes("float32")
-    for v in walk(nest):
+    for v in visits:
         n = v.node
         if isinstance(n, Loop):
             count[n.kind] += 1
@@ -309,10 +310,10 @@ def _loops(nest: LoopNest, target: Target, put) -> None:
     put("loop.epilogues", epilogues)
 
 
-def _allocations(nest: LoopNest, target: Target, put) -> None:
+def _allocations(nest: LoopNest, visits: list[Visit], target: Target, put) -> None:
     tile = local = fill = 0
-    tiles = {a.name for a in allocations(nest) if a.kind == "register_tile"}
-    for v in walk(nest):
+    tiles = {v.node.name for v in visits if isinstance(v.node, Alloc) and v.node.kind == "register_tile"}
+    for v in visits:
         n = v.node
         if isinstance(n, Alloc):
             if n.kind == "register_tile":
@@ -330,21 +331,21 @@ def _allocations(nest: LoopNest, target: Target, put) -> None:
     put("alloc.fill_bytes", _log(fill))
 
 
-def _buffer_sizes(plan: KernelPlan, nest: LoopNest) -> dict[str, tuple[int, int]]:
+def _buffer_sizes(plan: KernelPlan, visits: list[Visit]) -> dict[str, tuple[int, int]]:
     """Buffer name -> (elements, itemsize)."""
     sizes: dict[str, tuple[int, int]] = {}
     for name, t in plan.types.items():
         sizes[name] = (math.prod(t.shape), np.dtype(t.np_dtype).itemsize)
-    for v in walk(nest):
+    for v in visits:
         if isinstance(v.node, Alloc) and v.node.kind in ("local", "workspace"):
             a = v.node
             sizes.setdefault(a.name, (a.size, max(1, a.nbytes // max(1, a.size))))
     return sizes
 
 
-def _memory(plan: KernelPlan, nest: LoopNest, target: Target, constant_inputs: frozenset[str], flops: float,
-            put) -> None:
-    sizes = _buffer_sizes(plan, nest)
+def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Target, constant_inputs: frozenset[str],
+            flops: float, put) -> None:
+    sizes = _buffer_sizes(plan, visits)
     acc: list[_Access] = []
     gathers = 0.0
     for a in accesses(nest):
@@ -355,12 +356,12 @@ def _memory(plan: KernelPlan, nest: LoopNest, target: Target, constant_inputs: f
         if vec and vec[-1] not in (0, 1):
             gathers += _trips(a.loops)
     compulsory = sum(sizes[p.name][0] * sizes[p.name][1] for p in nest.params if p.name in sizes)
-    accessed = sum(x.executions() * x.itemsize for x in acc)
+    accessed = sum(x.executions * x.itemsize for x in acc)
     # footprint (bytes) of one whole execution of each loop, over every buffer under it (per buffer: the max)
     loop_fp: defaultdict[int, dict[str, float]] = defaultdict(dict)
     for x in acc:
         for d, lp in enumerate(x.loops):
-            fp = x.footprint(d) * x.itemsize
+            fp = x.footprints[d] * x.itemsize
             per = loop_fp[id(lp)]
             per[x.buffer] = max(per.get(x.buffer, 0.0), fp)
     fp_total = {k: sum(v.values()) for k, v in loop_fp.items()}
@@ -378,9 +379,9 @@ def _memory(plan: KernelPlan, nest: LoopNest, target: Target, constant_inputs: f
                     depth = d
                     break
             if depth is None:  # not even the innermost loop fits: every access goes past the cache
-                total += x.executions() * x.itemsize
+                total += x.executions * x.itemsize
             else:
-                total += x.lines(depth) * LINE_BYTES * _trips(x.loops[:depth])
+                total += x.line_counts[depth] * LINE_BYTES * _trips(x.loops[:depth])
         return total
 
     t_l1 = traffic(target.l1_bytes, True)
@@ -408,10 +409,10 @@ def _buffers(acc: list[_Access], put) -> None:
         by_buf[x.buffer].append(x)
     rows = []
     for buf, xs in by_buf.items():
-        total = sum(x.executions() * x.itemsize for x in xs)
+        total = sum(x.executions * x.itemsize for x in xs)
         x = max(xs, key=lambda a: _trips(a.loops))
-        unique = x.footprint(0) * x.itemsize if x.loops else x.itemsize
-        lines = x.lines(0) if x.loops else 1
+        unique = x.footprints[0] * x.itemsize
+        lines = x.line_counts[0]
         inner = x.strides[-1] if x.strides else 0
         vec = next((s for lp, s in zip(x.loops, x.strides) if lp.kind == "vectorized"), 0)
         # reuse: the innermost loop that does not move the buffer; distance = what it touches inside that loop
@@ -419,7 +420,7 @@ def _buffers(acc: list[_Access], put) -> None:
         for d in range(len(x.loops) - 1, -1, -1):
             if x.strides[d] == 0:
                 reuse_count = x.loops[d].extent
-                reuse_bytes = x.footprint(d + 1) * x.itemsize
+                reuse_bytes = x.footprints[d + 1] * x.itemsize
                 break
         rows.append((total, unique, lines, inner, vec, reuse_count, reuse_bytes, buf))
     rows.sort(key=lambda r: (-r[0], r[-1]))
