@@ -1,0 +1,161 @@
+"""``superopt dataset collect``: measure schedules of many workloads into a cost-model dataset.
+
+    superopt dataset collect --target cpu --workloads 200 --per-workload 16 --out datasets/cpu-v1
+        [--seed S] [--threads T] [--ray auto|ADDRESS] [--ray-workers W] [--json] [--no-progress]
+
+:func:`register` adds the ``dataset`` command to the ``superopt`` parser; :func:`main` runs it on its
+own. A bad argument is one line on stderr and exit status 2; a failure during collection is one line
+and exit status 1. ``--json`` prints the report as one JSON document on stdout (logs go to stderr).
+Rerunning the same command resumes: what is already recorded is not measured again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from typing import Any, NoReturn
+
+TARGETS = ("cpu",)
+
+
+class DatasetUsageError(ValueError):
+    """Bad command-line input (exit status 2)."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``dataset`` (with its ``collect`` subcommand) to a ``superopt`` subparsers object."""
+    d = subparsers.add_parser("dataset", help="collect measurement datasets for the learned cost model",
+                              description="superopt dataset collect --target cpu --workloads N --per-workload K "
+                                          "--out DIR")
+    d.error = _OneLineParser.error.__get__(d)  # the parent's parser class is not ours: errors one line anyway
+    sub = d.add_subparsers(dest="dataset_command", metavar="collect", required=True, parser_class=_OneLineParser)
+    c = sub.add_parser("collect", help="measure the default and random schedules of generated workloads",
+                       description="Measure the default and random schedules of N generated workloads (built-in "
+                                   "ops, light ONNX model kernels, random index-notation ops) into DIR/measurements."
+                                   "jsonl; a rerun resumes.")
+    c.add_argument("--target", required=True, help="what to measure on: cpu (this machine)")
+    c.add_argument("--workloads", required=True, metavar="N", help="number of workloads to generate")
+    c.add_argument("--per-workload", required=True, metavar="K", help="schedules to measure per workload")
+    c.add_argument("--out", required=True, metavar="DIR", help="dataset directory (e.g. datasets/NAME)")
+    c.add_argument("--seed", default="0", help="workload and schedule sampling seed (default 0)")
+    c.add_argument("--threads", default="2", help="threads each kernel runs with (default 2)")
+    c.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="measure on a Ray cluster ('auto': the running one, or a local one)")
+    c.add_argument("--ray-workers", default=None, metavar="W", help="Ray actors (default: cluster CPUs / threads)")
+    c.add_argument("--models", default=None, metavar="NAME,..",
+                   help="light ONNX models to draw kernels from (default: all of them; '' for none)")
+    c.add_argument("--batch-size", default="16", metavar="B", help="schedules measured and saved at a time")
+    c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    c.set_defaults(fn=cmd_collect)
+    return d
+
+
+def _int(args: argparse.Namespace, name: str, low: int) -> int:
+    flag = "--" + name.replace("_", "-")
+    text = getattr(args, name)
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise DatasetUsageError(f"bad {flag} {text!r}: expected an integer") from None
+    if value < low:
+        raise DatasetUsageError(f"bad {flag} {value}: at least {low}")
+    return value
+
+
+def _config(args: argparse.Namespace):
+    """The CollectConfig the arguments describe (DatasetUsageError for a bad one)."""
+    from costmodel.collect import CollectConfig
+    from superopt.runtime.target import host_target
+
+    if args.target not in TARGETS:
+        raise DatasetUsageError(f"bad --target {args.target!r}: only {', '.join(TARGETS)} is supported for now")
+    workloads = _int(args, "workloads", 1)
+    per_workload = _int(args, "per_workload", 1)
+    seed = _int(args, "seed", 0)
+    threads = _int(args, "threads", 1)
+    batch_size = _int(args, "batch_size", 1)
+    ray_workers = _int(args, "ray_workers", 1) if args.ray_workers is not None else None
+    if args.ray is not None and not args.ray.strip():
+        raise DatasetUsageError("bad --ray '': give 'auto' or a Ray address (host:port, ray://host:port)")
+    if ray_workers is not None and args.ray is None:
+        raise DatasetUsageError("--ray-workers goes with --ray")
+    if not args.out.strip():
+        raise DatasetUsageError("bad --out '': give a dataset directory")
+    return CollectConfig(workloads=workloads, per_workload=per_workload, seed=seed, out=args.out,
+                         target=host_target(threads), runner=args.ray.strip() if args.ray else "local",
+                         ray_workers=ray_workers, progress=not args.no_progress, batch_size=batch_size,
+                         models=_models(args.models))
+
+
+def _models(text: str | None) -> tuple[str, ...]:
+    from costmodel.workloads import DEFAULT_MODELS
+
+    if text is None:
+        return DEFAULT_MODELS
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in DEFAULT_MODELS]
+    if unknown:
+        raise DatasetUsageError(f"bad --models: unknown model(s) {', '.join(unknown)}; known: {', '.join(DEFAULT_MODELS)}")
+    return names
+
+
+def _print_summary(report: dict, out) -> None:
+    fails = ", ".join(f"{k} {v}" for k, v in report["failures"].items()) or "none"
+    print(f"{report['records_written']} records written to {report['out']} in {report['elapsed_s']:.1f}s "
+          f"({report['ok']} OK; failures: {fails}); {report['skipped']} schedules and {report['workloads_done']} of "
+          f"{report['workloads']} workloads already recorded; stop: {report['stop_reason']}", file=out)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """Run ``dataset collect``; returns the exit status (errors are one line on stderr)."""
+    prog = "superopt dataset collect"
+    try:
+        config = _config(args)
+    except DatasetUsageError as err:
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    from costmodel.collect import collect
+
+    try:
+        # with --json, stdout carries the report alone: anything else printed goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            report = collect(config).to_dict()
+    except (ValueError, RuntimeError, OSError) as err:
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"target": config.target.to_dict(), "target_key": config.target.key(), **report}, indent=2))
+    else:
+        _print_summary(report, sys.stdout)
+    return 0 if not report["stop_reason"].startswith("interrupted") else 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``superopt dataset ...`` on its own (what ``superopt`` runs once ``register`` is wired in)."""
+    parser = _OneLineParser(prog="superopt")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else 2
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
