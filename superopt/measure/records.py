@@ -5,15 +5,17 @@ rename-invariant workload key of :mod:`superopt.ir.canonical`), which inputs wer
 once, outside the timing), the schedule trace, the target, the timings, the error code and message,
 and a timestamp. Version 1 records (before constant inputs and the workload key) still load: every
 input was constant then, which ``constant_inputs=None`` says. Appends take an exclusive
-``flock`` so several processes may share one file; :func:`load_records` skips a truncated last line
-(a writer killed mid-append).
+``flock`` so several processes may share one file. A writer killed mid-line costs only that line:
+the next append starts a line of its own, and :func:`load_records` skips unparsable lines.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,27 +92,33 @@ def append_records(path: str | Path, records: Iterable[MeasureRecord]) -> None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
+    with open(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            f.write(text)
+            size = f.seek(0, os.SEEK_END)
+            if size:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":  # a writer was killed mid-line: that line costs only itself
+                    text = "\n" + text
+            f.write(text.encode("utf-8"))
             f.flush()
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def load_records(path: str | Path) -> list[MeasureRecord]:
-    """Read a records file back. A truncated or unparsable LAST line is skipped; one elsewhere raises."""
+    """Read a records file back. Unparsable lines (a writer killed mid-line) are skipped, with one
+    warning naming the first; every other record is kept."""
     lines = Path(path).read_text(encoding="utf-8").split("\n")
     out = []
-    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
+    bad: list[int] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             out.append(MeasureRecord.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            if i == last:
-                break
-            raise ValueError(f"{path}:{i + 1}: corrupt measurement record: {e}") from e
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            bad.append(i + 1)
+    if bad and not (len(bad) == 1 and bad[0] == len(lines)):  # a cut last line is routine: a writer in flight
+        warnings.warn(f"{path}:{bad[0]}: skipped {len(bad)} corrupt measurement record line(s)", stacklevel=2)
     return out

@@ -29,7 +29,7 @@ from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.service import MeasureConfig, MeasureInput, MeasureResult, MeasureService
 from superopt.runtime.target import Target, host_target
 
-RAY_MISSING = "ray is not installed: pip install 'superopt[distributed]'"
+RAY_MISSING = "ray is not installed: pip install 'superopt[ray]'"
 
 
 class Runner(Protocol):
