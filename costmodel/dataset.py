@@ -15,6 +15,7 @@ median of its successful measurements (``inf`` if none succeeded).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import time
@@ -197,11 +198,13 @@ def parse_line(line: str) -> RawRecord:
 
 
 def _records_file(path: Path) -> Path:
+    """The records file of a path: itself, or a directory's ``measurements.jsonl`` (or its gzipped
+    snapshot ``measurements.jsonl.gz``, how finished datasets are kept in the repository)."""
     if path.is_dir():
-        f = path / RECORDS_FILE
-        if not f.is_file():
-            raise FileNotFoundError(f"dataset directory {path} has no {RECORDS_FILE}")
-        return f
+        for f in (path / RECORDS_FILE, path / (RECORDS_FILE + ".gz")):
+            if f.is_file():
+                return f
+        raise FileNotFoundError(f"dataset directory {path} has no {RECORDS_FILE}")
     if not path.exists():
         raise FileNotFoundError(f"no such dataset: {path}")
     return path
@@ -229,7 +232,8 @@ class _Skips:
 
 def _read_lines(path: Path, skips: _Skips) -> Iterator[tuple[str, RawRecord]]:
     """(``file:line``, record) for every readable line; unreadable ones are counted in ``skips``."""
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1):
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    for i, line in enumerate(raw.decode("utf-8", errors="replace").split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{i}"

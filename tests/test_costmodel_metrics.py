@@ -4,6 +4,7 @@ stand-in model, and the ``superopt costmodel`` commands (with the real XGBoost m
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import math
@@ -188,6 +189,11 @@ def test_load_dataset_from_a_directory(tmp_path):
     assert sum(len(ix) for ix in groups.values()) == len(data)
     assert all(data.groups[i] == g for g, ix in groups.items() for i in ix)
     assert load_dataset(records_path(d)) == data  # the file itself reads the same
+    # a finished dataset kept gzipped (measurements.jsonl.gz) reads the same, as a file or a directory
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    (snap / "measurements.jsonl.gz").write_bytes(gzip.compress(records_path(d).read_bytes()))
+    assert load_dataset(snap) == data and load_dataset(snap / "measurements.jsonl.gz") == data
     with pytest.raises(ValueError):
         data.seconds[0] = 1.0  # read-only
 
