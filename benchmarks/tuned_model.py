@@ -44,8 +44,8 @@ def compare(model_path: str, db: str, threads: int, quick: bool) -> dict:
 
     model = onnx.load(model_path)
     feed = light_model_inputs(model)
-    tuned = optimize(model, OptimizeConfig(threads=threads, database=db))
-    default = optimize(model, OptimizeConfig(threads=threads))
+    tuned = optimize(model, OptimizeConfig(threads=threads, database=db, cost_model=None))
+    default = optimize(model, OptimizeConfig(threads=threads, cost_model=None))
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
