@@ -426,6 +426,7 @@ def _random_workloads(rng: random.Random) -> list[Workload]:
 def _model_draw(rng: random.Random, models: Sequence[str], taken: set[str]) -> list[Workload]:
     """One random kernel of one random model, of those that fit in size and are not ``taken`` (keys)."""
     kernels = [w for w in _model_kernels(rng.choice(list(models))) if w.key not in taken and fits_size(w.compute)]
+    kernels.sort(key=lambda w: w.key)  # a model's kernel order may differ between processes; keys do not
     return [rng.choice(kernels)] if kernels else []
 
 
