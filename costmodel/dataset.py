@@ -105,6 +105,20 @@ class Dataset:
             out.setdefault(g, []).append(i)
         return {g: np.array(ix, dtype=np.int64) for g, ix in out.items()}
 
+    def folds_by_workload(self, k: int, seed: int = 0) -> list[tuple[Dataset, Dataset]]:
+        """``k`` (train, test) pairs: the workloads shuffled (seeded) and dealt into ``k`` folds; each
+        fold is the test side once. No workload has rows on both sides of a pair."""
+        workloads = sorted(set(self.workloads))
+        if not 2 <= k <= len(workloads):
+            raise ValueError(f"cannot make {k} folds of {len(workloads)} workloads (need 2 <= k <= workloads)")
+        np.random.default_rng(seed).shuffle(workloads)
+        out = []
+        for f in range(k):
+            test = set(workloads[f::k])
+            rows = np.array([w in test for w in self.workloads], dtype=bool)
+            out.append((self.subset(np.flatnonzero(~rows)), self.subset(np.flatnonzero(rows))))
+        return out
+
     def split_by_workload(self, test_fraction: float = 0.2, seed: int = 0) -> tuple[Dataset, Dataset]:
         """(train, test): ``round(test_fraction * workloads)`` whole workloads, drawn at random
         (seeded), go to test; at least one each way when ``0 < test_fraction`` and there are two or

@@ -26,6 +26,9 @@ loops) and enter as ``log2(1 + x)``. The groups, in :data:`FEATURE_NAMES` order:
   bytes accessed, unique bytes, cache lines touched, innermost stride, stride along the vectorized
   loop, reuse count and reuse distance in bytes (the footprint between two uses of an element:
   the bytes the buffer touches inside the innermost loop that does not move it).
+- **estimates** (``est.*``): roofline-style combinations: instructions per core (a vector operation
+  counted once per vector, the parallel loop's balance over the threads), L1 and L2 traffic per
+  core, memory traffic with run-time packing and zero-fills; ``mem.intensity_l1``.
 - **target** (``target.*``): vector bits, vector registers, threads, cores, FMA pipes, cache sizes, so
   one model can serve several machines.
 
@@ -66,7 +69,7 @@ from superopt.loopnest import (
 from superopt.runtime.target import Target
 from superopt.schedule.primitives import trace_to_json
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 BUFFERS = 3  # per-buffer feature groups (the buffers with the most bytes accessed)
 LINE_BYTES = 64
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -98,6 +101,7 @@ def _names() -> tuple[str, ...]:
           "mem.intensity_dram", "mem.intensity_l2", "mem.vector_gathers"]
     for r in range(BUFFERS):
         n += [f"buf{r}.{f}" for f in _BUFFER_FIELDS]
+    n += ["est.compute_per_core", "est.l1_per_core", "est.l2_per_core", "est.dram", "mem.intensity_l1"]
     n += ["target.vector_bits", "target.vector_registers", "target.threads", "target.cores", "target.fma_units",
           "target.l1", "target.l2", "target.l3"]
     return tuple(n)
@@ -221,11 +225,33 @@ def nest_features(plan: KernelPlan, nest: LoopNest, target: Target, constant_inp
     _loops(visits, target, put)
     _allocations(nest, visits, target, put)
     _memory(plan, nest, visits, target, constant_inputs, flops, put)
+    _estimates(f, target, put)
     for name, value in (("vector_bits", target.vector_bits), ("vector_registers", target.vector_registers),
                         ("threads", target.threads), ("cores", target.cores), ("fma_units", target.fma_units),
                         ("l1", _log(target.l1_bytes)), ("l2", _log(target.l2_bytes)), ("l3", _log(target.l3_bytes))):
         put(f"target.{name}", value)
     return f
+
+
+def _estimates(f: np.ndarray, target: Target, put) -> None:
+    """Roofline-style combinations of the features above: the work and the traffic one core carries
+    (vector instructions counted once per vector), so the trees need not learn the products."""
+
+    def raw(name: str) -> float:
+        return 2.0 ** float(f[_INDEX[name]]) - 1.0
+
+    lanes = target.lanes("float32")
+    threads = max(1, target.threads)
+    cores = 1.0 if f[_INDEX["loop.no_parallel"]] else threads * float(f[_INDEX["loop.parallel.balance"]])
+    ops = raw("ops.total")
+    vf = float(f[_INDEX["ops.vector_fraction"]])
+    instructions = ops * (1 - vf) + ops * vf / lanes
+    put("est.compute_per_core", _log(instructions / max(cores, 1.0)))
+    put("est.l1_per_core", _log(raw("mem.traffic_l1") / max(cores, 1.0)))
+    put("est.l2_per_core", _log(raw("mem.traffic_l2") / max(cores, 1.0)))
+    put("est.dram", _log(raw("mem.traffic_dram") + raw("mem.packed") + raw("alloc.fill_bytes")))
+    t1 = raw("mem.traffic_l1")
+    put("mem.intensity_l1", _log(ops / t1) if t1 else 0.0)
 
 
 def _arithmetic(nest: LoopNest, put) -> float:

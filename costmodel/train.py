@@ -28,7 +28,8 @@ from costmodel.metrics import DEFAULT_TOLERANCE, EvalReport, evaluate_scores
 if TYPE_CHECKING:
     from costmodel.xgb import XGBConfig
 
-__all__ = ["TrainConfig", "TrainReport", "evaluate", "predict_scores", "relative_speed", "scatter_plot", "train"]
+__all__ = ["CrossValidation", "TrainConfig", "TrainReport", "cross_validate", "evaluate", "predict_scores",
+           "relative_speed", "scatter_plot", "train"]
 
 
 class Trainable(Protocol):
@@ -105,6 +106,46 @@ def train(dataset: Dataset, config: TrainConfig | None = None,
                          train=evaluate(model, train_set, config.tolerance), test=test_report,
                          train_seconds=fit_seconds, test_fraction=config.test_fraction, seed=config.seed)
     return model, report
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """K-fold cross-validation by workload: each fold's held-out metrics, and their pooled summary
+    (pairwise accuracy weighted by pairs, top-k by workloads, MAPE by records)."""
+
+    folds: tuple[EvalReport, ...]
+
+    def summary(self) -> dict:
+        def mean(values, weights) -> float | None:
+            pairs = [(v, w) for v, w in zip(values, weights) if v is not None and math.isfinite(v) and w > 0]
+            return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
+
+        f = self.folds
+        out = {"folds": len(f), "records": sum(r.records for r in f), "workloads": sum(r.workloads for r in f),
+               "pairwise_accuracy": mean([r.pairwise_accuracy for r in f], [r.pairs for r in f]),
+               "mape": mean([r.mape for r in f], [r.records for r in f])}
+        for k in sorted({k for r in f for k in r.top_k}):
+            out[f"top{k}"] = mean([r.top_k.get(k) for r in f], [r.workloads for r in f])
+        out["per_fold"] = [r.to_dict() for r in f]
+        return out
+
+    def describe(self) -> str:
+        s = self.summary()
+        tops = ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k.startswith("top") and v is not None)
+        return (f"{s['folds']}-fold cross-validation by workload ({s['workloads']} held-out workloads in all): "
+                f"pairwise {s['pairwise_accuracy']:.3f}, {tops}, MAPE {100 * (s['mape'] or 0):.1f}%")
+
+
+def cross_validate(dataset: Dataset, k: int, config: TrainConfig | None = None,
+                   make_model: Callable[[], Trainable] | None = None) -> CrossValidation:
+    """Fit a fresh model on k-1 folds of workloads and evaluate it on the k-th, for every fold."""
+    config = config or TrainConfig()
+    reports = []
+    for train_set, test_set in dataset.folds_by_workload(k, config.seed):
+        model = make_model() if make_model is not None else _default_model(config)
+        model.fit(train_set.candidates, train_set.seconds)
+        reports.append(evaluate(model, test_set, config.tolerance))
+    return CrossValidation(tuple(reports))
 
 
 def predict_scores(model: Scorer, dataset: Dataset) -> np.ndarray:

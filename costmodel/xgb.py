@@ -42,10 +42,10 @@ OBJECTIVES = ("reg:squarederror", "rank:pairwise", "rank:ndcg")
 @dataclass(frozen=True)
 class XGBConfig:
     objective: str = "reg:squarederror"  # on the normalized speed (best / time); or a ranking objective
-    rounds: int = 300  # boosting rounds of a full fit
+    rounds: int = 600  # boosting rounds of a full fit
     online_rounds: int = 40  # rounds added on top of a loaded model per online update
-    max_depth: int = 8
-    eta: float = 0.1
+    max_depth: int = 6
+    eta: float = 0.05
     subsample: float = 0.9
     colsample_bytree: float = 0.9
     min_child_weight: float = 1.0
@@ -190,6 +190,7 @@ class XGBModel:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(doc, f)
+            os.chmod(tmp, 0o644)  # mkstemp makes it private; a model is a file to share
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -109,13 +109,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(_one_line(err)) from None
     if not math.isfinite(float(train_set.seconds.min())):
         raise UsageError("the training workloads have no verified, timed record (try another --seed)")
+    cv = None
+    if args.folds:
+        from costmodel.train import cross_validate
+
+        try:
+            cv = cross_validate(data, args.folds, TrainConfig(seed=args.seed))
+        except ValueError as err:
+            raise UsageError(_one_line(err)) from None
     model, report = train(data, TrainConfig(test_fraction=args.test_fraction, seed=args.seed))
     model.save(out)
     doc = {"model": str(out), "eval": str(eval_path(out)), "sources": list(args.data), **report.to_dict()}
+    if cv is not None:
+        doc["cross_validation"] = cv.summary()
     eval_path(out).write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
     if args.json:
         _print_json(doc)
     else:
+        if cv is not None:
+            print(cv.describe())
         print(report.describe())
         print(f"wrote {out} and {eval_path(out)}")
     return 0
@@ -204,6 +216,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="the model file to write; <stem>.eval.json is written next to it")
     t.add_argument("--test-fraction", type=float, default=0.2, help="fraction of workloads held out (default 0.2)")
     t.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default 0)")
+    t.add_argument("--folds", type=int, default=0, metavar="K",
+                   help="also K-fold cross-validation by workload (the model written is still trained as "
+                        "--test-fraction says; with --test-fraction 0, on all the data)")
     t.add_argument("--json", action="store_true", help="print the report as JSON")
     t.set_defaults(fn=_guarded("train", cmd_train))
     e = sub.add_parser("eval", help="score a cost model on measurement records",
