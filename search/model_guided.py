@@ -39,39 +39,40 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
 
     ``seeds`` start the population (with mutations of them and ``fresh`` random samples); traces in
     ``exclude`` (already measured) are never returned. Returns every legal new point, best first."""
-    pool: dict[str, tuple[Point, tuple[Primitive, ...]]] = {}
+    pool: dict[tuple[Primitive, ...], Point] = {}  # trace -> point (traces are hashable records)
 
     def add(p: Point) -> None:
         try:
             trace = space.trace(p)
         except ScheduleError:
             return
-        key = trace_to_json(trace)
-        if key not in exclude and key not in pool:
-            pool[key] = (p, trace)
+        if trace not in pool and not (exclude and trace_to_json(trace) in exclude):
+            pool[trace] = p
 
     seeds = list(seeds)
     for p in seeds:
         add(p)
-    _breed(space, rng, seeds, add, lambda: len(pool) >= population, fresh)
-    scores: dict[str, float] = {}
+    _breed(space, rng, seeds, add, population - len(pool), lambda: len(pool) >= population, fresh)
+    scores: dict[tuple[Primitive, ...], float] = {}
     for gen in range(generations + 1):
-        new = [k for k in pool if k not in scores]
+        new = [t for t in pool if t not in scores]
         if new:
-            s = np.asarray(model.predict([make(pool[k][1]) for k in new]), dtype=float)
+            s = np.asarray(model.predict([make(t) for t in new]), dtype=float)
             scores.update(zip(new, s.tolist()))
         if gen == generations:
             break
-        ranked = sorted(scores, key=lambda k: -scores[k])[: max(4, population // 16)]
+        ranked = sorted(scores, key=lambda t: -scores[t])[: max(4, population // 16)]
         size = len(pool) + population // 2
-        _breed(space, rng, [pool[k][0] for k in ranked] + seeds, add, lambda s=size: len(pool) >= s, fresh / 2)
-    return sorted((Scored(pool[k][0], pool[k][1], scores[k]) for k in pool), key=lambda s: -s.score)
+        _breed(space, rng, [pool[t] for t in ranked] + seeds, add, population // 2, lambda s=size: len(pool) >= s,
+               fresh / 2)
+    return sorted((Scored(pool[t], t, scores[t]) for t in pool), key=lambda s: -s.score)
 
 
 def _breed(space: ScheduleSpace, rng: random.Random, parents: list[Point], add: Callable[[Point], None],
-           full: Callable[[], bool], fresh: float) -> None:
+           wanted: int, full: Callable[[], bool], fresh: float) -> None:
+    """Children until ``full()``, or 4 tries per wanted child (a small space runs out of new points)."""
     tries = 0
-    budget = 20 * 512
+    budget = 4 * max(wanted, 0) + 16
     while not full() and tries < budget:
         tries += 1
         r = rng.random()

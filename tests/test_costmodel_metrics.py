@@ -19,7 +19,7 @@ import pytest
 from costmodel.base import Candidate, candidate_group
 from costmodel.dataset import Dataset, load_dataset
 from costmodel.metrics import EvalReport, evaluate_scores, mape, pairwise_accuracy, pairwise_counts, top_k_score
-from costmodel.train import TrainConfig, evaluate, relative_speed, scatter_plot, train
+from costmodel.train import TrainConfig, cross_validate, evaluate, relative_speed, scatter_plot, train
 from search.database import TuningDatabase, TuningRecord
 from superopt.cli_costmodel import main
 from superopt.ir.canonical import canonicalize, workload_key
@@ -301,6 +301,23 @@ def test_train_and_evaluate_with_a_stand_in_model(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plotted.records == 33
 
 
+def test_cross_validation_holds_out_every_workload_once(tmp_path):
+    data = load_dataset(_dataset_dir(tmp_path))
+    folds = data.folds_by_workload(3, seed=2)
+    tested = [set(test.workloads) for _, test in folds]
+    assert set().union(*tested) == set(data.workloads) and sum(len(t) for t in tested) == 5
+    for train_set, test_set in folds:
+        assert not set(train_set.workloads) & set(test_set.workloads)
+        assert len(train_set) + len(test_set) == len(data)
+    with pytest.raises(ValueError, match="cannot make 6 folds of 5 workloads"):
+        data.folds_by_workload(6)
+    cv = cross_validate(data, 3, TrainConfig(seed=2), make_model=OracleModel)
+    s = cv.summary()
+    assert s["folds"] == 3 and s["workloads"] == 5 and s["records"] == 33
+    assert s["pairwise_accuracy"] == 1.0 and s["top1"] == 1.0 and len(s["per_fold"]) == 3
+    assert "3-fold cross-validation by workload" in cv.describe()
+
+
 # ---- command line ----------------------------------------------------------------------------------------
 
 
@@ -336,6 +353,13 @@ def test_cli_train_and_eval_round_trip(tmp_path, capsys):
 
     rc, out, err = _run(capsys, "costmodel", "train", "--data", str(d), "--out", str(model))  # the human report
     assert rc == 0 and "test (1 held-out workloads)" in out and f"wrote {model}" in out
+    rc, out, err = _run(capsys, "costmodel", "train", "--data", str(d), "--out", str(model), "--folds", "5",
+                        "--test-fraction", "0", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["cross_validation"]["folds"] == 5 and doc["cross_validation"]["workloads"] == 5 and doc["test"] is None
+    rc, out, err = _run(capsys, "costmodel", "train", "--data", str(d), "--out", str(model), "--folds", "9")
+    assert rc == 2 and "cannot make 9 folds of 5 workloads" in err
 
 
 def test_cli_missing_data_dir(tmp_path, capsys):
