@@ -117,7 +117,7 @@ def load_records(path: str | Path) -> list[MeasureRecord]:
             continue
         try:
             out.append(MeasureRecord.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (json.JSONDecodeError, KeyError, TypeError):  # a record of an unknown version still raises
             bad.append(i + 1)
     if bad and not (len(bad) == 1 and bad[0] == len(lines)):  # a cut last line is routine: a writer in flight
         warnings.warn(f"{path}:{bad[0]}: skipped {len(bad)} corrupt measurement record line(s)", stacklevel=2)
