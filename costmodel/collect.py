@@ -30,8 +30,8 @@ from pathlib import Path
 from costmodel.workloads import DEFAULT_MODELS, Workload, generate_workloads
 from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
-from superopt.measure.runner import build_records, make_runner
-from superopt.measure.service import MeasureConfig, MeasureInput
+from superopt.measure.runner import make_runner
+from superopt.measure.service import MeasureConfig, MeasureInput, build_records
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import ScheduleSpace

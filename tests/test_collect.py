@@ -26,7 +26,8 @@ from superopt.ir.canonical import canonicalize
 from superopt.lang import compile_op
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureService, load_records, records_path
 from superopt.measure.records import append_records
-from superopt.measure.runner import RAY_MISSING, build_records, make_runner
+from superopt.measure.runner import RAY_MISSING, make_runner
+from superopt.measure.service import build_records
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule

@@ -10,23 +10,20 @@ order) and ``close()``, usable as a context manager, so a dataset collection or 
   ``target.threads`` CPUs and owning a MeasureService with that many threads and no dataset dir.
   Inputs are split across the actors and the results come back in input order; records (when
   ``config.dataset_dir`` is set) are written by the caller's process alone, with
-  :func:`build_records`, the same records a MeasureService writes.
+  :func:`~superopt.measure.service.build_records`, the same records a MeasureService writes.
 
 Ray is imported only when a Ray runner is made.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from superopt.ir.canonical import workload_key
-from superopt.measure.records import MeasureRecord, append_records, records_path
-from superopt.measure.service import MeasureConfig, MeasureInput, MeasureResult, MeasureService
+from superopt.measure.records import append_records, records_path
+from superopt.measure.service import MeasureConfig, MeasureInput, MeasureResult, MeasureService, build_records
 from superopt.runtime.target import Target, host_target
 
 RAY_MISSING = "ray is not installed: pip install 'superopt[ray]'"
@@ -38,24 +35,6 @@ class Runner(Protocol):
     def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
 
     def close(self) -> None: ...
-
-
-def build_records(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult], target: Target,
-                  timestamp: float | None = None) -> list[MeasureRecord]:
-    """The records ``MeasureService`` writes for these inputs and results (``MeasureService._record``)."""
-    now = time.time() if timestamp is None else timestamp
-    target_dict = target.to_dict()
-    recs = []
-    for inp, r in zip(inputs, results, strict=True):
-        sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
-        consts = inp.constants()
-        recs.append(MeasureRecord(
-            workload_text=inp.compute.text(), workload_digest=inp.compute.digest(),
-            trace=tuple(inp.trace), target=target_dict, error_code=r.error_code.name,
-            error_msg=r.error_msg, times_s=tuple(r.times_s), median_s=r.median_s,
-            build_s=r.build_s, timestamp=now, source_sha256=sha,
-            constant_inputs=tuple(sorted(consts)), workload_key=workload_key(inp.compute, consts)))
-    return recs
 
 
 class LocalRunner:
@@ -211,4 +190,4 @@ def make_runner(spec: str, config: MeasureConfig, workers: int | None = None) ->
     return RayRunner(config, spec, workers)
 
 
-__all__ = ["RAY_MISSING", "LocalRunner", "RayRunner", "Runner", "build_records", "make_runner"]
+__all__ = ["RAY_MISSING", "LocalRunner", "RayRunner", "Runner", "make_runner"]

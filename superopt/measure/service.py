@@ -391,19 +391,26 @@ class MeasureService:
         return results
 
     def _record(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
-        now = time.time()
-        target = self._target.to_dict()
-        recs = []
-        for inp, r in zip(inputs, results, strict=True):
-            sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
-            consts = inp.constants()
-            recs.append(MeasureRecord(
-                workload_text=inp.compute.text(), workload_digest=inp.compute.digest(),
-                trace=tuple(inp.trace), target=target, error_code=r.error_code.name,
-                error_msg=r.error_msg, times_s=tuple(r.times_s), median_s=r.median_s,
-                build_s=r.build_s, timestamp=now, source_sha256=sha,
-                constant_inputs=tuple(sorted(consts)), workload_key=workload_key(inp.compute, consts)))
-        append_records(records_path(self.config.dataset_dir), recs)
+        append_records(records_path(self.config.dataset_dir), build_records(inputs, results, self._target))
+
+
+def build_records(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult], target: Target,
+                  timestamp: float | None = None) -> list[MeasureRecord]:
+    """The measurement records of these inputs and their results on ``target`` (what a service with a
+    ``dataset_dir`` appends; Ray runners and dataset collection write the same)."""
+    now = time.time() if timestamp is None else timestamp
+    target_dict = target.to_dict()
+    recs = []
+    for inp, r in zip(inputs, results, strict=True):
+        sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
+        consts = inp.constants()
+        recs.append(MeasureRecord(
+            workload_text=inp.compute.text(), workload_digest=inp.compute.digest(),
+            trace=tuple(inp.trace), target=target_dict, error_code=r.error_code.name,
+            error_msg=r.error_msg, times_s=tuple(r.times_s), median_s=r.median_s,
+            build_s=r.build_s, timestamp=now, source_sha256=sha,
+            constant_inputs=tuple(sorted(consts)), workload_key=workload_key(inp.compute, consts)))
+    return recs
 
 
 def measure(inputs: Sequence[MeasureInput], config: MeasureConfig | None = None) -> list[MeasureResult]:
