@@ -2,8 +2,9 @@
 
 The pipeline is one function of named passes: load -> rewrite (prune dead code, rewrite rules) ->
 canonicalize kernels (rename-invariant workloads) -> schedule (the tuning database's best where it
-has one for this target, the default heuristic for the rest) -> build (compile into a GraphExecutor)
--> verify. Every program is checked against the numpy reference interpreter (float64) on seeded random inputs
+has one for this target; else the learned cost model's pick with no measurement, when a model is
+configured (the shipped one by default); else the default heuristic) -> build (compile into a
+GraphExecutor) -> verify. Every program is checked against the numpy reference interpreter (float64) on seeded random inputs
 before it is returned; a mismatch raises :class:`VerificationError` (fast and wrong is worthless).
 """
 
