@@ -14,15 +14,19 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from costmodel.collect import CollectConfig, collect, plan_workload, repair_tail, trace_key
 from costmodel.workloads import SOURCES, fits_size, generate_workloads, has_legal_default, model_workloads
+from search.database import TuningDatabase
+from search.tune import TuneConfig, tune_graph
+from superopt.api import define_op
 from superopt.cli_dataset import main as dataset_main
 from superopt.codegen.c_emit import KernelSource
-from superopt.ir.canonical import canonicalize
+from superopt.ir.canonical import canonicalize, canonicalize_kernels
 from superopt.lang import compile_op
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureService, load_records, records_path
 from superopt.measure.records import append_records
@@ -283,6 +287,12 @@ def test_ray_collection_matches_the_local_one(local_dataset, kcache, tmp_path):
         out = tmp_path / "ray"
         report = collect(config(out, kcache, runner="auto", ray_workers=2))
         assert ray.is_initialized()  # a cluster the caller started stays up
+        # tuning measures on the cluster too (superopt tune --ray): every trial verified and recorded
+        graph = canonicalize_kernels(define_op("C[i,j] += A[i,k] * B[k,j]", {"A": (16, 24), "B": (24, 8)}))
+        db = TuningDatabase(tmp_path / "tune.jsonl")
+        with make_runner("auto", replace(fast_measure(kcache), target=TARGET), 2) as runner:
+            tuned = tune_graph(graph, TARGET, TuneConfig(trials=8, batch_size=4, progress=False), db, runner=runner)
+        assert tuned.measured == 8 and len(db.records()) == 8 and tuned.kernels[0].best_s is not None
     finally:
         ray.shutdown()
     assert report.records_written == 3 * PER and report.ok == 3 * PER
