@@ -170,3 +170,14 @@ def evaluate_scores(groups: Sequence[str], scores: Sequence[float] | np.ndarray,
                       pairwise_accuracy=credit / pairs if pairs else math.nan,
                       top_k={k: top_k_score(groups, scores, seconds, k) for k in ks},
                       mape=mape(groups, scores, seconds), tolerance=tolerance)
+
+
+def relative_speed(groups: Sequence[str], seconds: Sequence[float] | np.ndarray, failed: float = math.nan) -> np.ndarray:
+    """``best time of the group / time`` per row (1 for each group's fastest); ``failed`` for a failed
+    (non-finite) row: ``nan`` for plots and metrics, 0 as the cost model's training label."""
+    t = np.asarray(seconds, dtype=np.float64)
+    best: dict[str, float] = {}
+    for g, s in zip(groups, t):
+        if math.isfinite(s):
+            best[g] = min(best.get(g, math.inf), s)
+    return np.array([best[g] / s if math.isfinite(s) else failed for g, s in zip(groups, t)], dtype=np.float64)

@@ -23,7 +23,7 @@ import numpy as np
 
 from costmodel.base import Candidate
 from costmodel.dataset import Dataset
-from costmodel.metrics import DEFAULT_TOLERANCE, EvalReport, evaluate_scores
+from costmodel.metrics import DEFAULT_TOLERANCE, EvalReport, evaluate_scores, relative_speed
 
 if TYPE_CHECKING:
     from costmodel.xgb import XGBConfig
@@ -163,16 +163,6 @@ def predict_scores(model: Scorer, dataset: Dataset) -> np.ndarray:
 def evaluate(model: Scorer, dataset: Dataset, tolerance: float = DEFAULT_TOLERANCE) -> EvalReport:
     """The ranking metrics of ``model`` on ``dataset`` (failed rows are counted, not scored)."""
     return evaluate_scores(dataset.groups, predict_scores(model, dataset), dataset.seconds, tolerance)
-
-
-def relative_speed(groups: Sequence[str], seconds: np.ndarray) -> np.ndarray:
-    """``best time of the group / time`` per row (1 for each group's fastest); ``nan`` for failed rows."""
-    t = np.asarray(seconds, dtype=np.float64)
-    best: dict[str, float] = {}
-    for g, s in zip(groups, t):
-        if math.isfinite(s):
-            best[g] = min(best.get(g, math.inf), s)
-    return np.array([best[g] / s if math.isfinite(s) else math.nan for g, s in zip(groups, t)])
 
 
 def scatter_plot(model: Scorer, dataset: Dataset, path: str | Path, scores: np.ndarray | None = None,

@@ -33,6 +33,7 @@ import xgboost as xgb
 
 from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, check_feature_version
+from costmodel.metrics import relative_speed
 
 MODEL_FORMAT = "superopt-costmodel-xgb"
 MODEL_FORMAT_VERSION = 1
@@ -65,20 +66,6 @@ class XGBConfig:
         return p
 
 
-def normalized_speed(groups: Sequence[str], seconds: Sequence[float]) -> np.ndarray:
-    """``best time of the group / time`` per record; 0 for a failed (non-finite) one."""
-    t = np.asarray(seconds, dtype=float)
-    y = np.zeros(len(t))
-    best: dict[str, float] = {}
-    for g, s in zip(groups, t):
-        if np.isfinite(s) and s > 0:
-            best[g] = min(best.get(g, np.inf), s)
-    for i, (g, s) in enumerate(zip(groups, t)):
-        if np.isfinite(s) and s > 0:
-            y[i] = best[g] / s
-    return y
-
-
 @dataclass
 class _Data:
     features: list[np.ndarray] = field(default_factory=list)
@@ -96,18 +83,14 @@ class _Data:
 
 def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], objective: str) -> xgb.DMatrix:
     """Training matrix; ranking objectives want rows sorted by query id (the group)."""
-    y = normalized_speed(groups, seconds)
+    y = relative_speed(groups, seconds, failed=0.0)
     order = np.argsort(np.asarray(groups), kind="stable")
     ids = {g: i for i, g in enumerate(sorted(set(groups)))}
     qid = np.array([ids[groups[i]] for i in order])
-    d = xgb.DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(_safe_names()))
+    d = xgb.DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(FEATURE_NAMES))
     if objective.startswith("rank:"):
         d.set_group(np.bincount(qid))
     return d
-
-
-def _safe_names() -> tuple[str, ...]:
-    return tuple(n.replace("[", "(").replace("]", ")").replace("<", "lt") for n in FEATURE_NAMES)
 
 
 class XGBModel:
@@ -172,7 +155,7 @@ class XGBModel:
         if self.booster is None:
             return self._rng.random(len(candidates))
         x = self.features(candidates)
-        return self.booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(_safe_names())))
+        return self.booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(FEATURE_NAMES)))
 
     # -- files ----------------------------------------------------------------------------------
 

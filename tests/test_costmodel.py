@@ -12,8 +12,8 @@ import pytest
 
 from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, FeatureVersionError, extract
-from costmodel.metrics import pairwise_accuracy, top_k_score
-from costmodel.xgb import XGBConfig, XGBModel, normalized_speed
+from costmodel.metrics import pairwise_accuracy, relative_speed, top_k_score
+from costmodel.xgb import XGBConfig, XGBModel
 from search.model_guided import evolve, pick_schedule
 from superopt.lang import compile_op
 from superopt.runtime.target import avx512_target
@@ -170,8 +170,8 @@ def test_model_files_refuse_other_feature_versions_and_garbage(synthetic, tmp_pa
         XGBModel().save(tmp_path / "none.json")
 
 
-def test_normalized_speed_is_per_workload():
-    y = normalized_speed(["a", "a", "b", "b", "b"], [2.0, 1.0, 10.0, float("inf"), 5.0])
+def test_training_labels_are_speed_relative_to_the_workload_best():
+    y = relative_speed(["a", "a", "b", "b", "b"], [2.0, 1.0, 10.0, float("inf"), 5.0], failed=0.0)
     assert y.tolist() == [0.5, 1.0, 0.5, 0.0, 1.0]
 
 
