@@ -99,10 +99,25 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return feed
 
 
-def load_graph(model) -> Graph:
-    """An ONNX path/bytes/ModelProto, or a Graph, as a Graph."""
+def _is_torch_program(model) -> bool:
+    """A ``torch.nn.Module`` or ``torch.export.ExportedProgram`` (without importing torch when it is not loaded)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return isinstance(model, torch.nn.Module) or isinstance(model, torch.export.ExportedProgram)
+
+
+def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
+    """A Graph, an ONNX path/bytes/ModelProto, or a torch ``nn.Module``/``ExportedProgram`` (imported through
+    ``torch.export`` with ``example_inputs``), as a Graph."""
     if isinstance(model, Graph):
         return model
+    if _is_torch_program(model):
+        from superopt.frontends.torch_export import import_torch_program
+
+        return import_torch_program(model, example_inputs)
     from superopt.frontends.onnx_frontend import import_onnx
 
     return import_onnx(model)
@@ -178,11 +193,20 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     return schedules, hits, picked
 
 
-def optimize(model, config: OptimizeConfig | None = None) -> OptimizedProgram:
-    """The whole pipeline: load -> rewrite -> canonicalize kernels -> schedule -> build -> verify."""
+def optimize(model, example_inputs: Sequence | OptimizeConfig | None = None,
+             config: OptimizeConfig | None = None) -> OptimizedProgram:
+    """The whole pipeline: load -> rewrite -> canonicalize kernels -> schedule -> build -> verify.
+
+    ``model`` is anything :func:`load_graph` takes; ``example_inputs`` (a torch module's call arguments) may be
+    left out, so ``optimize(model, config)`` also works.
+    """
+    if isinstance(example_inputs, OptimizeConfig):
+        if config is not None:
+            raise TypeError("optimize() got two configs")
+        example_inputs, config = None, example_inputs
     config = config or OptimizeConfig()
     t0 = time.perf_counter()
-    imported = load_graph(model)  # load
+    imported = load_graph(model, example_inputs)  # load
     graph, rewrites = rewrite_graph(imported, config)  # rewrite
     graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
