@@ -1,0 +1,15 @@
+"""ONNX op converters, one module per family; importing this package fills ``CONVERTERS``."""
+
+from superopt.frontends.onnx_ops import constant, elementwise, movement, nn  # noqa: F401  (registration)
+from superopt.frontends.onnx_ops.constant import CONST_ONLY
+from superopt.frontends.onnx_ops.context import (
+    CONVERTERS,
+    ELEM,
+    Converter,
+    NeedsConstant,
+    OnnxImportError,
+    _conv,
+    _Ctx,
+)
+
+__all__ = ["CONVERTERS", "CONST_ONLY", "ELEM", "Converter", "NeedsConstant", "OnnxImportError", "_Ctx", "_conv"]

@@ -1,0 +1,62 @@
+"""Ops that only make sense on constants (Shape, Size, ConstantOfShape, Range, Constant): always folded."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+
+
+@_conv("Shape")
+def _shape(c: _Ctx, x):
+    s = np.array(c.b.shape(x[0]), np.int64)
+    start, end = c.attr("start", 0), c.attr("end")
+    return c.b.constant(s[start:end], dtype="int64")
+
+
+@_conv("Size")
+def _size(c, x):
+    return c.b.constant(np.array(int(np.prod(c.b.shape(x[0]), dtype=np.int64)), np.int64))
+
+
+@_conv("ConstantOfShape")
+def _constant_of_shape(c: _Ctx, x):
+    shape = c.ints(x[0], "ConstantOfShape shape")
+    v = c.attr("value")
+    val = np.zeros(1, np.float32) if v is None else v
+    dt = _np_dtype_name(val.dtype)
+    return c.b.constant(np.full(shape, val.reshape(-1)[0], dtype=dt))
+
+
+@_conv("Range")
+def _range(c: _Ctx, x):
+    s, e, d = (c.const(t, "Range input") for t in x)
+    return c.b.constant(np.arange(s.item(), e.item(), d.item()).astype(s.dtype))
+
+
+@_conv("Constant")
+def _constant(c: _Ctx, x):
+    a = c.attrs
+    if "value" in a:
+        v = a["value"]
+    elif "value_float" in a:
+        v = np.array(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        v = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        v = np.array(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        v = np.array(a["value_ints"], np.int64)
+    else:
+        raise OnnxImportError(f"Constant with attribute(s) {sorted(a)} is not supported")
+    return c.b.constant(v, dtype=_np_dtype_name(v.dtype))
+
+
+def _np_dtype_name(dt) -> str:
+    name = np.dtype(dt).name
+    if name not in ("float32", "float64", "int64", "int32", "bool"):
+        raise OnnxImportError(f"element type {name} is not supported")
+    return name
+
+
+CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant"}

@@ -1,0 +1,74 @@
+"""What every ONNX converter sees: the node, its attributes, the graph builder, and the registry.
+
+A converter is ``fn(ctx, inputs) -> tensor name(s)``, registered for one or more op types with
+``@_conv("OpType", ...)``; ``inputs`` are graph tensor names (``None`` for a skipped optional input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from superopt.builder import GraphBuilder
+
+ELEM = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.BOOL: "bool",
+}
+
+
+class OnnxImportError(ValueError):
+    """A model superopt cannot import; the message is one line and names the culprit."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(" ".join(str(msg).split()))
+
+
+class NeedsConstant(OnnxImportError):
+    """A node needs a compile-time value (a shape, axes, ...) that is only known at run time."""
+
+
+@dataclass
+class _Ctx:
+    b: GraphBuilder
+    opset: int
+    node: onnx.NodeProto
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def const(self, t: str | None, what: str) -> np.ndarray | None:
+        if t is None:
+            return None
+        v = self.b.const_value(t)
+        if v is None:
+            raise NeedsConstant(f"{what} must be a constant")
+        return v
+
+    def ints(self, t: str | None, what: str) -> list[int] | None:
+        v = self.const(t, what)
+        return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+Converter = Callable[[_Ctx, list], Any]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def _conv(*names: str):
+    def deco(fn: Converter) -> Converter:
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+
+    return deco
+
+
+_NeedsConstant = NeedsConstant  # the name the importer and backend have always used

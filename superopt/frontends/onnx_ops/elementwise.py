@@ -1,0 +1,138 @@
+"""Elementwise ONNX ops: arithmetic, unary functions, comparisons, activations, casts."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from superopt import ops
+from superopt.frontends.onnx_ops.context import CONVERTERS, ELEM, OnnxImportError, _conv, _Ctx
+
+_BIN = {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div, "Pow": ops.pow_}
+for _name, _fn in _BIN.items():
+    CONVERTERS[_name] = lambda c, x, _fn=_fn: _fn(c.b, x[0], x[1])
+
+_UNARY = {
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Tanh": "tanh",
+    "Erf": "erf",
+    "Sigmoid": "sigmoid",
+    "Abs": "abs",
+    "Neg": "neg",
+    "Relu": "relu",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Reciprocal": "reciprocal",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Round": "round",
+    "Sign": "sign",
+    "Not": "not",
+}
+for _name, _fn in _UNARY.items():
+    CONVERTERS[_name] = lambda c, x, _fn=_fn: ops.unary(c.b, _fn, x[0])
+
+_CMP = {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=", "GreaterOrEqual": ">="}
+for _name, _op in _CMP.items():
+    CONVERTERS[_name] = lambda c, x, _op=_op: ops.compare(c.b, _op, x[0], x[1])
+for _name, _op in (("And", "and"), ("Or", "or"), ("Xor", "xor")):
+    CONVERTERS[_name] = lambda c, x, _op=_op: ops.logical(c.b, _op, x[0], x[1])
+
+
+@_conv("Sum", "Max", "Min", "Mean")
+def _variadic(c: _Ctx, x):
+    fn = {"Sum": ops.add, "Mean": ops.add, "Max": ops.maximum, "Min": ops.minimum}[c.node.op_type]
+    acc = x[0]
+    for y in x[1:]:
+        acc = fn(c.b, acc, y)
+    if c.node.op_type == "Mean" and len(x) > 1:
+        acc = ops.scale(c.b, acc, 1.0 / len(x))
+    return acc
+
+
+@_conv("Identity", "Dropout")
+def _identity(c: _Ctx, x):
+    outs = [x[0]]
+    if c.node.op_type == "Dropout" and len(c.node.output) > 1 and c.node.output[1]:
+        outs.append(c.b.constant(np.ones(c.b.shape(x[0]), bool)))
+    return outs
+
+
+@_conv("Where")
+def _where(c, x):
+    return ops.where(c.b, *x)
+
+
+@_conv("Clip")
+def _clip(c: _Ctx, x):
+    if c.opset < 11:
+        lo, hi = c.attr("min"), c.attr("max")
+    else:
+        lo_t = x[1] if len(x) > 1 else None
+        hi_t = x[2] if len(x) > 2 else None
+        if any(t is not None and c.b.const_value(t) is None for t in (lo_t, hi_t)):  # run-time bounds
+            out = x[0]
+            if lo_t is not None:
+                out = ops.maximum(c.b, out, lo_t)
+            if hi_t is not None:
+                out = ops.minimum(c.b, out, hi_t)
+            return out
+        lo = None if lo_t is None else c.b.const_value(lo_t).item()
+        hi = None if hi_t is None else c.b.const_value(hi_t).item()
+    return ops.clip(c.b, x[0], lo, hi)
+
+
+@_conv("Gelu")
+def _gelu(c, x):
+    return ops.gelu(c.b, x[0], c.attr("approximate", "none"))
+
+
+@_conv("LeakyRelu")
+def _leaky(c, x):
+    from superopt.ops._util import ewise, lit
+
+    return ewise(c.b, f"where({{0}} < 0.0, {{0}} * {lit(c.attr('alpha', 0.01))}, {{0}})", [x[0]], "leaky_relu")
+
+
+@_conv("Elu")
+def _elu(c, x):
+    from superopt.ops._util import ewise, lit
+
+    return ewise(c.b, f"where({{0}} < 0.0, {lit(c.attr('alpha', 1.0))} * (exp({{0}}) - 1.0), {{0}})", [x[0]], "elu")
+
+
+@_conv("HardSigmoid")
+def _hard_sigmoid(c, x):
+    from superopt.ops._util import ewise, lit
+
+    a, bb = lit(c.attr("alpha", 0.2)), lit(c.attr("beta", 0.5))
+    return ewise(c.b, f"max(min({a} * {{0}} + {bb}, 1.0), 0.0)", [x[0]], "hard_sigmoid")
+
+
+@_conv("Softplus")
+def _softplus(c, x):
+    from superopt.ops._util import ewise
+
+    return ewise(c.b, "log(exp({0}) + 1.0)", [x[0]], "softplus")
+
+
+@_conv("PRelu")
+def _prelu(c, x):
+    from superopt.ops._util import ewise
+
+    return ewise(c.b, "where({0} < 0.0, {0} * {1}, {0})", [x[0], x[1]], "prelu", c.b.shape(x[0]))
+
+
+@_conv("CastLike")
+def _cast_like(c: _Ctx, x):
+    return ops.cast(c.b, x[0], c.b.type(x[1]).dtype)
+
+
+@_conv("Cast")
+def _cast(c: _Ctx, x):
+    to = c.attr("to")
+    if to not in ELEM:
+        raise OnnxImportError(f"Cast to element type {onnx.TensorProto.DataType.Name(to)} is not supported")
+    return ops.cast(c.b, x[0], ELEM[to])

@@ -1,0 +1,141 @@
+"""Reductions, softmax, normalization, contractions (MatMul, Gemm, Conv) and pooling."""
+
+from __future__ import annotations
+
+from superopt import ops
+from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+
+
+@_conv("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL2")
+def _reduce(c: _Ctx, x):
+    op = c.node.op_type
+    axes_as_input = c.opset >= 18 or (op == "ReduceSum" and c.opset >= 13)
+    axes = c.ints(x[1] if len(x) > 1 else None, f"{op} axes") if axes_as_input else c.attr("axes")
+    keep = bool(c.attr("keepdims", 1))
+    if not axes:
+        if c.attr("noop_with_empty_axes", 0):
+            return x[0]
+        axes = None
+    src = x[0]
+    if op in ("ReduceSumSquare", "ReduceL2"):
+        src = ops.mul(c.b, src, src)
+    kind = {
+        "ReduceSum": "sum",
+        "ReduceMean": "mean",
+        "ReduceMax": "max",
+        "ReduceMin": "min",
+        "ReduceProd": "prod",
+        "ReduceSumSquare": "sum",
+        "ReduceL2": "sum",
+    }[op]
+    out = ops.reduce(c.b, src, kind, axes, keepdims=keep)
+    return ops.unary(c.b, "sqrt", out) if op == "ReduceL2" else out
+
+
+@_conv("Softmax", "LogSoftmax")
+def _softmax(c: _Ctx, x):
+    fn = ops.softmax if c.node.op_type == "Softmax" else ops.log_softmax
+    shape = c.b.shape(x[0])
+    if c.opset >= 13:
+        return fn(c.b, x[0], c.attr("axis", -1))
+    axis = c.attr("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    flat = ops.flatten(c.b, x[0], axis)
+    return ops.reshape(c.b, fn(c.b, flat, 1), shape)
+
+
+@_conv("LayerNormalization")
+def _layer_norm(c: _Ctx, x):
+    from superopt.ops.normalization import layer_norm_with_stats
+
+    if c.b.type(x[0]).dtype != "float32" and any(o for o in c.node.output[1:]):
+        raise OnnxImportError("LayerNormalization statistics outputs are only supported for float32")
+    return layer_norm_with_stats(c.b, x[0], x[1], x[2] if len(x) > 2 else None, c.attr("axis", -1), c.attr("epsilon", 1e-5))
+
+
+@_conv("BatchNormalization")
+def _batch_norm(c: _Ctx, x):
+    if any(o for o in c.node.output[1:]) or c.attr("training_mode", 0):
+        raise OnnxImportError("BatchNormalization in training mode is not supported")
+    return ops.batch_norm(c.b, x[0], x[1], x[2], x[3], x[4], c.attr("epsilon", 1e-5))
+
+
+@_conv("LRN")
+def _lrn(c: _Ctx, x):
+    return ops.lrn(c.b, x[0], c.attr("size"), c.attr("alpha", 1e-4), c.attr("beta", 0.75), c.attr("bias", 1.0))
+
+
+# ---- contractions and pooling ----------------------------------------------------------------------
+@_conv("MatMul")
+def _matmul(c, x):
+    return ops.matmul(c.b, x[0], x[1])
+
+
+@_conv("Gemm")
+def _gemm(c: _Ctx, x):
+    return ops.gemm(
+        c.b,
+        x[0],
+        x[1],
+        x[2] if len(x) > 2 else None,
+        c.attr("alpha", 1.0),
+        c.attr("beta", 1.0),
+        bool(c.attr("transA", 0)),
+        bool(c.attr("transB", 0)),
+    )
+
+
+def _auto_pads(c: _Ctx, in_sp, kernel, strides, dilations) -> list[int]:
+    nd = len(kernel)
+    auto = c.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        return list(c.attr("pads", [0] * (2 * nd)))
+    if auto == "VALID":
+        return [0] * (2 * nd)
+    pads = [0] * (2 * nd)
+    for d in range(nd):
+        out = -(-in_sp[d] // strides[d])
+        total = max(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in_sp[d])
+        small, big = total // 2, total - total // 2
+        pads[d], pads[nd + d] = (small, big) if auto == "SAME_UPPER" else (big, small)
+    return pads
+
+
+@_conv("Conv")
+def _conv_op(c: _Ctx, x):
+    xs, ws = c.b.shape(x[0]), c.b.shape(x[1])
+    nd = len(xs) - 2
+    kernel = list(c.attr("kernel_shape", ws[2:]))
+    strides = list(c.attr("strides", [1] * nd))
+    dil = list(c.attr("dilations", [1] * nd))
+    pads = _auto_pads(c, xs[2:], kernel, strides, dil)
+    return ops.convnd(c.b, x[0], x[1], x[2] if len(x) > 2 else None, strides, pads, dil, c.attr("group", 1))
+
+
+@_conv("MaxPool", "AveragePool")
+def _pool(c: _Ctx, x):
+    if len(c.node.output) > 1 and c.node.output[1]:
+        raise OnnxImportError("MaxPool Indices output is not supported")
+    xs = c.b.shape(x[0])
+    kernel = list(c.attr("kernel_shape"))
+    nd = len(kernel)
+    strides = list(c.attr("strides", [1] * nd))
+    dil = list(c.attr("dilations", [1] * nd))
+    pads = _auto_pads(c, xs[2:], kernel, strides, dil)
+    ceil_mode = bool(c.attr("ceil_mode", 0))
+    if c.node.op_type == "MaxPool":
+        return ops.max_pool(c.b, x[0], kernel, strides, pads, dil, ceil_mode)
+    if any(d != 1 for d in dil):
+        raise OnnxImportError("AveragePool with dilations is not supported")
+    return ops.avg_pool(c.b, x[0], kernel, strides, pads, ceil_mode, bool(c.attr("count_include_pad", 0)))
+
+
+@_conv("GlobalAveragePool")
+def _gap(c, x):
+    return ops.global_avg_pool(c.b, x[0])
+
+
+@_conv("GlobalMaxPool")
+def _gmp(c, x):
+    return ops.global_max_pool(c.b, x[0])
