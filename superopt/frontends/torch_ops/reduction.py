@@ -1,0 +1,117 @@
+"""Reductions, softmax and normalization."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from superopt import ops
+from superopt.frontends.torch_ops.context import Ctx, Handler, T, _ints, function, ir_dtype, method
+from superopt.frontends.torch_ops.elementwise import _binary, _max_min
+
+
+# =================================================================================================
+# Reductions, softmax, normalization
+# =================================================================================================
+def _reduce_axes(cx: Ctx, x: T, dim: Any) -> list[int]:
+    if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+        return list(range(cx.rank(x)))
+    if isinstance(dim, int):
+        dim = [dim]
+    return sorted({cx.axis(d, cx.rank(x)) for d in dim})
+
+
+def _reducer(kind: str) -> Handler:
+    def h(cx: Ctx, x: T, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> T:
+        if dtype is not None:
+            x = T(ops.cast(cx.b, x, ir_dtype(dtype)))
+        if cx.rank(x) == 0:
+            return x
+        return T(ops.reduce(cx.b, x, kind, _reduce_axes(cx, x, dim), keepdims=keepdim))
+    return h
+
+
+for _kind, _names in {"mean": ("mean",), "sum": ("sum",), "max": ("amax",), "min": ("amin",),
+                      "prod": ("prod",)}.items():
+    for _n in _names:
+        function(getattr(torch, _n))(_reducer(_kind))
+        method(_n)(_reducer(_kind))
+
+
+@method("max", "min")
+def _max_method(cx: Ctx, x: T, dim: Any = None, keepdim: bool = False) -> Any:
+    kind = cx.node.target
+    if isinstance(dim, T):
+        return _binary(cx, ops.maximum if kind == "max" else ops.minimum, builtins.max, x, dim)
+    return _max_min(cx, kind, x, dim, keepdim)
+
+
+def _softmax_dim(cx: Ctx, x: T, dim: int | None) -> int:
+    if dim is None:  # torch's legacy implicit dim
+        dim = 0 if cx.rank(x) in (0, 1, 3) else 1
+    return dim
+
+
+@function(F.softmax, torch.softmax, torch.special.softmax)
+@method("softmax")
+def _softmax(cx: Ctx, x: T, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> T:
+    if dtype is not None:
+        x = T(ops.cast(cx.b, x, ir_dtype(dtype)))
+    return T(ops.softmax(cx.b, x, axis=_softmax_dim(cx, x, dim)))
+
+
+@function(F.log_softmax, torch.log_softmax, torch.special.log_softmax)
+@method("log_softmax")
+def _log_softmax(cx: Ctx, x: T, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> T:
+    if dtype is not None:
+        x = T(ops.cast(cx.b, x, ir_dtype(dtype)))
+    return T(ops.log_softmax(cx.b, x, axis=_softmax_dim(cx, x, dim)))
+
+
+@function(F.layer_norm, torch.layer_norm)
+def _layer_norm(cx: Ctx, x: T, normalized_shape: Sequence[int], weight: T | None = None,
+                bias: T | None = None, eps: float = 1e-5, cudnn_enable: bool = True) -> T:
+    n = len(_ints(normalized_shape, 1))
+    return T(ops.layer_norm(cx.b, x, weight, bias, axis=cx.rank(x) - n, eps=eps))
+
+
+@function(getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))
+def _rms_norm(cx: Ctx, x: T, normalized_shape: Sequence[int], weight: T | None = None,
+              eps: float | None = None) -> T:
+    n = len(_ints(normalized_shape, 1))
+    if eps is None:
+        eps = float(torch.finfo(getattr(torch, cx.dtype(x))).eps)
+    return T(ops.rms_norm(cx.b, x, weight, axis=cx.rank(x) - n, eps=eps))
+
+
+def _bn(cx: Ctx, x: T, mean: T, var: T, weight: T | None, bias: T | None, training: bool,
+        eps: float) -> T:
+    if training:
+        raise cx.fail("batch_norm in training mode is not supported (call model.eval())")
+    if mean is None or var is None:
+        raise cx.fail("batch_norm without running statistics is not supported")
+    c = cx.shape(x)[1]
+    if weight is None:
+        weight = cx.const(np.ones(c, np.float32))
+    if bias is None:
+        bias = cx.const(np.zeros(c, np.float32))
+    return T(ops.batch_norm(cx.b, x, weight, bias, mean, var, eps=eps))
+
+
+@function(F.batch_norm)
+def _f_batch_norm(cx: Ctx, x: T, running_mean: T | None, running_var: T | None,
+                  weight: T | None = None, bias: T | None = None, training: bool = False,
+                  momentum: float = 0.1, eps: float = 1e-5) -> T:
+    return _bn(cx, x, running_mean, running_var, weight, bias, training, eps)
+
+
+@function(torch.batch_norm)
+def _torch_batch_norm(cx: Ctx, x: T, weight: T | None, bias: T | None, running_mean: T | None,
+                      running_var: T | None, training: bool, momentum: float, eps: float,
+                      cudnn_enabled: bool = True) -> T:
+    return _bn(cx, x, running_mean, running_var, weight, bias, training, eps)
