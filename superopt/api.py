@@ -44,6 +44,9 @@ class OptimizeConfig:
     # the cost model that picks schedules with no measurement for kernels the database lacks: "pretrained"
     # (the model shipped in the package, when there is one), a model file, or None (the default heuristic)
     cost_model: str | Path | None = "pretrained"
+    # ONNX nodes with no native lowering: False runs them through the ONNX fallback (onnxruntime or
+    # onnx.reference, one opaque node each, named in the report); True makes any such node an error
+    strict: bool = False
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -62,11 +65,25 @@ class OptimizeReport:
     compute_nodes: int = 0  # nodes that run a compiled kernel (equal ones share one)
     from_database: int = 0  # compute nodes scheduled from the tuning database
     from_model: int = 0  # compute nodes whose schedule the cost model picked over the default (no measurement)
+    fallbacks: list = field(default_factory=list)  # superopt.frontends.onnx_fallback.FallbackNode per ONNX fallback node
+    shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
-        return (f"{self.nodes} nodes ({self.rewrites} rewrites), {self.kernels} kernels; import {self.import_s:.2f}s, compile "
-                f"{self.compile_s:.2f}s, verify {self.verify_s:.2f}s; {err}; {self.stop_reason}")
+        text = (f"{self.nodes} nodes ({self.rewrites} rewrites), {self.kernels} kernels; import {self.import_s:.2f}s, "
+                f"compile {self.compile_s:.2f}s, verify {self.verify_s:.2f}s; {err}; {self.stop_reason}")
+        if self.fallbacks:
+            from superopt.frontends.onnx_fallback import summarize
+
+            text += "; " + summarize(self.fallbacks)
+        if self.shapes:
+            text += f"; compiled for {len(self.shapes)} shape{'s' if len(self.shapes) > 1 else ''}: " + \
+                " | ".join(self.shapes)
+        return text
+
+    def fallback_lines(self) -> list[str]:
+        """One line per fallback node: its op, name and reason."""
+        return [f"fallback: {f}" for f in self.fallbacks]
 
 
 class VerificationError(RuntimeError):
@@ -74,15 +91,96 @@ class VerificationError(RuntimeError):
 
 
 class OptimizedProgram:
-    def __init__(self, graph: Graph, executor: GraphExecutor, report: OptimizeReport) -> None:
+    """A verified compiled program: call it with the inputs (positionally, or by graph or ONNX name)."""
+
+    def __init__(self, graph: Graph, executor: GraphExecutor, report: OptimizeReport,
+                 input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None) -> None:
         self.graph = graph
         self.executor = executor
         self.report = report
+        self.input_names = list(input_names) if input_names is not None else list(graph.inputs)  # the model's names
+        self.output_dtypes = list(output_dtypes) if output_dtypes is not None else None  # e.g. float16 outputs
+
+    def feed(self, inputs: Sequence[np.ndarray], named: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        alias = dict(zip(self.input_names, self.graph.inputs))
+        feed = dict(zip(self.graph.inputs, inputs))
+        for k, v in named.items():
+            feed[alias.get(k, k)] = v
+        return feed
 
     def __call__(self, *inputs: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        feed = dict(zip(self.graph.inputs, inputs)) | named
-        out = self.executor(feed)
-        return [out[o] for o in self.graph.outputs]
+        out = self.executor(self.feed(inputs, named))
+        res = [out[o] for o in self.graph.outputs]
+        if self.output_dtypes is not None:
+            res = [np.asarray(r).astype(dt, copy=False) for r, dt in zip(res, self.output_dtypes)]
+        return res
+
+
+def shape_label(shapes: Mapping[str, Sequence[int]]) -> str:
+    """``x=1x3x8x8, mask=1x8`` (a scalar: ``s=()``)."""
+    return ", ".join(f"{n}={'x'.join(str(d) for d in s) if len(s) else '()'}" for n, s in shapes.items())
+
+
+class OptimizedModel:
+    """An ONNX model with symbolic dimensions, optimized per input shape: a new shape is imported,
+    compiled and verified once on first use and cached; ``compiled_shapes`` lists them in order.
+    ``graph``, ``executor`` and ``report`` are those of the first shape (the report lists every shape)."""
+
+    def __init__(self, model, config: OptimizeConfig, first: OptimizedProgram, shapes: Mapping[str, Sequence[int]]) -> None:
+        from superopt.frontends.onnx_shapes import declared_inputs
+
+        self.model = model
+        self.config = config
+        self.input_names = list(declared_inputs(model))
+        self.programs: dict[tuple, OptimizedProgram] = {}
+        self.compiled_shapes: list[dict[str, tuple[int, ...]]] = []
+        self._add(shapes, first)
+
+    def _key(self, shapes: Mapping[str, Sequence[int]]) -> tuple:
+        return tuple(tuple(int(d) for d in shapes[n]) for n in self.input_names)
+
+    def _add(self, shapes: Mapping[str, Sequence[int]], prog: OptimizedProgram) -> None:
+        full = {n: tuple(int(d) for d in shapes[n]) for n in self.input_names}
+        self.programs[self._key(full)] = prog
+        self.compiled_shapes.append(full)
+
+    @property
+    def compiles(self) -> int:
+        return len(self.programs)
+
+    @property
+    def first(self) -> OptimizedProgram:
+        return next(iter(self.programs.values()))
+
+    @property
+    def graph(self) -> Graph:
+        return self.first.graph
+
+    @property
+    def executor(self) -> GraphExecutor:
+        return self.first.executor
+
+    @property
+    def report(self) -> OptimizeReport:
+        from dataclasses import replace
+
+        return replace(self.first.report, shapes=[shape_label(s) for s in self.compiled_shapes])
+
+    def program_for(self, feed: Mapping[str, np.ndarray]) -> OptimizedProgram:
+        """The program compiled for these inputs' shapes (compiling and verifying it if new)."""
+        shapes = {n: tuple(np.shape(feed[n])) for n in self.input_names}
+        prog = self.programs.get(self._key(shapes))
+        if prog is None:
+            prog = _optimize_onnx_static(self.model, shapes, dict(feed), self.config)
+            self._add(shapes, prog)
+        return prog
+
+    def __call__(self, *inputs: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        feed = dict(zip(self.input_names, inputs)) | named
+        missing = [n for n in self.input_names if n not in feed]
+        if missing:
+            raise ValueError(f"missing model input(s) {missing}; the model takes {self.input_names}")
+        return self.program_for(feed)(**{n: feed[n] for n in self.input_names})
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -193,20 +291,33 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     return schedules, hits, picked
 
 
-def optimize(model, example_inputs: Sequence | OptimizeConfig | None = None,
-             config: OptimizeConfig | None = None) -> OptimizedProgram:
+def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None = None,
+             config: OptimizeConfig | None = None) -> OptimizedProgram | OptimizedModel:
     """The whole pipeline: load -> rewrite -> canonicalize kernels -> schedule -> build -> verify.
 
-    ``model`` is anything :func:`load_graph` takes; ``example_inputs`` (a torch module's call arguments) may be
-    left out, so ``optimize(model, config)`` also works.
+    ``model`` is anything :func:`load_graph` takes; ``example_inputs`` (a torch module's call arguments; for
+    an ONNX model, arrays or shapes by input name or in input order) may be left out, so
+    ``optimize(model, config)`` also works. ONNX nodes with no native lowering run through the ONNX
+    fallback and are named in the report (``config.strict``: an error instead). An ONNX model with
+    symbolic dimensions needs example inputs or shapes for them and returns an :class:`OptimizedModel`,
+    which compiles each new input shape once on first use.
     """
     if isinstance(example_inputs, OptimizeConfig):
         if config is not None:
             raise TypeError("optimize() got two configs")
         example_inputs, config = None, example_inputs
     config = config or OptimizeConfig()
+    if not isinstance(model, Graph) and not _is_torch_program(model):
+        return _optimize_onnx(model, example_inputs, config)
     t0 = time.perf_counter()
     imported = load_graph(model, example_inputs)  # load
+    return _optimize_graph(imported, config, t0)
+
+
+def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallbacks: Sequence = (),
+                    input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
+                    shapes: Sequence[str] = ()) -> OptimizedProgram:
+    """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify."""
     graph, rewrites = rewrite_graph(imported, config)  # rewrite
     graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
@@ -230,8 +341,69 @@ def optimize(model, example_inputs: Sequence | OptimizeConfig | None = None,
         how.append(f"{len(picked)} picked by the cost model with no measurement")
     how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
-                            len(rewrites), n_compute, len(hits), len(picked))
-    return OptimizedProgram(graph, executor, report)
+                            len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes))
+    return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
+
+
+def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
+    """``example_inputs`` for an ONNX model as (shapes, arrays) by input name: a dict name -> array or
+    name -> shape, or a list of arrays or shapes in input order (a bare shape: the first input's)."""
+    from superopt.frontends.onnx_frontend import OnnxImportError
+    from superopt.frontends.onnx_shapes import declared_inputs
+
+    if example_inputs is None:
+        return {}, {}
+    names = list(declared_inputs(model))
+
+    def is_shape(v) -> bool:
+        return isinstance(v, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in v)
+
+    if isinstance(example_inputs, Mapping):
+        items = dict(example_inputs)
+    elif is_shape(example_inputs) and example_inputs and len(names) == 1:
+        items = {names[0]: example_inputs}
+    else:
+        seq = list(example_inputs)
+        if len(seq) > len(names):
+            raise OnnxImportError(f"{len(seq)} example inputs given but the model takes {len(names)} ({names})")
+        items = dict(zip(names, seq))
+    shapes, arrays = {}, {}
+    for n, v in items.items():
+        if is_shape(v):
+            shapes[n] = tuple(int(d) for d in v)
+        else:
+            a = np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
+            arrays[n], shapes[n] = a, tuple(a.shape)
+    return shapes, arrays
+
+
+def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, np.ndarray],
+                          config: OptimizeConfig) -> OptimizedProgram:
+    """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
+    from superopt.frontends.onnx_frontend import import_onnx_model
+
+    t0 = time.perf_counter()
+    im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
+    compiled = [shape_label({n: im.input_shapes[n] for n in im.input_shapes})] if shapes else []
+    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled)
+
+
+def _optimize_onnx(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram | OptimizedModel:
+    """An ONNX model: static -> one OptimizedProgram; symbolic dims -> an OptimizedModel that starts with
+    the example shapes and specializes new ones on first use."""
+    from superopt.frontends.onnx_frontend import _load
+    from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
+
+    m = _load(model)
+    shapes, arrays = onnx_examples(m, example_inputs)
+    if not symbolic_inputs(m):
+        return _optimize_onnx_static(m, shapes, arrays, config)
+    full = resolve_shapes(m, shapes)  # a clear error when the shapes are missing
+    prog = _optimize_onnx_static(m, full, arrays, config)
+    from superopt.frontends.onnx_shapes import declared_inputs
+
+    all_shapes = {n: full.get(n, s) for n, s in declared_inputs(m).items()}
+    return OptimizedModel(m, config, prog, all_shapes)
 
 
 def define_op(src: str, inputs: Mapping[str, Sequence[int]], *, extents: Mapping[str, int] | None = None,
@@ -249,5 +421,5 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
     return optimize(define_op(src, inputs, **kw), config)
 
 
-__all__ = ["OptimizeConfig", "OptimizeReport", "OptimizedProgram", "VerificationError", "optimize",
+__all__ = ["OptimizeConfig", "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "optimize",
            "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model"]

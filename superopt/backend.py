@@ -6,6 +6,10 @@ executes it. Execution strategies are pluggable: :data:`RUNNERS` maps a mode nam
 
 Integer graph inputs that the model uses as compile-time values (a Reshape target, Slice bounds, ...) are
 bound at run time: the model is then imported once per distinct value of those inputs.
+
+The backend imports strictly by default (``prepare(model, strict=True)``): it measures what superopt
+lowers natively (ONNX's conformance node tests), so a node with no native lowering is an error rather
+than a run through the ONNX fallback; ``strict=False`` allows the fallback.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ def _reference_runner(im: ImportedModel) -> Runner:
         out = evaluate(im.graph, dict(zip(im.graph.inputs, inputs, strict=False)), dtype=dtype)
         return [
             np.asarray(out[o]).astype(dt, copy=False)
-            for o, dt in zip(im.graph.outputs, im.output_dtypes, strict=False)
+            for o, dt in zip(im.graph.outputs, im.output_np_dtypes or im.output_dtypes, strict=False)
         ]
 
     return run
@@ -47,7 +51,7 @@ def _compiled_runner(im: ImportedModel) -> Runner:
         out = executor(dict(zip(im.graph.inputs, inputs, strict=False)))
         return [
             np.asarray(out[o]).astype(dt, copy=False)
-            for o, dt in zip(im.graph.outputs, im.output_dtypes, strict=False)
+            for o, dt in zip(im.graph.outputs, im.output_np_dtypes or im.output_dtypes, strict=False)
         ]
 
     return run
@@ -64,9 +68,10 @@ def _check_mode(mode: str) -> RunnerFactory:
 
 
 class SuperoptRep(BackendRep):
-    def __init__(self, model: onnx.ModelProto, mode: str = DEFAULT_MODE) -> None:
+    def __init__(self, model: onnx.ModelProto, mode: str = DEFAULT_MODE, strict: bool = True) -> None:
         self.model = model
         self.mode = mode
+        self.strict = strict
         self._factory = _check_mode(mode)
         self._all_inputs = [
             vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}
@@ -84,7 +89,7 @@ class SuperoptRep(BackendRep):
         self._cache: dict[Any, tuple[ImportedModel, Runner]] = {}
         self._static: tuple[ImportedModel, Runner] | None = None
         try:
-            im = import_onnx_model(model)
+            im = import_onnx_model(model, strict=strict)
             self._static = (im, self._factory(im))
         except _NeedsConstant:
             if not self._int_inputs:
@@ -96,7 +101,7 @@ class SuperoptRep(BackendRep):
         bind = {n: np.asarray(feed[n]) for n in self._int_inputs}
         key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in bind.items())
         if key not in self._cache:
-            im = import_onnx_model(self.model, bind=bind)
+            im = import_onnx_model(self.model, bind=bind, strict=self.strict)
             self._cache[key] = (im, self._factory(im))
         return self._cache[key]
 
@@ -128,7 +133,8 @@ class SuperoptBackend(Backend):
         return str(device).upper().startswith("CPU")
 
     @classmethod
-    def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE, **kwargs: Any) -> SuperoptRep:
+    def prepare(cls, model: Any, device: str = "CPU", mode: str = DEFAULT_MODE, strict: bool = True,
+                **kwargs: Any) -> SuperoptRep:
         if not cls.supports_device(device):
             raise ValueError(f"superopt backend: device {device!r} is not supported (CPU only)")
         _check_mode(mode)
@@ -136,7 +142,7 @@ class SuperoptBackend(Backend):
             from superopt.frontends.onnx_frontend import _load
 
             model = _load(model)
-        return SuperoptRep(model, mode)
+        return SuperoptRep(model, mode, strict)
 
     @classmethod
     def run_model(
@@ -164,7 +170,7 @@ class SuperoptBackend(Backend):
         outs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
         graph = helper.make_graph([node], "run_node", vis, outs)
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", min(opset, 21))])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         return cls.run_model(model, [x for n, x in zip(node.input, ins, strict=False) if n], device)
 
 

@@ -101,13 +101,44 @@ def _optimize_db(args: argparse.Namespace) -> str | None:
     return DEFAULT_DB if Path(DEFAULT_DB).exists() else None
 
 
+def parse_dim(text: str) -> tuple[str, int]:
+    """``NAME=N`` -> (NAME, N): the size of a symbolic dimension."""
+    name, eq, size = text.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise UsageError(f"bad --dim {text!r}: expected NAME=N (e.g. batch=1)")
+    try:
+        n = int(size)
+    except ValueError:
+        raise UsageError(f"bad --dim {text!r}: the size must be an integer") from None
+    if n <= 0:
+        raise UsageError(f"bad --dim {text!r}: the size must be positive")
+    return name, n
+
+
+def _onnx_shapes(args: argparse.Namespace, path: str) -> dict[str, tuple[int, ...]] | None:
+    """--shape NAME=AxB and --dim NAME=N for a model file, as shapes by input name (None when neither is given)."""
+    if not args.shape and not args.dim:
+        return None
+    from superopt.frontends.onnx_frontend import _load
+    from superopt.frontends.onnx_shapes import resolve_shapes
+
+    shapes = dict(parse_shape(s) for s in args.shape or [])
+    dims = dict(parse_dim(d) for d in args.dim or [])
+    return resolve_shapes(_load(path), shapes, dims)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from superopt.api import OptimizeConfig, optimize, random_inputs
 
     db = _optimize_db(args)
-    prog = optimize(_model_file(args.model), OptimizeConfig(threads=args.threads, verify=not args.no_verify,
-                                                            database=db, cost_model=_cost_model_arg(args)))
+    path = _model_file(args.model)
+    prog = optimize(path, _onnx_shapes(args, path),
+                    OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
+                                   cost_model=_cost_model_arg(args), strict=args.strict))
     print(f"optimized {args.model}: {prog.report}")
+    for line in prog.report.fallback_lines():
+        print(f"  {line}")
     feed = random_inputs(prog.graph)
     t = _median_time(lambda: prog.executor(feed), args.repeat)
     print(f"median run time: {t * 1e3:.2f} ms ({args.threads} threads)")
@@ -366,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
                                                "when it exists)")
     p.add_argument("--no-db", action="store_true", help="default schedules only, no tuning database")
     _cost_model_args(p, "the cost model that picks schedules with no measurement for kernels the database lacks")
+    p.add_argument("--strict", action="store_true", help="fail on any node superopt cannot lower natively "
+                                                         "(default: it runs through the ONNX fallback, named in the report)")
+    p.add_argument("--shape", action="append", metavar="NAME=AxB..", help="shape of a model input with symbolic "
+                                                                            "dimensions (repeat)")
+    p.add_argument("--dim", action="append", metavar="NAME=N", help="size of a symbolic dimension, e.g. batch=1 "
+                                                                      "(repeat)")
     p.set_defaults(fn=cmd_optimize)
     t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
                                     "the tuning database",

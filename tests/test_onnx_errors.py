@@ -67,17 +67,34 @@ def test_unknown_op():
     assert "FancyOp" in msg and "weird_node" in msg and "17" in msg
 
 
-def test_unsupported_op_names_type_node_and_opset():
+def test_unsupported_op_names_type_node_and_opset_in_strict_mode():
     m = _model(
-        [helper.make_node("GatherElements", ["x", "i"], ["y"], name="ge")],
-        [_vi("x", [2, 3]), _vi("i", [2, 3], TensorProto.INT64)],
+        [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
+        [_vi("x", [2, 3])],
         [_vi("y", [2, 3])],
         opset=13,
     )
     with pytest.raises(OnnxImportError) as err:
+        import_onnx(m, strict=True)
+    msg = _one_line(err)
+    assert "Hardmax" in msg and "'hm'" in msg and "opset 13" in msg
+    assert len(import_onnx(m).nodes) == 1  # not strict: the node runs through the ONNX fallback
+
+
+def test_symbolic_input_without_shapes_explains_how_to_give_them():
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", 3])], [_vi("y", ["batch", 3])])
+    with pytest.raises(OnnxImportError) as err:
         import_onnx(m)
     msg = _one_line(err)
-    assert "GatherElements" in msg and "'ge'" in msg and "opset 13" in msg
+    assert "'x'" in msg and "'batch'" in msg and "--shape" in msg and "--dim batch=" in msg
+
+
+def test_opset_too_old():
+    m = _good_model()
+    m.opset_import[0].version = 7
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(m)
+    assert "opset 7" in _one_line(err)
 
 
 def test_mismatched_shapes():

@@ -1,15 +1,23 @@
 """ONNX -> superopt Graph (the driver; the per-op converters live in :mod:`superopt.frontends.onnx_ops`).
 
-Runs ONNX shape inference, folds every node whose inputs are all constants at import time (Shape of a
-static tensor, ConstantOfShape, Constant, shape arithmetic, ...), and maps every other node onto
-:mod:`superopt.ops`. Supported opsets: 9 to 21 of the default domain. Anything else fails with a one-line
-:class:`OnnxImportError` naming the op type, node and opset; no node is ever skipped silently.
+Checks the opset (9 to the newest the installed onnx knows), fixes symbolic input dimensions to the
+shapes given (:mod:`superopt.frontends.onnx_shapes`), runs ONNX shape inference, folds every node whose
+inputs are all constants at import time (Shape of a static tensor, ConstantOfShape, Constant, shape
+arithmetic, ...), and maps every other node onto :mod:`superopt.ops` through its converter.
+
+A node with no converter, one whose converter refuses its attributes or types (``OnnxImportError``),
+control flow (If, Loop, Scan, as a whole node with its subgraphs) and ops of other domains run through
+the fallback (:mod:`superopt.frontends.onnx_fallback`): one opaque ``onnx_node`` extern run by
+onnxruntime or ``onnx.reference``; each is listed in ``ImportedModel.fallbacks`` with its reason. In
+strict mode such a node is a one-line :class:`OnnxImportError` naming it instead; a node that is not
+an ONNX operator at all, or a malformed model, is an error in both modes. float16/bfloat16 graph inputs,
+outputs and initializers are held as float32 (computed in float32, cast at the edges).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +26,28 @@ import onnx
 from onnx import helper, numpy_helper
 
 from superopt.builder import GraphBuilder
+from superopt.frontends.onnx_fallback import (
+    CONTROL_FLOW,
+    FLOAT_EDGE_ELEM,
+    KIND,
+    FallbackNode,
+    fallback_inputs,
+    infer_node_outputs,
+    make_spec,
+    onnx_np_dtype,
+    session,
+    superopt_dtype,
+)
 from superopt.frontends.onnx_ops import CONST_ONLY, CONVERTERS, ELEM, Converter, OnnxImportError, _Ctx
 from superopt.frontends.onnx_ops.context import _NeedsConstant
+from superopt.frontends.onnx_shapes import declared_inputs, resolve_shapes, specialize, symbolic_inputs
 from superopt.interp.reference import evaluate
 from superopt.ir.graph import Graph
 
-MIN_OPSET, MAX_OPSET = 9, 21
-# Later opsets (up to the installed onnx) are accepted: for every op mapped here the versions after 21 only
-# add element types (bfloat16, float8, int4, ...), which the importer rejects by type anyway.
+MIN_OPSET = 9
+MAX_OPSET = 21  # the newest opset the converters were written against
+# Every later opset the installed onnx knows is accepted too: for the ops mapped natively the versions after 21
+# add element types (bfloat16, float8, int4, ...), which fall back by type; new ops fall back by op.
 MAX_ACCEPTED_OPSET = max(MAX_OPSET, onnx.defs.onnx_opset_version())
 
 
@@ -63,7 +85,8 @@ def _opset(m: onnx.ModelProto) -> int:
 
 def _tensor_type(vi: onnx.ValueInfoProto, what: str) -> tuple[tuple[int, ...], str]:
     tt = vi.type.tensor_type
-    if tt.elem_type not in ELEM:
+    dtype = superopt_dtype(tt.elem_type)
+    if dtype is None:
         raise OnnxImportError(f"{what} {vi.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(tt.elem_type)}")
     if not tt.HasField("shape"):
         raise OnnxImportError(f"{what} {vi.name!r} has no static shape")
@@ -72,7 +95,7 @@ def _tensor_type(vi: onnx.ValueInfoProto, what: str) -> tuple[tuple[int, ...], s
         if not d.HasField("dim_value"):
             raise OnnxImportError(f"{what} {vi.name!r} has a symbolic dimension {d.dim_param!r}; static shapes only")
         dims.append(int(d.dim_value))
-    return tuple(dims), ELEM[tt.elem_type]
+    return tuple(dims), dtype
 
 
 def _node_label(node: onnx.NodeProto, index: int) -> str:
@@ -85,110 +108,297 @@ def _to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def _edge_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    """An initializer as superopt holds it (float16/bfloat16 and small integers widened)."""
+    dtype = superopt_dtype(t.data_type)
+    if dtype is None:
+        raise OnnxImportError(f"{what} {t.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(t.data_type)}")
+    return np.asarray(numpy_helper.to_array(t)).astype(dtype)
+
+
 @dataclass
 class ImportedModel:
     graph: Graph
     input_names: list[str]  # ONNX names of graph.inputs, in order
     output_names: list[str]  # ONNX names of graph.outputs, in order
-    output_dtypes: list[str]
+    output_dtypes: list[str]  # superopt dtypes of graph.outputs
+    fallbacks: list[FallbackNode] = field(default_factory=list)  # nodes that run through the ONNX fallback
+    output_np_dtypes: list[np.dtype] = field(default_factory=list)  # the model's own output types (float16, ...)
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # ONNX input name -> shape compiled
 
 
-def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping[str, np.ndarray] | None = None) -> ImportedModel:
-    """Import with details; ``bind`` gives run-time values to treat as constants (shape-like inputs)."""
-    m = _load(model)
+def check_opset(m: onnx.ModelProto) -> int:
+    """The model's default-domain opset; one line naming both versions when it is newer than onnx knows."""
     opset = _opset(m)
-    if not MIN_OPSET <= opset <= MAX_ACCEPTED_OPSET:
-        raise OnnxImportError(f"opset {opset} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})")
-    for o in m.opset_import:
-        if o.domain not in ("", "ai.onnx"):
-            used = any(n.domain == o.domain for n in m.graph.node)
-            if used:
-                raise OnnxImportError(f"operator domain {o.domain!r} is not supported")
+    if opset > MAX_ACCEPTED_OPSET:
+        raise OnnxImportError(f"the model uses ONNX opset {opset}, newer than the installed onnx {onnx.__version__} "
+                              f"knows (opsets {MIN_OPSET} to {MAX_ACCEPTED_OPSET}); upgrade onnx or export at opset "
+                              f"{MAX_ACCEPTED_OPSET} or older")
+    if opset < MIN_OPSET:
+        raise OnnxImportError(f"the model uses ONNX opset {opset}; superopt supports opsets {MIN_OPSET} to "
+                              f"{MAX_ACCEPTED_OPSET} (convert it with onnx.version_converter)")
+    return opset
+
+
+def _infer_shapes(m: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference, strict for models in the default domain (a malformed model is an error);
+    lenient where other domains appear (their ops may have no schema here: they fall back)."""
+    custom = any(n.domain not in ("", "ai.onnx") for n in m.graph.node)
     try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        return onnx.shape_inference.infer_shapes(m, strict_mode=not custom, data_prop=True)
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise OnnxImportError(f"ONNX shape inference failed: {first}") from None
+
+
+def _native_reason(node: onnx.NodeProto, conv: Converter | None) -> str | None:
+    """Why a node cannot go to a converter at all (None: try its converter)."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"operator domain {node.domain!r}"
+    if node.op_type in CONTROL_FLOW or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                           for a in node.attribute):
+        return "control flow"
+    if conv is None:
+        return "no native lowering"
+    return None
+
+
+def _short_reason(msg: str, where: str, label: str) -> str:
+    """A converter's error as a report reason: the node's name and op stripped off the front."""
+    for prefix in (f"{where}: ", f"cannot import {where}: "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    return msg.replace(f" at node {label!r}", "")
+
+
+def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping[str, np.ndarray] | None = None, *,
+                      shapes: Mapping[str, Sequence[int]] | None = None, strict: bool = True,
+                      example: Mapping[str, np.ndarray] | None = None) -> ImportedModel:
+    """Import with details.
+
+    ``bind`` gives run-time values to treat as constants (shape-like inputs). ``shapes`` fixes the
+    symbolic dimensions of inputs (ONNX name -> shape; see :mod:`superopt.frontends.onnx_shapes`).
+    With ``strict`` (the default here; ``superopt.optimize`` passes ``strict=False``) a node with no native
+    lowering is a one-line error naming it; otherwise it runs through the ONNX fallback
+    (:mod:`superopt.frontends.onnx_fallback`) and is listed in ``fallbacks``. ``example`` (ONNX input
+    name -> array) lets a fallback node whose output shape depends on input values be run once to learn it.
+    """
+    m = _load(model)
+    opset = check_opset(m)
+    sym = symbolic_inputs(m)
+    wanted = {n: s for n, s in (shapes or {}).items()}
+    for n, v in (bind or {}).items():
+        wanted.setdefault(n, np.shape(v))
+    for n, v in (example or {}).items():
+        if n in sym:
+            wanted.setdefault(n, np.shape(v))
+    if sym or wanted:
+        m = specialize(m, resolve_shapes(m, {n: s for n, s in wanted.items() if n in declared_inputs(m)}))
+    m = _infer_shapes(m)
     g = m.graph
+    opsets = [(o.domain, int(o.version)) for o in m.opset_import]
     b = GraphBuilder(_clean_name(g.name or "onnx"))
     env: dict[str, str] = {}
+    elem_of: dict[str, int] = {}  # ONNX element type of every tensor in env
     init = {t.name: t for t in g.initializer}
     for name, t in init.items():
-        a = _to_array(t, "initializer")
+        a = _edge_array(t, "initializer")
         env[name] = b.constant(a, name, dtype=a.dtype.name)
+        elem_of[name] = t.data_type
     bind = dict(bind or {})
-    input_names = []
+    input_names, input_shapes = [], {}
     for vi in g.input:
         if vi.name in init:
             continue
         shape, dtype = _tensor_type(vi, "graph input")
+        elem_of[vi.name] = vi.type.tensor_type.elem_type
+        input_shapes[vi.name] = shape
         if vi.name in bind:
             env[vi.name] = b.constant(np.asarray(bind[vi.name]).astype(dtype).reshape(shape), vi.name, dtype=dtype)
             continue
         env[vi.name] = b.input(vi.name, shape, dtype)
         input_names.append(vi.name)
     value_types = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+    fallbacks: list[FallbackNode] = []
     for i, node in enumerate(g.node):
         label = _node_label(node, i)
         where = f"{node.op_type} node {label!r} (opset {opset})"
-        if node.domain not in ("", "ai.onnx"):
-            raise OnnxImportError(f"unsupported op {node.domain}.{node.op_type} at node {label!r} (opset {opset})")
         conv = CONVERTERS.get(node.op_type)
-        if conv is None:
-            raise OnnxImportError(f"unsupported ONNX op {node.op_type!r} at node {label!r} (opset {opset})")
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            raise OnnxImportError(f"unsupported control flow in {where}")
-        try:
-            attrs = {a.name: _attr_value(a) for a in node.attribute}
-            ins = []
-            for n in node.input:
-                if n == "":
-                    ins.append(None)
-                elif n not in env:
-                    raise OnnxImportError(f"input {n!r} is not defined before it is used")
-                else:
-                    ins.append(env[n])
-            while ins and ins[-1] is None:
-                ins.pop()
-            if any(t is None for t in ins):  # optional inputs skipped in the middle: keep positions
-                pass
-            ctx = _Ctx(b, opset, node, attrs)
-            folding = all(b.const_value(t) is not None for t in ins if t is not None) and node.op_type not in CONST_ONLY
-            outs = _fold(ctx, conv, ins) if folding else conv(ctx, ins)
-        except OnnxImportError as err:
-            msg = str(err)
-            raise (_NeedsConstant if isinstance(err, _NeedsConstant) else OnnxImportError)(
-                msg if label in msg else f"{where}: {msg}"
-            ) from None
-        except Exception as err:
-            raise OnnxImportError(f"cannot import {where}: {type(err).__name__}: {err}") from None
-        outs = outs if isinstance(outs, (list, tuple)) else [outs]
-        names = [o for o in node.output]
-        if len(outs) < len([o for o in names if o]):
-            raise OnnxImportError(f"{where}: produced {len(outs)} outputs but the node has {len(names)}")
-        for o, t in zip(names, outs, strict=False):
-            if not o:
-                continue
-            vi = value_types.get(o)
-            if vi is not None and vi.type.tensor_type.HasField("shape"):
-                want = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
-                got = b.shape(t)
-                if len(want) != len(got) or any(w not in (-1, gg) for w, gg in zip(want, got, strict=False)):
-                    raise OnnxImportError(f"{where}: output {o!r} has shape {got} but ONNX infers {want}")
-            env[o] = t
-    outputs, out_names, out_dtypes = [], [], []
+        reason = _native_reason(node, conv)
+        if reason is None and any(elem_of.get(n) not in ELEM and elem_of.get(n) not in FLOAT_EDGE_ELEM
+                                  for n in node.input if n):
+            reason = "element type " + ", ".join(sorted({onnx.TensorProto.DataType.Name(elem_of[n]) for n in node.input
+                                                         if n and elem_of.get(n) not in ELEM}))
+        if reason is not None and node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
+            raise OnnxImportError(f"unsupported ONNX op {node.op_type!r} at node {label!r} (opset {opset}): "
+                                  "no such operator in the ONNX standard")
+        outs = None
+        if reason is None:
+            mark = len(b.nodes)
+            try:
+                outs = _convert(b, opset, node, conv, env, label, where)
+                _check_outputs(b, node, outs, value_types, where)
+            except OnnxImportError as err:
+                if strict:
+                    raise
+                del b.nodes[mark:]  # drop what the converter added before it gave up
+                reason, outs = _short_reason(str(err), where, label), None
+        if outs is None:
+            if strict:
+                raise OnnxImportError(f"{where} has no native lowering ({reason}); strict mode allows no fallback")
+            n_nodes = len(b.nodes)
+            outs = _fallback(b, m, node, opsets, env, elem_of, value_types, label, example)
+            if len(b.nodes) > n_nodes:  # not folded at import time: it runs at run time
+                fallbacks.append(FallbackNode(label, node.op_type if node.domain in ("", "ai.onnx")
+                                              else f"{node.domain}.{node.op_type}", reason))
+        for o, t in zip(node.output, outs, strict=False):
+            if o:
+                env[o] = t
+                elem_of.setdefault(o, _elem(value_types.get(o), b.type(t).dtype))
+    outputs, out_names, out_dtypes, out_np = [], [], [], []
     for vi in g.output:
         if vi.name not in env:
             raise OnnxImportError(f"graph output {vi.name!r} is never computed")
         outputs.append(env[vi.name])
         out_names.append(vi.name)
         out_dtypes.append(b.type(env[vi.name]).dtype)
-    return ImportedModel(b.build(outputs), input_names, out_names, out_dtypes)
+        e = vi.type.tensor_type.elem_type or elem_of.get(vi.name)
+        out_np.append(onnx_np_dtype(e) if e else b.type(env[vi.name]).np_dtype)
+    return ImportedModel(b.build(outputs), input_names, out_names, out_dtypes, fallbacks, out_np, input_shapes)
 
 
-def import_onnx(model: str | Path | bytes | onnx.ModelProto) -> Graph:
-    """Import an ONNX model (path, serialized bytes or ModelProto) as a superopt Graph."""
-    return import_onnx_model(model).graph
+def _elem(vi: onnx.ValueInfoProto | None, dtype: str) -> int:
+    if vi is not None and vi.type.tensor_type.elem_type:
+        return int(vi.type.tensor_type.elem_type)
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+def _convert(b: GraphBuilder, opset: int, node: onnx.NodeProto, conv: Converter, env: dict[str, str], label: str,
+             where: str) -> list[str]:
+    try:
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        ins = []
+        for n in node.input:
+            if n == "":
+                ins.append(None)
+            elif n not in env:
+                raise OnnxImportError(f"input {n!r} is not defined before it is used")
+            else:
+                ins.append(env[n])
+        while ins and ins[-1] is None:
+            ins.pop()
+        ctx = _Ctx(b, opset, node, attrs)
+        folding = all(b.const_value(t) is not None for t in ins if t is not None) and node.op_type not in CONST_ONLY
+        outs = _fold(ctx, conv, ins) if folding else conv(ctx, ins)
+    except OnnxImportError as err:
+        msg = str(err)
+        raise (_NeedsConstant if isinstance(err, _NeedsConstant) else OnnxImportError)(
+            msg if label in msg else f"{where}: {msg}"
+        ) from None
+    except Exception as err:
+        raise OnnxImportError(f"cannot import {where}: {type(err).__name__}: {err}") from None
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+def _check_outputs(b: GraphBuilder, node: onnx.NodeProto, outs: list[str], value_types: dict, where: str) -> None:
+    names = list(node.output)
+    if len(outs) < len([o for o in names if o]):
+        raise OnnxImportError(f"{where}: produced {len(outs)} outputs but the node has {len(names)}")
+    for o, t in zip(names, outs, strict=False):
+        if not o:
+            continue
+        vi = value_types.get(o)
+        if vi is not None and vi.type.tensor_type.HasField("shape"):
+            want = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+            got = b.shape(t)
+            if len(want) != len(got) or any(w not in (-1, gg) for w, gg in zip(want, got, strict=False)):
+                raise OnnxImportError(f"{where}: output {o!r} has shape {got} but ONNX infers {want}")
+
+
+def _fallback(b: GraphBuilder, m: onnx.ModelProto, node: onnx.NodeProto, opsets: list[tuple[str, int]],
+              env: dict[str, str], elem_of: dict[str, int], value_types: dict, label: str,
+              example: Mapping[str, np.ndarray] | None) -> list[str]:
+    """Add ``node`` as one ``onnx_node`` extern (folded to constants when every input is a constant)."""
+    where = f"{node.op_type} node {label!r}"
+    names = fallback_inputs(node)
+    missing = [n for n in names if n not in env]
+    if missing:
+        raise OnnxImportError(f"{where}: input {missing[0]!r} is not defined before it is used")
+    ins = [(n, elem_of[n], b.shape(env[n])) for n in names]
+    consts = {n: b.const_value(env[n]) for n in names if b.const_value(env[n]) is not None}
+    domains = _domains(node) | {""}
+    used_opsets = [(d, v) for d, v in opsets if d in domains or (d == "ai.onnx" and "" in domains)]
+    functions = [f for f in m.functions if f.domain in domains]
+    outs = [o for o in node.output if o]
+    known: list[tuple[int, tuple[int, ...]] | None] = []
+    for o in outs:
+        vi = value_types.get(o)
+        tt = vi.type.tensor_type if vi is not None and vi.type.HasField("tensor_type") else None
+        ok = tt is not None and tt.elem_type and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        known.append((int(tt.elem_type), tuple(int(d.dim_value) for d in tt.shape.dim)) if ok else None)
+    if any(k is None for k in known):
+        again = infer_node_outputs(node, used_opsets, ins, consts, functions)
+        known = [k if k is not None else a for k, a in zip(known, again)]
+    if any(k is None for k in known) or len(consts) == len(names):
+        values = _node_input_values(b, names, env, consts, example, synthetic=node.op_type in CONTROL_FLOW)
+        if values is None:
+            bad = outs[[k is None for k in known].index(True)]
+            raise OnnxImportError(f"{where}: ONNX cannot infer the shape of its output {bad!r} and it has no "
+                                  "native lowering; give example inputs (arrays) so it can be run once to learn it")
+        probe = make_spec(node, used_opsets, ins, [(o, k[0] if k else 1, k[1] if k else ()) for o, k in zip(outs, known)],
+                          functions, m.ir_version)
+        got = session(probe).run({n: np.asarray(values[n]).astype(onnx_np_dtype(e), copy=False) for n, e, _ in ins})
+        known = [(k[0] if k else int(helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype)), tuple(np.shape(v)))
+                 for k, v in zip(known, got)]
+        if len(consts) == len(names) and all(superopt_dtype(e) for e, _ in known):  # constant inputs: fold now
+            return [b.constant(np.asarray(v).astype(superopt_dtype(e)), dtype=superopt_dtype(e))
+                    for v, (e, _) in zip(got, known)]
+    for o, (e, _) in zip(outs, known):
+        if superopt_dtype(e) is None:
+            raise OnnxImportError(f"{where}: output {o!r} has element type {onnx.TensorProto.DataType.Name(e)}, "
+                                  "which superopt cannot hold")
+    spec = make_spec(node, used_opsets, ins, [(o, e, s) for o, (e, s) in zip(outs, known)], functions, m.ir_version)
+    res = b.extern(KIND, [env[n] for n in names], name=_clean_name(f"onnx_{node.op_type}"), spec=spec)
+    it = iter(res)
+    return [next(it) if o else "" for o in node.output]
+
+
+def _domains(node: onnx.NodeProto) -> set[str]:
+    out = {"" if node.domain == "ai.onnx" else node.domain}
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                out |= _domains(n)
+    return out
+
+
+def _node_input_values(b: GraphBuilder, names: list[str], env: dict[str, str], consts: dict[str, np.ndarray],
+                       example: Mapping[str, np.ndarray] | None, synthetic: bool = False) -> dict[str, np.ndarray] | None:
+    """The node's input values on the example inputs (the graph so far run by the reference interpreter);
+    None when a value needs graph inputs that have no example. With ``synthetic`` (control flow, whose
+    output shapes ONNX leaves open though they rarely depend on values) missing examples are made up:
+    seeded normal floats, zero integers; the extern still checks the shapes at run time."""
+    if len(consts) == len(names):
+        return dict(consts)
+    feed = {env[k]: np.asarray(v) for k, v in (example or {}).items() if k in env}
+    rng = np.random.default_rng(0)
+    for n in b.inputs:
+        if n not in feed:
+            if not synthetic:
+                return None
+            t = b.type(n)
+            feed[n] = rng.standard_normal(t.shape).astype(t.np_dtype) if t.dtype.startswith("float") else \
+                np.zeros(t.shape, t.np_dtype)
+    g = b.build([env[n] for n in names])
+    vals = evaluate(g, feed, dtype=np.float64, keep_intermediates=True)
+    return {n: np.asarray(vals[env[n]]) for n in names}
+
+
+def import_onnx(model: str | Path | bytes | onnx.ModelProto, *, strict: bool = False,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import an ONNX model (path, serialized bytes or ModelProto) as a superopt Graph; nodes with no
+    native lowering run through the ONNX fallback unless ``strict``."""
+    return import_onnx_model(model, strict=strict, shapes=shapes).graph
 
 
 def _clean_name(s: str) -> str:
