@@ -1,6 +1,15 @@
-"""A ``torch.compile`` backend: Dynamo's FX graph -> superopt Graph -> a runner.
+"""A ``torch.compile`` backend: Dynamo's FX graph -> superopt regions + eager PyTorch -> one callable.
 
-    model = torch.compile(model, backend=superopt_backend)   # or backend="superopt"
+    model = torch.compile(model, backend="superopt")            # or backend=superopt_backend
+    model = torch.compile(model, backend="superopt", options={"strict": True})   # no eager fallback
+
+The graph is partitioned (superopt.frontends.torch_partition): superopt compiles the regions it lowers,
+every other node runs as ordinary PyTorch. What fell back, and why, is logged once per graph (logger
+``superopt.torch``, level INFO) and kept on the compiled object's ``.report`` (:class:`BackendReport`;
+``compiled_graphs()`` lists the compiled objects). Each region is specialized per input signature
+(shapes, dtypes, Python scalars: dynamic shapes compile once per concrete shape) and its first run at a
+signature is checked against the region run in eager PyTorch; a region that fails to compile or differs
+runs in eager at that signature, and the report says so.
 
 The runner is produced by a *runner factory* ``Graph -> (list[np.ndarray] -> list[np.ndarray])``.
 The default compiles the graph (rewrite rules, default schedules, C kernels); the numpy reference
@@ -14,15 +23,29 @@ or input shapes change (dynamic shapes), the graph is re-imported for the new si
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
-from superopt.frontends.torch_fx import FxImport, import_fx_full, to_numpy
+from superopt.frontends.torch_fx import FxImport, FxImportError, import_fx_full, to_numpy
+from superopt.frontends.torch_partition import (
+    Fallback,
+    classify,
+    fallbacks_of,
+    function_name,
+    functionalize,
+    log_fallbacks,
+    partition,
+    worth_compiling,
+)
 from superopt.ir.graph import Graph
 
+logger = logging.getLogger("superopt.torch")
 Runner = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 RunnerFactory = Callable[[Graph], Runner]
 
@@ -56,12 +79,20 @@ DEFAULT_RUNNER_FACTORY: RunnerFactory = executor_runner
 
 
 class SuperoptCompiled:
-    """The callable handed back to Dynamo: imports (per input signature), runs, rebuilds outputs."""
+    """One graph compiled whole: imports (per input signature), runs, rebuilds outputs. ``keep_inputs`` names
+    placeholders that stay inputs even when they look like Dynamo's lifted parameters (mutated buffers)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, runner_factory: RunnerFactory) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, runner_factory: RunnerFactory,
+                 keep_inputs: frozenset[str] = frozenset()) -> None:
         self.gm = gm
         self.runner_factory = runner_factory
+        self.keep_inputs = keep_inputs
         self._cache: dict[Any, tuple[FxImport, Runner]] = {}
+
+    @property
+    def compiles(self) -> int:
+        """How many input signatures have been imported and compiled."""
+        return len(self._cache)
 
     def _key(self, args: Sequence[Any], baked: Sequence[int] = ()) -> Any:
         key = []
@@ -78,7 +109,7 @@ class SuperoptCompiled:
         for (k, baked), entry in self._cache.items():
             if k == self._key(args, baked):
                 return entry
-        imp = import_fx_full(self.gm, args)
+        imp = import_fx_full(self.gm, args, keep_inputs=self.keep_inputs)
         entry = (imp, self.runner_factory(imp.graph))
         self._cache[(self._key(args, imp.baked), imp.baked)] = entry
         return entry
@@ -110,17 +141,44 @@ def _rebuild(spec: Any, by_name: dict[str, np.ndarray], device: torch.device) ->
     raise TypeError(f"bad output spec {spec!r}")
 
 
-def superopt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
-                     runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
-    """``torch.compile`` backend. Imports eagerly, so unsupported ops fail at compile time."""
+def whole_graph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                        runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
+    """Compile the whole graph or fail (no partitioning): unsupported ops fail at compile time."""
     compiled = SuperoptCompiled(gm, runner_factory or DEFAULT_RUNNER_FACTORY)
     compiled.specialize(list(example_inputs))
     return compiled
 
 
-def make_backend(runner_factory: RunnerFactory) -> Callable[..., Any]:
+def superopt_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                     options: dict[str, Any] | None = None, mode: str | None = None,
+                     runner_factory: RunnerFactory | None = None) -> Callable[..., Any]:
+    """``torch.compile`` backend: superopt compiles the regions it lowers, PyTorch runs the rest.
+
+    ``options`` (``torch.compile(..., options={...})``): ``strict`` (a fallback is an error naming the node),
+    ``verify`` (default True: each region's first run at each input signature is compared with eager).
+    """
+    opts = BackendOptions.parse(options)
+    compiled = SuperoptPartitioned(gm, list(example_inputs), runner_factory or DEFAULT_RUNNER_FACTORY, opts)
+    COMPILED.append(compiled)
+    return compiled
+
+
+# every graph the backend compiled since the last clear_compiled(), for their ``.report``
+COMPILED: list[Any] = []
+
+
+def compiled_graphs() -> list[Any]:
+    """The compiled graphs (``SuperoptPartitioned``), in compilation order; each has a ``.report``."""
+    return list(COMPILED)
+
+
+def clear_compiled() -> None:
+    COMPILED.clear()
+
+
+def make_backend(runner_factory: RunnerFactory, **options: Any) -> Callable[..., Any]:
     """A backend using another runner, e.g. ``torch.compile(m, backend=make_backend(my_factory))``."""
-    return functools.partial(superopt_backend, runner_factory=runner_factory)
+    return functools.partial(superopt_backend, runner_factory=runner_factory, options=options or None)
 
 
 def superopt_aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -129,7 +187,7 @@ def superopt_aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     parameters stay run-time inputs. Inference only (under ``torch.no_grad()``)."""
     from torch._dynamo.backends.common import aot_autograd
 
-    fw = functools.partial(superopt_backend, runner_factory=runner_factory)
+    fw = functools.partial(whole_graph_backend, runner_factory=runner_factory)
     return aot_autograd(fw_compiler=fw)(gm, example_inputs)
 
 
@@ -146,6 +204,204 @@ def _register() -> None:
             register_backend(name="superopt_aot")(superopt_aot_backend)
     except Exception:  # noqa: BLE001 - registration is a convenience, never fatal  # pragma: no cover
         pass
+
+
+
+# ---- the partitioned callable ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class BackendOptions:
+    strict: bool = False  # a fallback to eager is an error naming the node
+    verify: bool = True  # compare each region's first run at each input signature with eager
+    rtol: float = 1e-3
+    atol: float = 1e-4
+
+    @staticmethod
+    def parse(options: dict[str, Any] | None) -> BackendOptions:
+        options = dict(options or {})
+        known = {f.name for f in fields(BackendOptions)}
+        bad = sorted(set(options) - known)
+        if bad:
+            raise ValueError(f"unknown superopt backend option(s) {bad}; known: {sorted(known)}")
+        return BackendOptions(**options)
+
+
+@dataclass
+class RegionReport:
+    """One fused region: its nodes, whether superopt compiles it, and what happened per input signature."""
+
+    name: str
+    nodes: list[str]
+    functions: list[str]
+    compiled: bool  # False: left to eager (the tiny-region rule)
+    why_eager: str | None = None
+    signatures: dict[Any, str] = field(default_factory=dict)  # signature -> "superopt" or "eager: <reason>"
+
+    @property
+    def compiles(self) -> int:
+        return sum(v == "superopt" for v in self.signatures.values())
+
+
+@dataclass
+class BackendReport:
+    """What the backend did with one Dynamo graph."""
+
+    graph: str
+    fallbacks: list[Fallback]
+    regions: list[RegionReport]
+
+    @property
+    def fallback_functions(self) -> set[str]:
+        return {f.function for f in self.fallbacks}
+
+    @property
+    def lowered_functions(self) -> set[str]:
+        return {fn for r in self.regions if r.compiled for fn in r.functions}
+
+    @property
+    def compiles(self) -> int:
+        """Region compilations over all signatures (dynamic shapes: one per region per shape)."""
+        return sum(r.compiles for r in self.regions)
+
+    def __str__(self) -> str:
+        lines = [f"superopt backend report for {self.graph}: {len(self.regions)} region(s), "
+                 f"{len(self.fallbacks)} node(s) in eager PyTorch"]
+        for r in self.regions:
+            how = "superopt" if r.compiled else f"eager ({r.why_eager})"
+            lines.append(f"  region {r.name}: {len(r.nodes)} node(s), {how}")
+            lines += [f"    at {sig}: {what}" for sig, what in r.signatures.items() if what != "superopt"]
+        lines += [f"  fallback {f}" for f in self.fallbacks]
+        return "\n".join(lines)
+
+
+def signature(args: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else
+                 (a if isinstance(a, (int, float, bool, type(None))) else type(a).__name__) for a in args)
+
+
+def _mismatch(got: Any, ref: Any, opts: BackendOptions) -> str | None:
+    g, r = pytree.tree_leaves(got), pytree.tree_leaves(ref)
+    if len(g) != len(r):
+        return f"{len(g)} outputs, eager gives {len(r)}"
+    for i, (a, b) in enumerate(zip(g, r, strict=True)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape:
+                return f"output {i}: shape {getattr(a, 'shape', type(a).__name__)}, eager gives {tuple(b.shape)}"
+            a, b = a.detach(), b.detach()
+            if b.is_floating_point():
+                scale = float(b.abs().max()) if b.numel() and torch.isfinite(b).all() else 1.0
+                if not torch.allclose(a.to(b.dtype), b, rtol=opts.rtol, atol=opts.atol * max(1.0, scale), equal_nan=True):
+                    err = float((a.to(b.dtype) - b).abs().nan_to_num(0.0).max()) if b.numel() else 0.0
+                    return f"output {i} differs from eager (max abs error {err:.3g})"
+            elif not torch.equal(a.to(b.dtype), b):
+                return f"output {i} differs from eager (integer/bool values)"
+        elif a != b:
+            return f"output {i}: {a!r}, eager gives {b!r}"
+    return None
+
+
+class _Region(torch.nn.Module):
+    """Stands in for a fused submodule: superopt per input signature, verified against the submodule in eager."""
+
+    def __init__(self, region: torch.fx.GraphModule, compiled: SuperoptCompiled | None, report: RegionReport,
+                 opts: BackendOptions) -> None:
+        super().__init__()
+        self.region = region
+        self.compiled = compiled
+        self.report = report
+        self.opts = opts
+        self._use: dict[Any, bool] = {}
+
+    def forward(self, *args: Any) -> Any:
+        if self.compiled is None:
+            return self.region(*args)
+        key = signature(args)
+        use = self._use.get(key)
+        if use is True:
+            return self.compiled(*args)
+        if use is False:
+            return self.region(*args)
+        return self._first_run(key, args)
+
+    def _first_run(self, key: Any, args: Sequence[Any]) -> Any:
+        try:
+            got = self.compiled(*args)
+        except Exception as e:  # noqa: BLE001 - a region that does not compile runs in eager
+            why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            return self._eager(key, args, why, e)
+        if not self.opts.verify:
+            self._decide(key, True, "superopt")
+            return got
+        with torch.no_grad():
+            ref = self.region(*args)
+        bad = _mismatch(got, ref, self.opts)
+        if bad is not None:
+            self._decide(key, False, f"eager: {bad}")
+            if self.opts.strict:
+                raise RuntimeError(f"superopt region {self.report.name} ({', '.join(self.report.nodes)}) at {key}: {bad}")
+            logger.warning("superopt: region %s at %s runs in eager PyTorch: %s", self.report.name, key, bad)
+            return ref
+        self._decide(key, True, "superopt")
+        return got
+
+    def _eager(self, key: Any, args: Sequence[Any], why: str, err: Exception) -> Any:
+        if self.opts.strict:
+            raise err
+        self._decide(key, False, f"eager: {why}")
+        logger.warning("superopt: region %s at %s runs in eager PyTorch: %s", self.report.name, key, why)
+        return self.region(*args)
+
+    def _decide(self, key: Any, use: bool, what: str) -> None:
+        self._use[key] = use
+        self.report.signatures[key] = what
+
+
+class SuperoptPartitioned:
+    """The callable handed back to Dynamo: the graph split into superopt regions and eager PyTorch nodes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], runner_factory: RunnerFactory,
+                 opts: BackendOptions) -> None:
+        name = type(gm).__name__
+        func = functionalize(gm)
+        self.written_back = func.written_back
+        calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        written = frozenset(placeholders[i].name for i in func.written_back)
+        if func.refused is not None:
+            refused = {n: f"{func.refused.reason} (in-place op {func.refused.node})" for n in calls}
+        else:
+            refused = classify(gm, example_inputs, written)
+        fallbacks = fallbacks_of(gm, refused)
+        if opts.strict and fallbacks:
+            f = fallbacks[0]
+            raise FxImportError(f"strict: node {f.node!r} ({f.function}) would run in eager PyTorch: {f.reason}",
+                                reason=f.reason)
+        self.gm = partition(gm, refused) if len(refused) < len(calls) else gm
+        regions = []
+        for n in list(self.gm.graph.nodes):
+            if n.op != "call_module" or not str(n.target).startswith("fused_"):
+                continue
+            sub = self.gm.get_submodule(str(n.target))
+            inner = [m for m in sub.graph.nodes if m.op in ("call_function", "call_method", "call_module")]
+            worth = worth_compiling(sub)
+            rep = RegionReport(str(n.target), [m.name for m in inner], sorted({function_name(m, sub) for m in inner}),
+                               worth, None if worth else "only views, reshapes, casts or shape arithmetic")
+            keep = frozenset(m.name for m in sub.graph.nodes if m.op == "placeholder")
+            compiled = SuperoptCompiled(sub, runner_factory, keep & written) if worth else None
+            setattr(self.gm, str(n.target), _Region(sub, compiled, rep, opts))
+            regions.append(rep)
+        self.report = BackendReport(name, fallbacks, regions)
+        log_fallbacks(name, fallbacks, sum(r.compiled for r in regions))
+
+    def __call__(self, *args: Any) -> Any:
+        with torch.no_grad():
+            out = self.gm(*args)
+        if not self.written_back:
+            return out
+        out, new_values = out
+        for i, v in zip(self.written_back, new_values, strict=True):
+            args[i].copy_(v)
+        return out
+
 
 
 _register()

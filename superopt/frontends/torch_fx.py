@@ -14,7 +14,7 @@ at import time, naming the node, instead of silently computing something else.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,30 +60,39 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str
     return import_fx_full(gm, example_inputs, name).graph
 
 
-def import_fx_full(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                   name: str | None = None) -> FxImport:
-    return _Importer(gm, list(example_inputs), name or type(gm).__name__).run()
-
-
+def import_fx_full(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str | None = None,
+                   keep_inputs: Collection[str] = ()) -> FxImport:
+    """``keep_inputs``: placeholder names that stay graph inputs even when they look like Dynamo's lifted
+    parameters/buffers (a buffer the model mutates, e.g. a KV cache, must not be baked)."""
+    return _Importer(gm, list(example_inputs), name or type(gm).__name__, frozenset(keep_inputs)).run()
 
 
 class _Importer(Ctx):
     """Imports one GraphModule: runs ShapeProp, then each node through the handler tables."""
 
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], name: str,
+                 keep_inputs: frozenset[str] = frozenset()) -> None:
+        super().__init__(gm, example_inputs, name)
+        self.keep_inputs = keep_inputs
+
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> FxImport:
-        gm = self.gm
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self._propagate_shapes()
+        positions, baked = self._bind_placeholders()
+        out_node = self._import_nodes()
+        return self._build(out_node, positions, baked)
+
+    def _bind_placeholders(self) -> tuple[list[int], list[int]]:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != len(self.examples):
             raise FxImportError(f"the graph has {len(placeholders)} placeholders but {len(self.examples)} "
                                 "example inputs were given")
-        self._propagate_shapes()
         positions, baked = [], []
         for pos, (n, ex) in enumerate(zip(placeholders, self.examples, strict=True)):
             self.node = n
             if isinstance(ex, (bool, int, float, torch.SymInt, torch.SymFloat)) or ex is None:
                 self.env[n] = _concrete(ex)  # shape symbols: specialize to the example's value
-            elif isinstance(ex, torch.Tensor) and is_param_placeholder(n, ex):
+            elif isinstance(ex, torch.Tensor) and is_param_placeholder(n, ex) and n.name not in self.keep_inputs:
                 if _is_fake(ex):
                     raise self.fail("parameter placeholder is a FakeTensor; real values are needed")
                 self.env[n] = self.param(ex, _short(n.target))
@@ -93,18 +102,24 @@ class _Importer(Ctx):
                 positions.append(pos)
             else:
                 raise self.fail(f"unsupported example input of type {type(ex).__name__}")
-        out_node = None
-        for n in gm.graph.nodes:
+        return positions, baked
+
+    def _import_nodes(self) -> torch.fx.Node:
+        """Imports every node up to the output node, which it returns."""
+        for n in self.gm.graph.nodes:
             self.node = n
             if n.op == "placeholder":
                 continue
             if n.op == "output":
-                out_node = n
-                break
-            self.env[n] = self._check(self._node(n))
-            self._rebind_inplace(n)
-        if out_node is None:
-            raise FxImportError("graph has no output node")
+                return n
+            self._step(n)
+        raise FxImportError("graph has no output node")
+
+    def _step(self, n: torch.fx.Node) -> None:
+        self.env[n] = self._check(self._node(n))
+        self._rebind_inplace(n)
+
+    def _build(self, out_node: torch.fx.Node, positions: list[int], baked: list[int]) -> FxImport:
         self.node = out_node
         outputs: list[str] = []
         meta_vals = _flatten_meta(out_node)

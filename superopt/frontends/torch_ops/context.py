@@ -25,7 +25,12 @@ from superopt.builder import GraphBuilder
 
 
 class FxImportError(ValueError):
-    """A torch.fx graph that the importer cannot translate (unsupported op or argument)."""
+    """A torch.fx graph that the importer cannot translate (unsupported op or argument). ``reason`` is the
+    message without the node it names."""
+
+    def __init__(self, msg: str, reason: str | None = None) -> None:
+        super().__init__(msg)
+        self.reason = reason or msg
 
 
 class T(str):
@@ -125,7 +130,7 @@ class Ctx:
     def fail(self, msg: str) -> FxImportError:
         n = self.node
         where = f" (node {n.name!r}, {n.op} {_target_name(n)})" if n is not None else ""
-        return FxImportError(msg + where)
+        return FxImportError(msg + where, reason=msg)
 
     def shape(self, t: str) -> tuple[int, ...]:
         return self.b.shape(t)
