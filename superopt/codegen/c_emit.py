@@ -49,8 +49,10 @@ __all__ = ["PRELUDE", "KernelSource", "emit_c", "print_c", "ctype", "c_float", "
 
 _FLOAT_FN = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil",
-    "sin": "sin", "cos": "cos", "round": "nearbyint", "abs": "fabs",
+    "sin": "sin", "cos": "cos", "round": "nearbyint", "abs": "fabs", "tan": "tan", "asin": "asin", "acos": "acos",
+    "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
 }
+_BIT_OPS = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
 _OMP_REDUCTION = {"+": "+", "*": "*", "max": "max", "min": "min", "or": "|"}
 
 
@@ -145,6 +147,12 @@ def _c_op(v: Op) -> str:
         return f"({args[0]} ? {args[1]} : {args[2]})"
     if len(args) == 1:
         x = args[0]
+        if op == "isnan":  # of a float operand (integers are never NaN: the loop nest folds those to false)
+            return f"(({x}) != ({x}))"
+        if op == "isinf":  # the type-generic macro of math.h
+            return f"isinf({x})"
+        if op == "bitnot":
+            return f"(~({x}))"
         if op in ("exp", "erf") and fdt == "float32":
             return f"so_{op}f({x})"
         if op in _FLOAT_FN:
@@ -172,6 +180,10 @@ def _c_op(v: Op) -> str:
         return f"({a} || {b})"
     if op == "mod":
         return f"so_mod{suf}({a}, {b})" if is_float(dt) else f"so_modl({a}, {b})"
+    if op == "fmod":
+        return f"fmod{suf}({a}, {b})" if is_float(dt) else f"({a} % {b})"
+    if op in _BIT_OPS:
+        return f"({a} {_BIT_OPS[op]} {b})"
     raise TypeError(f"no C spelling for operator {op!r}")
 
 

@@ -38,6 +38,9 @@ UNARY = {
     "erf": _erf, "sigmoid": _sigmoid, "abs": np.abs, "neg": np.negative, "relu": lambda x: np.maximum(x, 0),
     "floor": np.floor, "ceil": np.ceil, "reciprocal": lambda x: 1.0 / x, "sin": np.sin, "cos": np.cos,
     "round": np.round, "not": np.logical_not, "sign": np.sign,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "isnan": np.isnan, "isinf": np.isinf,
+    "bitnot": np.invert,
 }
 
 
@@ -52,7 +55,9 @@ def _divide(a, b):
 
 BINARY = {
     "+": np.add, "-": np.subtract, "*": np.multiply, "/": _divide, "max": np.maximum, "min": np.minimum,
-    "pow": np.power, "and": np.logical_and, "or": np.logical_or, "mod": np.mod,
+    "pow": np.power, "and": np.logical_and, "or": np.logical_or, "mod": np.mod, "fmod": np.fmod,
+    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor, "shl": np.left_shift,
+    "shr": np.right_shift,
 }
 COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal,
            "!=": np.not_equal}

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 UNARY_FNS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "neg", "relu", "floor", "ceil",
     "reciprocal", "sin", "cos", "round", "not", "sign",
+    "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "isnan", "isinf", "bitnot",
 )
-BINARY_OPS = ("+", "-", "*", "/", "max", "min", "pow", "and", "or", "mod")
+# ``mod`` is floor modulo (the sign of the divisor, numpy/Python); ``fmod`` truncates (the sign of the
+# dividend, C); ``bitand``..``shr`` are the integer bit operators (``shr`` is arithmetic on signed types)
+BINARY_OPS = ("+", "-", "*", "/", "max", "min", "pow", "and", "or", "mod",
+              "fmod", "bitand", "bitor", "bitxor", "shl", "shr")
+BOOL_FNS = ("isnan", "isinf")  # unary functions whose result is bool whatever their operand
+SAME_TYPE_FNS = ("not", "neg", "abs", "sign", "bitnot")  # computed in the operand's own type (ints stay ints)
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from superopt.ir.compute import Compute
 from superopt.ir.expr import (
     BINARY_OPS,
+    BOOL_FNS,
     UNARY_FNS,
     Access,
     Affine,
@@ -401,7 +402,7 @@ def _infer_extents(st: _RawStatement, types: Mapping[str, TensorType], src: str,
 def infer_dtype(e: Expr, types: Mapping[str, TensorType], default: str) -> str:
     if isinstance(e, Access):
         return types[e.tensor].dtype
-    if isinstance(e, Compare):
+    if isinstance(e, Compare) or isinstance(e, Unary) and e.fn in BOOL_FNS:
         return "bool"
     if isinstance(e, Cast):
         return e.dtype

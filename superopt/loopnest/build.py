@@ -14,7 +14,22 @@ import math
 
 from superopt.codegen.lower import KernelPlan, Stage, local_shape
 from superopt.codegen.lower import Loop as PlanLoop
-from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, DivMod, Expr, IndexValue, Unary, Where, substitute_dims
+from superopt.ir.expr import (
+    BOOL_FNS,
+    SAME_TYPE_FNS,
+    Access,
+    Affine,
+    Binary,
+    Cast,
+    Compare,
+    Const,
+    DivMod,
+    Expr,
+    IndexValue,
+    Unary,
+    Where,
+    substitute_dims,
+)
 from superopt.ir.statement import REDUCE_IDENTITY
 from superopt.ir.types import TensorType, is_float
 from superopt.lang.parser import infer_dtype
@@ -158,7 +173,12 @@ class _Builder:
         dt = infer_dtype(e, types, want)
         fdt = dt if is_float(dt) else "float32"
         if isinstance(e, Unary):
-            return Op(e.fn, (self.value(s, e.x, fdt if e.fn not in ("not", "neg", "abs", "sign") else dt),), dt)
+            if e.fn in BOOL_FNS:  # a test of the operand as it is (isnan of a double stays a double)
+                xt = infer_dtype(e.x, types, want)
+                if not is_float(xt):  # integers are never NaN or infinite
+                    return Literal(False, "bool")
+                return Op(e.fn, (self.value(s, e.x, xt),), dt)
+            return Op(e.fn, (self.value(s, e.x, dt if e.fn in SAME_TYPE_FNS else fdt),), dt)
         if isinstance(e, Binary):
             return Op(e.op, (self.value(s, e.a, dt), self.value(s, e.b, dt)), dt)
         if isinstance(e, Compare):

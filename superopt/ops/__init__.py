@@ -4,10 +4,25 @@ Every op is a function ``op(b: GraphBuilder, *tensors: str, **attrs) -> str | li
 nodes to ``b`` and returns graph tensor names. Frontends (ONNX, torch.fx) are thin maps onto these.
 """
 
+from superopt.ops.activations import (
+    celu,
+    hardsigmoid,
+    hardswish,
+    mish,
+    selu,
+    shrink,
+    softsign,
+    thresholded_relu,
+)
 from superopt.ops.attention import scaled_dot_product_attention
 from superopt.ops.contraction import conv1d, conv2d, convnd, gemm, linear, matmul
+from superopt.ops.conv_transpose import conv_transpose
+from superopt.ops.einsum import einsum
 from superopt.ops.elementwise import (
     add,
+    bit_shift,
+    bitwise,
+    bitwise_not,
     cast,
     clip,
     compare,
@@ -17,6 +32,7 @@ from superopt.ops.elementwise import (
     logical,
     maximum,
     minimum,
+    mod,
     mul,
     pow_,
     relu,
@@ -41,7 +57,7 @@ from superopt.ops.movement import (
     transpose,
     unsqueeze,
 )
-from superopt.ops.normalization import batch_norm, layer_norm, lrn, rms_norm
+from superopt.ops.normalization import batch_norm, group_norm, instance_norm, layer_norm, lrn, rms_norm
 from superopt.ops.pool import (
     adaptive_avg_pool2d,
     avg_pool,
@@ -52,6 +68,7 @@ from superopt.ops.pool import (
     max_pool2d,
 )
 from superopt.ops.reduce import log_softmax, reduce, softmax
+from superopt.ops.triangular import trilu
 
 __all__ = [
     "unary",
@@ -74,6 +91,18 @@ __all__ = [
     "erf",
     "cast",
     "scale",
+    "mod",
+    "bitwise",
+    "bitwise_not",
+    "bit_shift",
+    "selu",
+    "celu",
+    "hardsigmoid",
+    "hardswish",
+    "shrink",
+    "thresholded_relu",
+    "softsign",
+    "mish",
     "reduce",
     "softmax",
     "log_softmax",
@@ -81,12 +110,16 @@ __all__ = [
     "rms_norm",
     "batch_norm",
     "lrn",
+    "group_norm",
+    "instance_norm",
     "matmul",
     "gemm",
     "linear",
     "conv2d",
     "conv1d",
     "convnd",
+    "conv_transpose",
+    "einsum",
     "max_pool2d",
     "avg_pool2d",
     "max_pool",
@@ -105,5 +138,6 @@ __all__ = [
     "expand",
     "gather",
     "pad",
+    "trilu",
     "scaled_dot_product_attention",
 ]

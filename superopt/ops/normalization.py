@@ -1,4 +1,5 @@
-"""Normalizations: layer/RMS norm over trailing axes, inference batch norm, local response norm."""
+"""Normalizations: layer/RMS norm over trailing axes, group and instance norm over channel groups, inference
+batch norm, local response norm."""
 
 from __future__ import annotations
 
@@ -134,3 +135,33 @@ def lrn(
     ext = dict(zip(ds, shape, strict=False))
     ext["k"] = size
     return b.compute1(src, {"X": x}, "lrn", extents=ext, padding={"X": 0.0}, outputs=["O"])
+
+
+def group_norm(b: GraphBuilder, x: str, scale: str, bias: str, num_groups: int, eps: float = 1e-5) -> str:
+    """Normalize each of ``num_groups`` channel groups over its channels and spatial axes, then scale and shift
+    per channel (torch group_norm, ONNX GroupNormalization-21): x (N, C, *spatial), scale and bias (C,)."""
+    shape = b.shape(x)
+    if len(shape) < 2:
+        raise ValueError(f"group_norm needs rank >= 2 (N, C, ...), got shape {shape}")
+    c = shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise ValueError(f"group_norm: {c} channels do not split into {num_groups} groups")
+    for t in (scale, bias):
+        if b.shape(t) != (c,):
+            raise ValueError(f"group_norm: scale/bias shape {b.shape(t)} does not match {c} channels")
+    cg = c // num_groups
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    # free reshapes: x as (N, G, C/G, S) normalized over its last two axes, scale and bias as (G, C/G, 1)
+    xg = reshape_alias(b, x, (shape[0], num_groups, cg, spatial))
+    g = reshape_alias(b, scale, (num_groups, cg, 1))
+    bi = reshape_alias(b, bias, (num_groups, cg, 1))
+    y = _norm_over_tail(b, xg, g, bi, 2, eps, True, "group_norm")
+    return reshape_alias(b, y, shape)
+
+
+def instance_norm(b: GraphBuilder, x: str, scale: str, bias: str, eps: float = 1e-5) -> str:
+    """Normalize each channel of each sample over its spatial axes, then scale and shift per channel."""
+    shape = b.shape(x)
+    if len(shape) < 2:
+        raise ValueError(f"instance_norm needs rank >= 2 (N, C, ...), got shape {shape}")
+    return group_norm(b, x, scale, bias, shape[1], eps)
