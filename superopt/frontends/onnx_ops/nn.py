@@ -2,34 +2,67 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from superopt import ops
 from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+from superopt.ops._util import ewise
+
+# op type -> (elementwise map before, reduction, elementwise map after); None: identity
+_REDUCE = {
+    "ReduceSum": (None, "sum", None),
+    "ReduceMean": (None, "mean", None),
+    "ReduceMax": (None, "max", None),
+    "ReduceMin": (None, "min", None),
+    "ReduceProd": (None, "prod", None),
+    "ReduceSumSquare": ("{0} * {0}", "sum", None),
+    "ReduceL1": ("abs({0})", "sum", None),
+    "ReduceL2": ("{0} * {0}", "sum", "sqrt({0})"),
+    "ReduceLogSum": (None, "sum", "log({0})"),
+    "ReduceLogSumExp": (None, "logsumexp", None),
+}
 
 
-@_conv("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL2")
+@_conv(*_REDUCE)
 def _reduce(c: _Ctx, x):
     op = c.node.op_type
     axes_as_input = c.opset >= 18 or (op == "ReduceSum" and c.opset >= 13)
     axes = c.ints(x[1] if len(x) > 1 else None, f"{op} axes") if axes_as_input else c.attr("axes")
     keep = bool(c.attr("keepdims", 1))
-    if not axes:
-        if c.attr("noop_with_empty_axes", 0):
-            return x[0]
-        axes = None
-    src = x[0]
-    if op in ("ReduceSumSquare", "ReduceL2"):
-        src = ops.mul(c.b, src, src)
-    kind = {
-        "ReduceSum": "sum",
-        "ReduceMean": "mean",
-        "ReduceMax": "max",
-        "ReduceMin": "min",
-        "ReduceProd": "prod",
-        "ReduceSumSquare": "sum",
-        "ReduceL2": "sum",
-    }[op]
-    out = ops.reduce(c.b, src, kind, axes, keepdims=keep)
-    return ops.unary(c.b, "sqrt", out) if op == "ReduceL2" else out
+    pre, kind, post = _REDUCE[op]
+    if not axes and c.attr("noop_with_empty_axes", 0):  # reduce over no axis: only the elementwise parts
+        out = x[0]
+        for f in (pre, post):
+            out = out if f is None else ewise(c.b, f, [out], op)
+        return out
+    if 0 in c.b.shape(x[0]):
+        return _reduce_empty(c, x[0], axes, keep)
+    src = x[0] if pre is None else ewise(c.b, pre, [x[0]], op)
+    if kind == "logsumexp":  # max + log(sum(exp(x - max))), with the max of finite values (as the spec's reference)
+        m = ops.reduce(c.b, src, "max", axes or None, keepdims=True)
+        s = ops.reduce(c.b, ewise(c.b, "exp({0} - {1})", [src, m], "exp_shifted"), "sum", axes or None, keepdims=True)
+        out = ewise(c.b, "log({0}) + {1}", [s, m], "logsumexp")
+        if not keep:
+            out = ops.squeeze(c.b, out, _norm_axes(axes, len(c.b.shape(x[0]))))
+        return out
+    out = ops.reduce(c.b, src, kind, axes or None, keepdims=keep)
+    return out if post is None else ewise(c.b, post, [out], op)
+
+
+def _reduce_empty(c: _Ctx, x: str, axes, keep: bool) -> str:
+    """A reduction of a tensor with no elements: the reduction's identity, as a constant."""
+    shape, dt = c.b.shape(x), np.dtype(c.b.type(x).dtype)
+    red = _norm_axes(axes, len(shape))
+    out = [1 if k in red else s for k, s in enumerate(shape) if keep or k not in red]
+    big = np.iinfo(dt).max if dt.kind in "iu" else (True if dt.kind == "b" else np.inf)
+    small = np.iinfo(dt).min if dt.kind in "iu" else (False if dt.kind == "b" else -np.inf)
+    value = {"ReduceProd": 1, "ReduceMax": small, "ReduceMin": big, "ReduceLogSum": -np.inf,
+             "ReduceLogSumExp": -np.inf}.get(c.node.op_type, 0)
+    return c.b.constant(np.full(out, value, dt), dtype=dt.name)
+
+
+def _norm_axes(axes, rank: int) -> list[int]:
+    return list(range(rank)) if not axes else sorted({a % rank for a in axes})
 
 
 @_conv("Softmax", "LogSoftmax")
