@@ -1,0 +1,235 @@
+"""User ops from index notation: ``superopt.op(text)`` is a callable compiled per input shape.
+
+    votes = superopt.op("V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]", extents={"kh": 3, "kw": 3})
+    v = votes(P, W)            # numpy in, numpy out; torch in, torch out
+
+- The text is one or more statements, separated by newlines or ``;``.
+- Inputs are the tensors read but never written, in order of first appearance; outputs are the tensors
+  written and not read by a later statement, or those named by ``outputs=``, in that order.
+- Shapes come from the call: the first call with a new shape signature compiles (and verifies) it; later
+  calls with that signature reuse it.
+- Verification runs on the call's own inputs (not only random data): the compiled result's error against
+  a float64 reference is judged against how far the float32 reference itself strays from float64 on those
+  inputs, so an ill-conditioned op (a division by a sum of its inputs) is not failed for rounding it
+  cannot avoid, and a wrong kernel is still caught.
+- Called with torch tensors, the op runs as a ``torch.library`` custom op (``torch.ops.superopt.<name>``),
+  so torch.fx tracing and ``torch.compile`` keep it as one op (with a fake implementation for shapes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from superopt.lang.errors import OpLangError
+from superopt.lang.parser import _Parser, compile_op
+
+
+class UserOpVerificationError(RuntimeError):
+    """The compiled user op disagrees with the reference on the call's inputs."""
+
+
+def _signature(text: str, outputs: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(inputs in order of first appearance, outputs) of the op text."""
+    prog = _Parser(text).program()
+    written = {st.out for st in prog.statements}
+    inputs: list[str] = []
+    for st in prog.statements:
+        for a, _ in sorted(st.access_pos, key=lambda ap: ap[1]):
+            if a.tensor not in written and a.tensor not in inputs:
+                inputs.append(a.tensor)
+    if outputs is None:
+        last_write = {st.out: i for i, st in enumerate(prog.statements)}
+        outs = []
+        for i, st in enumerate(prog.statements):
+            later_reads = {a.tensor for s2 in prog.statements[i + 1:] for a, _ in s2.access_pos}
+            if st.out not in later_reads and st.out not in outs and last_write[st.out] == i:
+                outs.append(st.out)
+    else:
+        outs = list(outputs)
+        for o in outs:
+            if o not in written:
+                raise OpLangError(f"output {o!r} is never written", text, 0)
+    if not inputs:
+        raise OpLangError("the op reads no input tensor", text, 0)
+    return inputs, outs
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    program: Any  # superopt.api.OptimizedProgram
+    out_types: tuple[tuple[tuple[int, ...], str], ...]
+
+
+class UserOp:
+    """A compiled-per-shape op from index notation (see the module docstring)."""
+
+    def __init__(self, text: str, outputs: Sequence[str] | None = None, *, name: str | None = None,
+                 extents: Mapping[str, int] | None = None, padding: Mapping[str, float] | None = None,
+                 threads: int = 2, cost_model: str | None = None, verify: bool = True) -> None:
+        self.text = text
+        self.inputs, self.outputs = _signature(text, outputs)
+        digest = hashlib.sha256(f"{text}|{self.outputs}|{sorted((extents or {}).items())}".encode()).hexdigest()[:10]
+        self.name = name or f"op_{digest}"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
+            raise ValueError(f"op name {self.name!r} must be an identifier")
+        self.extents = dict(extents or {})
+        self.padding = dict(padding or {})
+        self.threads = threads
+        self.cost_model = cost_model
+        self.verify = verify
+        self._compiled: dict[tuple, _Compiled] = {}
+        self._torch_op = None
+        self.max_error: dict[tuple, float] = {}  # signature -> compiled error / float32 reference error
+
+    # -- shapes and compilation ------------------------------------------------------------------------
+    def compute(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[str] | None = None):
+        from superopt.ir.types import TensorType
+
+        dtypes = dtypes or ["float32"] * len(shapes)
+        types = {n: TensorType(tuple(int(d) for d in s), dt) for n, s, dt in zip(self.inputs, shapes, dtypes, strict=True)}
+        return compile_op(self.text, types, extents=self.extents, padding=self.padding, outputs=self.outputs)
+
+    def output_types(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[str] | None = None
+                     ) -> list[tuple[tuple[int, ...], str]]:
+        c = self.compute(shapes, dtypes)
+        return [(c.type_of[o].shape, c.type_of[o].dtype) for o in self.outputs]
+
+    def _compile(self, arrays: Sequence[np.ndarray]) -> _Compiled:
+        key = tuple((a.shape, a.dtype.str) for a in arrays)
+        hit = self._compiled.get(key)
+        if hit is not None:
+            return hit
+        from superopt.api import OptimizeConfig, optimize
+        from superopt.builder import GraphBuilder
+
+        c = self.compute([a.shape for a in arrays], [_ir_dtype(a.dtype) for a in arrays])
+        b = GraphBuilder(self.name)
+        ins = [b.input(n, c.type_of[n].shape, c.type_of[n].dtype) for n in c.inputs]
+        outs = b.add_compute(c, ins, self.name, out_names=list(c.outputs))
+        graph = b.build(outs)
+        prog = optimize(graph, OptimizeConfig(threads=self.threads, verify=False, cost_model=self.cost_model))
+        compiled = _Compiled(prog, tuple((c.type_of[o].shape, c.type_of[o].dtype) for o in self.outputs))
+        if self.verify:
+            self.max_error[key] = self._verify(prog, arrays)
+        self._compiled[key] = compiled
+        return compiled
+
+    def _verify(self, prog, arrays: Sequence[np.ndarray]) -> float:
+        """Compiled error / float32-reference error on these inputs (both against float64); raises when the
+        compiled op strays much further from float64 than the float32 reference does."""
+        from superopt.interp import evaluate
+
+        feed = dict(zip(prog.graph.inputs, arrays, strict=True))
+        got = prog.executor(feed)
+        ref64 = evaluate(prog.graph, feed, np.float64)
+        ref32 = evaluate(prog.graph, feed, np.float32)
+        worst = 0.0
+        for o in prog.graph.outputs:
+            r = np.asarray(ref64[o], np.float64)
+            g, f = np.asarray(got[o], np.float64), np.asarray(ref32[o], np.float64)
+            if r.dtype.kind != "f" or not r.size:
+                if not np.array_equal(g, r):
+                    raise UserOpVerificationError(f"{self.name}: output {o!r} differs from the reference")
+                continue
+            finite = np.isfinite(r)
+            if not np.array_equal(np.isfinite(g), finite):
+                raise UserOpVerificationError(f"{self.name}: output {o!r} has non-finite values where the reference "
+                                              "has none (or the reverse)")
+            scale = max(float(np.abs(r[finite]).max(initial=0.0)), 1e-30)
+            e_c = float(np.abs(g - r)[finite].max(initial=0.0)) / scale
+            e_32 = float(np.abs(f - r)[finite].max(initial=0.0)) / scale
+            allowed = max(16 * e_32, 1e-5)
+            if e_c > allowed:
+                raise UserOpVerificationError(
+                    f"{self.name}: output {o!r} has relative error {e_c:.3g} against float64 on these inputs, where "
+                    f"the float32 reference has {e_32:.3g} (allowed {allowed:.3g})")
+            worst = max(worst, e_c / max(e_32, 1e-12))
+        return worst
+
+    # -- calling -----------------------------------------------------------------------------------------
+    def run_numpy(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        if len(arrays) != len(self.inputs):
+            raise TypeError(f"{self.name} takes {len(self.inputs)} inputs ({', '.join(self.inputs)}), got {len(arrays)}")
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        compiled = self._compile(arrays)
+        out = compiled.program.executor(dict(zip(compiled.program.graph.inputs, arrays, strict=True)))
+        return [out[o] for o in compiled.program.graph.outputs]
+
+    def __call__(self, *args: Any) -> Any:
+        if any(type(a).__module__.startswith("torch") for a in args):
+            outs = self.torch_op()(*args)
+            return outs[0] if len(self.outputs) == 1 else tuple(outs)
+        outs = self.run_numpy(*[np.asarray(a) for a in args])
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def torch_op(self):
+        """``torch.ops.superopt.<name>``: the op registered through ``torch.library`` (once)."""
+        if self._torch_op is None:
+            self._torch_op = _register_torch(self)
+        return self._torch_op
+
+    @property
+    def compiled_shapes(self) -> list[tuple]:
+        return [tuple(s for s, _ in k) for k in self._compiled]
+
+
+def _ir_dtype(dt: np.dtype) -> str:
+    name = np.dtype(dt).name
+    if name not in ("float32", "float64", "int32", "int64", "bool"):
+        raise TypeError(f"unsupported input dtype {name}")
+    return name
+
+
+_LIB = None
+REGISTERED: dict[str, UserOp] = {}  # torch op name -> the UserOp (the torch frontend lowers them natively)
+
+
+def _register_torch(op: UserOp):
+    import torch
+
+    global _LIB
+    if _LIB is None:
+        _LIB = torch.library.Library("superopt", "FRAGMENT")
+    ins = ", ".join(f"Tensor {n}" for n in op.inputs)
+    ret = "Tensor" if len(op.outputs) == 1 else "(" + ", ".join("Tensor" for _ in op.outputs) + ")"
+    qual = f"superopt::{op.name}"
+    if op.name not in REGISTERED:
+        _LIB.define(f"{op.name}({ins}) -> {ret}")
+
+        def impl(*tensors):
+            outs = op.run_numpy(*[t.detach().cpu().numpy() for t in tensors])
+            res = [torch.from_numpy(np.array(o)) for o in outs]
+            return res[0] if len(res) == 1 else tuple(res)
+
+        def fake(*tensors):
+            types = op.output_types([t.shape for t in tensors], [str(t.dtype).replace("torch.", "") for t in tensors])
+            res = [tensors[0].new_empty(s, dtype=getattr(torch, dt)) for s, dt in types]
+            return res[0] if len(res) == 1 else tuple(res)
+
+        _LIB.impl(op.name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(qual, fake, lib=_LIB)
+        REGISTERED[op.name] = op
+    elif REGISTERED[op.name].text != op.text:
+        raise ValueError(f"a different op is already registered as torch.ops.superopt.{op.name}: pass another name=")
+    packet = getattr(torch.ops.superopt, op.name)
+
+    def call(*tensors):
+        out = packet(*tensors)
+        return [out] if len(op.outputs) == 1 else list(out)
+
+    return call
+
+
+def op(text: str, outputs: Sequence[str] | None = None, **options: Any) -> UserOp:
+    """Define a user op from index notation (see the module docstring); ``options``: name, extents, padding,
+    threads, cost_model, verify."""
+    return UserOp(text, outputs, **options)
+
+
+__all__ = ["UserOp", "UserOpVerificationError", "op", "REGISTERED"]
