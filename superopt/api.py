@@ -381,10 +381,11 @@ def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Ma
                           config: OptimizeConfig) -> OptimizedProgram:
     """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
     from superopt.frontends.onnx_frontend import import_onnx_model
+    from superopt.frontends.onnx_shapes import symbolic_inputs
 
     t0 = time.perf_counter()
     im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
-    compiled = [shape_label({n: im.input_shapes[n] for n in im.input_shapes})] if shapes else []
+    compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
     return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled)
 
 

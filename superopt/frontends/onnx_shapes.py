@@ -100,8 +100,10 @@ def resolve_shapes(m: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | Non
 
 
 def specialize(m: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    """A copy of ``m`` whose inputs have the given static shapes; other shape annotations that could
-    contradict them (value_info, symbolic output dims) are dropped for shape inference to redo."""
+    """A copy of ``m`` whose inputs have the given static shapes; the symbolic dims of other shape
+    annotations (value_info, outputs) become unknown for shape inference to fill in."""
+    declared = declared_inputs(m)
+    shapes = {n: tuple(s) for n, s in shapes.items() if declared.get(n) != tuple(s)}
     if not shapes:
         return m
     s = onnx.ModelProto()
@@ -114,11 +116,11 @@ def specialize(m: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.
         tt.shape.SetInParent()
         for d in shapes[vi.name]:
             tt.shape.dim.add().dim_value = int(d)
-    del s.graph.value_info[:]
-    for vi in s.graph.output:
-        tt = vi.type.tensor_type
-        if tt.HasField("shape") and any(not d.HasField("dim_value") for d in tt.shape.dim):
-            tt.ClearField("shape")
+    for vi in list(s.graph.value_info) + list(s.graph.output):  # symbolic dims -> unknown; types stay (ONNX's own
+        tt = vi.type.tensor_type                                  # inference loses some, e.g. GroupNormalization-21's)
+        for d in tt.shape.dim if tt.HasField("shape") else ():
+            if not d.HasField("dim_value"):
+                d.Clear()
     return s
 
 
