@@ -7,14 +7,6 @@ from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
 from superopt.ops._util import ewise, lit, norm_axis
 
 
-def _per_channel(c: _Ctx, t: str, rank: int, what: str) -> str:
-    """A (C,) parameter as (C, 1, ..., 1), to broadcast over channel-first data of ``rank``."""
-    shape = c.b.shape(t)
-    if len(shape) != 1:
-        raise OnnxImportError(f"{what} must be one value per channel, got shape {shape}")
-    return ops.reshape(c.b, t, [shape[0]] + [1] * (rank - 2))
-
-
 def _affine(c: _Ctx, y: str, scale: str, bias: str | None) -> str:
     if bias is None:
         return ops.mul(c.b, y, scale)
@@ -26,8 +18,7 @@ def _instance_norm(c: _Ctx, x):
     rank = len(c.b.shape(x[0]))
     if rank < 3:
         raise OnnxImportError(f"InstanceNormalization needs rank >= 3 (N, C, D...), got rank {rank}")
-    y = ops.layer_norm(c.b, x[0], None, None, 2, c.attr("epsilon", 1e-5))
-    return _affine(c, y, _per_channel(c, x[1], rank, "scale"), _per_channel(c, x[2], rank, "B"))
+    return ops.instance_norm(c.b, x[0], x[1], x[2], c.attr("epsilon", 1e-5))
 
 
 @_conv("GroupNormalization")
@@ -37,11 +28,12 @@ def _group_norm(c: _Ctx, x):
     groups = int(c.attr("num_groups"))
     if groups <= 0 or ch % groups:
         raise OnnxImportError(f"GroupNormalization: {ch} channels do not split into {groups} groups")
-    grouped = ops.reshape(c.b, x[0], [n, groups, -1])
-    y = ops.reshape(c.b, ops.layer_norm(c.b, grouped, None, None, 2, c.attr("epsilon", 1e-5)), shape)
+    eps = c.attr("epsilon", 1e-5)
     if c.opset >= 21:  # scale and bias per channel
-        return _affine(c, y, _per_channel(c, x[1], rank, "scale"), _per_channel(c, x[2], rank, "bias"))
+        return ops.group_norm(c.b, x[0], x[1], x[2], groups, eps)
     # opset 18: scale and bias per group, broadcast over each group's channels
+    grouped = ops.reshape(c.b, x[0], [n, groups, -1])
+    y = ops.reshape(c.b, ops.layer_norm(c.b, grouped, None, None, 2, eps), shape)
     g = [c.b.shape(t)[0] for t in x[1:3]]
     if g != [groups, groups]:
         raise OnnxImportError(f"GroupNormalization-18: scale/bias need {groups} values (one per group), got {g}")
