@@ -1,6 +1,13 @@
 """ONNX op converters, one module per family; importing this package fills ``CONVERTERS``."""
 
-from superopt.frontends.onnx_ops import constant, elementwise, movement, nn, normalization  # noqa: F401  (registration)
+from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
+    activations,
+    constant,
+    elementwise,
+    movement,
+    nn,
+    normalization,
+)
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (
     CONVERTERS,

@@ -7,6 +7,7 @@ import onnx
 
 from superopt import ops
 from superopt.frontends.onnx_ops.context import CONVERTERS, ELEM, OnnxImportError, _conv, _Ctx
+from superopt.ops._util import ewise
 
 _BIN = {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div, "Pow": ops.pow_}
 for _name, _fn in _BIN.items():
@@ -39,6 +40,30 @@ for _name, _op in _CMP.items():
     CONVERTERS[_name] = lambda c, x, _op=_op: ops.compare(c.b, _op, x[0], x[1])
 for _name, _op in (("And", "and"), ("Or", "or"), ("Xor", "xor")):
     CONVERTERS[_name] = lambda c, x, _op=_op: ops.logical(c.b, _op, x[0], x[1])
+for _name, _op in (("BitwiseAnd", "and"), ("BitwiseOr", "or"), ("BitwiseXor", "xor")):
+    CONVERTERS[_name] = lambda c, x, _op=_op: ops.bitwise(c.b, _op, x[0], x[1])
+CONVERTERS["BitwiseNot"] = lambda c, x: ops.bitwise_not(c.b, x[0])
+
+
+@_conv("BitShift")
+def _bit_shift(c: _Ctx, x):
+    """Shifts by a negative amount or by the bit width or more give 0 (left) or the sign fill (right), as
+    opset 28 defines them (C leaves them undefined; earlier opsets did not say)."""
+    direction = str(c.attr("direction")).lower()
+    dt = c.b.type(x[0]).dtype
+    if dt not in ("int32", "int64") or c.b.type(x[1]).dtype != dt:
+        raise OnnxImportError(f"BitShift needs two int32 or two int64 tensors, got {dt} and {c.b.type(x[1]).dtype}")
+    width = np.dtype(dt).itemsize * 8
+    shift = "shl({0}, {1})" if direction == "left" else "shr({0}, {1})"
+    fill = "0" if direction == "left" else "where({0} < 0, -1, 0)"
+    src = f"cast_{dt}(where(and({{1}} >= 0, {{1}} < {width}), {shift}, {fill}))"
+    return ewise(c.b, src, [x[0], x[1]], "bit_shift")
+
+
+@_conv("Mod")
+def _mod(c: _Ctx, x):
+    """fmod=0: the sign of the divisor (Python %); fmod=1: the sign of the dividend (C fmod)."""
+    return ops.mod(c.b, x[0], x[1], fmod=bool(c.attr("fmod", 0)))
 
 
 @_conv("Sum", "Max", "Min", "Mean")
