@@ -5,6 +5,7 @@ and, for a few graphs, compiled."""
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,13 @@ from superopt.ops.sorting import argmax, argmin, argsort, sort, topk
 ONNX_ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64,
              "int32": TensorProto.INT32, "bool": TensorProto.BOOL}
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _seed_per_test(request):
+    """Every test draws the same data however tests are ordered or split between workers."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def onnx_model(op: str, inputs: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, n_out: int = 1,
@@ -60,14 +68,15 @@ def onnxruntime_run(op: str, inputs: dict[str, np.ndarray], consts=None, out_dty
     return list(sess.run(None, inputs))
 
 
-def run_op(build: Callable[..., str | list[str]], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Build ``build(b, *inputs)`` over graph inputs shaped like ``feeds`` and run the reference interpreter."""
+def run_op(build: Callable[..., str | list[str]], feeds: dict[str, np.ndarray], float_dtype=np.float32) -> list[np.ndarray]:
+    """Build ``build(b, *inputs)`` over graph inputs shaped like ``feeds`` and run the reference interpreter
+    (which evaluates every float tensor in ``float_dtype``)."""
     b = GraphBuilder()
     names = [b.input(k, v.shape, dtype_name(v.dtype)) for k, v in feeds.items()]
     outs = build(b, *names)
     outs = [outs] if isinstance(outs, str) else list(outs)
     graph = b.build(outs)
-    got = evaluate(graph, dict(zip(names, feeds.values(), strict=True)))
+    got = evaluate(graph, dict(zip(names, feeds.values(), strict=True)), dtype=float_dtype)
     return [got[o] for o in outs]
 
 
@@ -311,6 +320,29 @@ def test_resize_with_given_scales_matches_onnxruntime(shape, scales, ctm, mode, 
                            nearest_mode=nearest_mode, exclude_outside=int(exclude_outside))
     got = _resize_ours(x, sizes, scales, mode, ctm, nearest_mode, exclude_outside)
     assert_same(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_resize_keeps_the_element_type_like_onnx(mode, dtype):
+    """Integers interpolate in float64 and round back (round half to even, saturating), as onnx.reference
+    (whose cubic weights are float32: the attribute a is a numpy float32)."""
+    x = RNG.integers(-50, 50, size=(3, 4)).astype(dtype)
+    consts, order = _resize_onnx_inputs(x, (5, 7), None, "half_pixel")
+    want = onnx_reference("Resize", {"x": x}, consts, order=order, mode=mode)
+    assert_same(run_op(lambda b, x: resize(b, x, (5, 7), mode=mode), {"x": x}, np.float64), want,
+                rtol=1e-5 if mode == "cubic" else 1e-12, atol=1e-4 if mode == "cubic" else 0.0)
+
+
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "floor", "ceil"])
+def test_resize_tf_half_pixel_for_nn_matches_onnxruntime_opset11(nearest_mode):
+    x = RNG.standard_normal((1, 1, 5, 6)).astype(np.float32)
+    consts = {"roi": np.array([], np.float32), "scales": np.array([], np.float32),
+              "sizes": np.array([1, 1, 8, 4], np.int64)}
+    want = onnxruntime_run("Resize", {"x": x}, consts, opset=11, mode="nearest", nearest_mode=nearest_mode,
+                           coordinate_transformation_mode="tf_half_pixel_for_nn")
+    got = run_op(lambda b, x: resize(b, x, (1, 1, 8, 4), None, "nearest", "tf_half_pixel_for_nn", nearest_mode), {"x": x})
+    assert_same(got, want)
 
 
 @pytest.mark.parametrize("torch_mode,align", [("nearest", None), ("bilinear", False), ("bilinear", True),
