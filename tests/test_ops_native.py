@@ -63,7 +63,13 @@ def _ints(lo: int, hi: int, nonzero: bool = False):
     return gen
 
 
+def _quiet(fn, *xs):
+    with np.errstate(all="ignore"):
+        return fn(*xs)
+
+
 def _shifts(rng, shape, dtype):
+    """Shift counts inside [0, bit width)."""
     return rng.integers(0, 6, shape).astype(dtype)
 
 
@@ -159,6 +165,8 @@ CASES: list[OpCase] = [
     _mod_case("int64_fmod", I64, True, (_ints(-20, 21), _ints(-7, 8, True)), np.fmod),
     _mod_case("int32", I32, False, (_ints(-20, 21), _ints(-7, 8, True)), np.mod),
     _mod_case("int32_fmod", I32, True, (_ints(-20, 21), _ints(-7, 8, True)), np.fmod),
+    _mod_case("int64_by_zero", I64, False, (_ints(-20, 21), _ints(-2, 3)), lambda x, y: _quiet(np.mod, x, y)),
+    _mod_case("int64_fmod_by_zero", I64, True, (_ints(-20, 21), _ints(-2, 3)), lambda x, y: _quiet(np.fmod, x, y)),
     _mod_case("float_scalar_divisor", F32, False, (_wide, lambda rng, s, d: np.array(-2.5, d)), np.mod,
               shapes=((3, 4), ()), const_inputs=(1,)),
     # bitwise
@@ -178,6 +186,10 @@ CASES: list[OpCase] = [
            np.left_shift, gen=(_ints(-50, 50), _shifts)),
     OpCase("bit_shift_right", lambda b, x: ops.bit_shift(b, *x, "right"), [((3, 4), I32), ((4,), I32)],
            np.right_shift, gen=(_ints(-500, 500), _shifts)),
+    OpCase("bit_shift_left_out_of_range", lambda b, x: ops.bit_shift(b, *x, "left"), [((4, 6), I32), ((4, 6), I32)],
+           np.left_shift, gen=(_ints(-50, 50), _ints(-40, 40))),
+    OpCase("bit_shift_right_out_of_range", lambda b, x: ops.bit_shift(b, *x, "right"), [((4, 6), I64), ((4, 6), I64)],
+           np.right_shift, gen=(_ints(-50, 50), _ints(-70, 70))),
     # trilu on non-square inputs, k of both signs
     OpCase("triu", lambda b, x: ops.trilu(b, x[0]), [((2, 3, 5), F32)], np.triu),
     OpCase("triu_k2", lambda b, x: ops.trilu(b, x[0], 2), [((2, 3, 5), F32)], lambda x: np.triu(x, 2)),
@@ -187,6 +199,7 @@ CASES: list[OpCase] = [
            lambda x: np.tril(x, -2)),
     OpCase("tril_kpos", lambda b, x: ops.trilu(b, x[0], 1, upper=False), [((3, 6), F32)], lambda x: np.tril(x, 1)),
     OpCase("triu_all_zero", lambda b, x: ops.trilu(b, x[0], 7), [((3, 6), F32)], lambda x: np.triu(x, 7)),
+    OpCase("triu_empty", lambda b, x: ops.trilu(b, x[0], 1), [((0, 5), F32)], lambda x: np.triu(x, 1)),
     OpCase("tril_bool", lambda b, x: ops.trilu(b, x[0], 0, upper=False), [((4, 4), "bool")], np.tril),
     # einsum
     _einsum("matmul", "ij,jk->ik", (3, 4), (4, 5)),

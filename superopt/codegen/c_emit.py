@@ -52,7 +52,7 @@ _FLOAT_FN = {
     "sin": "sin", "cos": "cos", "round": "nearbyint", "abs": "fabs", "tan": "tan", "asin": "asin", "acos": "acos",
     "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
 }
-_BIT_OPS = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+_BIT_OPS = {"bitand": "&", "bitor": "|", "bitxor": "^"}
 _OMP_REDUCTION = {"+": "+", "*": "*", "max": "max", "min": "min", "or": "|"}
 
 
@@ -181,9 +181,11 @@ def _c_op(v: Op) -> str:
     if op == "mod":
         return f"so_mod{suf}({a}, {b})" if is_float(dt) else f"so_modl({a}, {b})"
     if op == "fmod":
-        return f"fmod{suf}({a}, {b})" if is_float(dt) else f"({a} % {b})"
+        return f"fmod{suf}({a}, {b})" if is_float(dt) else f"so_fmodl({a}, {b})"
     if op in _BIT_OPS:
         return f"({a} {_BIT_OPS[op]} {b})"
+    if op in ("shl", "shr"):
+        return f"so_{op}{32 if dt == 'int32' else 64}({a}, {b})"
     raise TypeError(f"no C spelling for operator {op!r}")
 
 

@@ -1,5 +1,5 @@
 """The C prelude every generated library starts with: headers, NaN-exact max/min, vectorizable
-exp/erf/sigmoid, floor modulo, thread control."""
+exp/erf/sigmoid, floor and truncated modulo, saturating shifts, thread control."""
 
 PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
@@ -58,7 +58,19 @@ static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + so_expf(-x)); }
 static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline int64_t so_modl(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* integer remainders by 0 are 0 (as numpy's) instead of a SIGFPE that kills the process */
+static inline int64_t so_modl(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t so_fmodl(int64_t a, int64_t b) { return b == 0 ? 0 : a % b; }
+/* shifts by a count outside [0, width) saturate as numpy's and ONNX BitShift's: 0, or -1 for a negative value shifted
+   right (C leaves them undefined and x86 masks the count); the left shift runs unsigned (no signed overflow) */
+static inline int32_t so_shl32(int32_t a, int32_t b) { return (uint32_t)b < 32 ? (int32_t)((uint32_t)a << b) : 0; }
+static inline int64_t so_shl64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? (int64_t)((uint64_t)a << b) : 0; }
+static inline int32_t so_shr32(int32_t a, int32_t b) { return (uint32_t)b < 32 ? a >> b : (a < 0 ? -1 : 0); }
+static inline int64_t so_shr64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? a >> b : (a < 0 ? -1 : 0); }
 void so_set_threads(int n) { omp_set_num_threads(n); }
 int so_get_threads(void) { return omp_get_max_threads(); }
 """

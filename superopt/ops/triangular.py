@@ -20,8 +20,8 @@ def trilu(b: GraphBuilder, x: str, k: int = 0, upper: bool = True) -> str:
     v = b.const_value(x)
     if v is not None:
         return b.constant(np.triu(v, k) if upper else np.tril(v, k), dtype=v.dtype.name)
-    if 0 in shape:
-        raise ValueError(f"trilu: empty shape {shape} is not supported")
+    if 0 in shape:  # nothing to compute
+        return b.constant(np.zeros(shape, b.type(x).dtype))
     ds = dims(len(shape))
     i, j = ds[-2], ds[-1]
     rows, cols = shape[-2], shape[-1]
