@@ -172,3 +172,38 @@ def _gap(c, x):
 @_conv("GlobalMaxPool")
 def _gmp(c, x):
     return ops.global_max_pool(c.b, x[0])
+
+
+@_conv("ConvTranspose")
+def _conv_transpose(c: _Ctx, x):
+    xs, ws = c.b.shape(x[0]), c.b.shape(x[1])
+    nd = len(xs) - 2
+    kernel = list(c.attr("kernel_shape", ws[2:]))
+    if list(kernel) != list(ws[2:]):
+        raise OnnxImportError(f"ConvTranspose kernel_shape {kernel} differs from the weight's {list(ws[2:])}")
+    strides = list(c.attr("strides", [1] * nd))
+    dil = list(c.attr("dilations", [1] * nd))
+    out_pad = list(c.attr("output_padding", [0] * nd))[:nd]
+    auto = c.attr("auto_pad", "NOTSET") or "NOTSET"
+    out_shape = c.attr("output_shape")
+    if out_shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [xs[2 + d] * strides[d] for d in range(nd)]
+    if out_shape is not None:  # pads follow from the wanted output size (the spec's formula)
+        out_shape = list(out_shape)[-nd:]
+        total = [strides[d] * (xs[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dil[d] + 1 - out_shape[d] for d in range(nd)]
+        if auto == "SAME_UPPER":
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
+    elif auto == "VALID" or auto == "NOTSET":
+        pads = list(c.attr("pads", [0] * (2 * nd)))
+        if auto == "VALID":
+            pads = [0] * (2 * nd)
+    else:
+        raise OnnxImportError(f"ConvTranspose auto_pad {auto!r} is not supported")
+    return ops.conv_transpose(c.b, x[0], x[1], x[2] if len(x) > 2 else None, strides, pads, dil, c.attr("group", 1), out_pad)
+
+
+@_conv("Einsum")
+def _einsum(c: _Ctx, x):
+    return ops.einsum(c.b, str(c.attr("equation")).replace(" ", ""), *x)
