@@ -110,3 +110,9 @@ def _tile(c: _Ctx, x):
         shape[a] *= r
         t = ops.reshape(c.b, t, shape)
     return t
+
+
+@_conv("Trilu")
+def _trilu(c: _Ctx, x):
+    k = c.ints(x[1] if len(x) > 1 else None, "Trilu k")
+    return ops.trilu(c.b, x[0], k[0] if k else 0, bool(c.attr("upper", 1)))
