@@ -256,6 +256,18 @@ CASES: list[OpCase] = [
            lambda b, x: ops.conv_transpose(b, *x, strides=(3, 3), pads=(2, 3, 2, 1)),
            [((1, 2, 3, 3), F32), ((2, 2, 2, 2), F32)],
            lambda x, w: _conv_t_ref(x, w, None, 3, (2, 3, 2, 1)), rtol=1e-4, atol=1e-5),
+    OpCase("conv_transpose2d_k4s2p1_const_w_bias",
+           lambda b, x: ops.conv_transpose(b, *x, strides=(2, 2), pads=(1, 1, 1, 1)),
+           [((1, 4, 3, 3), F32), ((4, 3, 4, 4), F32), ((3,), F32)],
+           lambda x, w, bb: _conv_t_ref(x, w, bb, 2, (1, 1, 1, 1)), rtol=1e-4, atol=1e-5, const_inputs=(1,)),
+    OpCase("conv_transpose2d_k2s2_uncropped_groups_bias",
+           lambda b, x: ops.conv_transpose(b, *x, strides=(2, 2), groups=2),
+           [((1, 4, 3, 2), F32), ((4, 2, 2, 2), F32), ((4,), F32)],
+           lambda x, w, bb: _conv_t_ref(x, w, bb, 2, groups=2), rtol=1e-4, atol=1e-5),
+    OpCase("conv_transpose1d_const_w_groups_asym_outpad",
+           lambda b, x: ops.conv_transpose(b, *x, strides=(2,), pads=(0, 1), groups=2, output_padding=(1,)),
+           [((2, 4, 5), F32), ((4, 3, 3), F32), ((6,), F32)],
+           lambda x, w, bb: _conv_t_ref(x, w, bb, 2, (0, 1), 1, 2, 1), rtol=1e-4, atol=1e-5, const_inputs=(1, 2)),
     OpCase("conv_transpose3d_s2",
            lambda b, x: ops.conv_transpose(b, *x, strides=(2, 2, 2), pads=(1, 0, 1, 1, 0, 1)),
            [((1, 2, 2, 3, 2), F32), ((2, 2, 2, 2, 3), F32)],
@@ -315,6 +327,20 @@ def test_ops_are_index_notation(name):
     graph, _ = case_graph(next(c for c in CASES if c.name == name))
     assert graph.nodes
     assert all(not n.is_extern or n.op.kind == "reshape" for n in graph.nodes), [n.op for n in graph.nodes]
+
+
+@pytest.mark.parametrize("const_w", [False, True])
+def test_strided_conv_transpose_multiplies_no_input_zeros(const_w):
+    """Stride 2, kernel 4, no dilation: the contraction runs over N*C_out*(Q*s)^2 outputs times C_in*(k/s)^2 taps,
+    a quarter of what convolving the zero-spread input would cost."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 5, 5))
+    w = b.constant(np.ones((3, 2, 4, 4), np.float32)) if const_w else b.input("w", (3, 2, 4, 4))
+    b.build([ops.conv_transpose(b, x, w, strides=(2, 2), pads=(1, 1, 1, 1))])
+    computes = [n.op for n in b.nodes if not n.is_extern]
+    (contraction,) = [c for c in computes if any(st.reduce == "+=" for st in c.statements)]
+    (st,) = [st for st in contraction.statements if st.reduce == "+="]
+    assert int(np.prod([e for _, e in st.extents])) == 1 * 2 * (6 * 2) ** 2 * 3 * 2 * 2
 
 
 def test_einsum_is_one_contraction_statement():

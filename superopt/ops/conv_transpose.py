@@ -1,10 +1,14 @@
 """Transposed convolution (ONNX ConvTranspose, torch conv_transpose{1,2,3}d) in index notation.
 
-y[o] = sum over i, k with i*s + k*d - p_begin = o of x[i] * w[k]. The input is first spread out by the stride
-into a zero-filled buffer U (U[i*s] = x[i]: one statement over (i, r) with r < s writing x at r = 0 and 0
-elsewhere, then a free reshape of the (i, r) axes into one), after which y[o] = sum_k U[o + p_begin - k*d] w[k]
-is an ordinary stride-1 convolution whose out-of-range reads are zero padding. The zeros cost s^nd times the
-MACs of a phase-split transposed convolution; in exchange the whole op is two index-notation statements.
+y[o] = sum over i, k with i*s + k*d - p_begin = o of x[i] * w[k], per axis. Two lowerings:
+
+- phase split (dilation 1, pads >= 0): the uncropped output z[o'] (o' = o + p_begin) is computed as
+  z[s*q + r] = sum_m x[q - m] * w[s*m + r] (taps k = s*m + r, zero past the kernel), one statement over (q, r)
+  whose output reshapes freely into z; a second node crops z to [p_begin, p_begin + size) and adds the bias.
+  No multiply touches a zero of the input. A constant w is rearranged once into w'[m, r] (reversed in m).
+- stride spread (any dilation): x is spread into a zero-filled buffer U (U[i*s] = x[i]), after which
+  y[o] = sum_k U[o + p_begin - k*d] w[k] is an ordinary stride-1 convolution whose out-of-range reads are zero
+  padding; it multiplies s^nd times as many terms, most of them zeros.
 """
 
 from __future__ import annotations
@@ -70,11 +74,9 @@ def conv_transpose(
     pads = _per_axis(pads, 2 * nd, 0, "pads")
     if min(strides + dilations) < 1 or groups < 1:
         raise ValueError(f"conv_transpose: strides {strides}, dilations {dilations} and groups {groups} must be >= 1")
-    n, c = xs[0], xs[1]
+    c = xs[1]
     if ws[0] != c or c % groups:
         raise ValueError(f"conv_transpose: input {xs} and weight {ws} do not fit {groups} group(s)")
-    cig, cog = c // groups, ws[1]
-    co = cog * groups
     ks = ws[2:]
     outs = [
         (xs[2 + d] - 1) * strides[d] - pads[d] - pads[nd + d] + dilations[d] * (ks[d] - 1) + output_padding[d] + 1
@@ -82,6 +84,109 @@ def conv_transpose(
     ]
     if min(outs) <= 0:
         raise ValueError(f"conv_transpose: input {xs}, weight {ws} and pads {pads} give output size {outs}")
+    if all(dl == 1 for dl in dilations) and min(pads) >= 0:
+        return _phase_split(b, x, w, bias, strides, pads, groups, outs)
+    return _spread_conv(b, x, w, bias, strides, pads, dilations, groups, outs)
+
+
+def _check_bias(b: GraphBuilder, bias: str | None, co: int) -> None:
+    if bias is not None and b.shape(bias) != (co,):
+        raise ValueError(f"conv_transpose: bias {b.shape(bias)} does not match {co} output channels")
+
+
+def _phase_split(
+    b: GraphBuilder,
+    x: str,
+    w: str,
+    bias: str | None,
+    strides: Sequence[int],
+    pads: Sequence[int],
+    groups: int,
+    outs: Sequence[int],
+) -> str:
+    xs, ws = b.shape(x), b.shape(w)
+    nd = len(xs) - 2
+    n, c = xs[0], xs[1]
+    cig, cog = c // groups, ws[1]
+    co = cog * groups
+    _check_bias(b, bias, co)
+    ks = ws[2:]
+    taps = [-(-ks[d] // strides[d]) for d in range(nd)]  # M: taps per phase
+    qn = [-(-(pads[d] + outs[d]) // strides[d]) for d in range(nd)]  # Q: z covers [0, Q*s) >= [0, p_begin + size)
+    qs, rs, ms = dims(nd, "q"), dims(nd, "r"), dims(nd, "m")
+    phased = [d for d in range(nd) if strides[d] > 1]
+    cin = f"g*{cig}+ci" if groups > 1 else "ci"
+    z_ix = ["n", "g", "co"] if groups > 1 else ["n", "co"]
+    ext = {"n": n, "ci": cig, "co": cog}
+    if groups > 1:
+        ext["g"] = groups
+    for d in range(nd):
+        z_ix += [qs[d], rs[d]] if d in phased else [qs[d]]
+        ext.update({qs[d]: qn[d], ms[d]: taps[d]})
+        if d in phased:
+            ext[rs[d]] = strides[d]
+    wv = b.const_value(w)
+    padding = {"X": 0.0}
+    if wv is not None:  # w'[.., m, r] = w[.., s*(M-1-m) + r], zero past the kernel: then x is read forward in m
+        wp = np.pad(wv, [(0, 0), (0, 0)] + [(0, taps[d] * strides[d] - ks[d]) for d in range(nd)])
+        shape = list(ws[:2])
+        for d in range(nd):
+            shape += [taps[d], strides[d]] if d in phased else [taps[d]]
+        wp = wp.reshape(shape)
+        m_axes = [2 + d + sum(1 for e in phased if e < d) for d in range(nd)]
+        w = b.constant(np.ascontiguousarray(np.flip(wp, axis=tuple(m_axes))), dtype=wv.dtype.name)
+        x_ix = [f"{qs[d]}+{ms[d]}" + (f"-{taps[d] - 1}" if taps[d] > 1 else "") for d in range(nd)]
+        w_ix = []
+        for d in range(nd):
+            w_ix += [ms[d], rs[d]] if d in phased else [ms[d]]
+    else:
+        x_ix = [f"{qs[d]}-{ms[d]}" for d in range(nd)]
+        w_ix = [f"{strides[d]}*{ms[d]}+{rs[d]}" if d in phased else ms[d] for d in range(nd)]
+        if any(taps[d] * strides[d] != ks[d] for d in range(nd)):
+            padding["W"] = 0.0
+    src = f"Z[{idx(z_ix)}] += X[{idx(['n', cin, *x_ix])}] * W[{idx([cin, 'co', *w_ix])}]"
+    full = [qn[d] * strides[d] for d in range(nd)]
+    crop = any(pads[d] or full[d] != outs[d] for d in range(nd))
+    inputs = {"X": x, "W": w}
+    result = "Z"
+    if bias is not None and not crop:  # the bias joins the contraction's node
+        inputs["Bi"] = bias
+        src += f"\nO[{idx(z_ix)}] = Z[{idx(z_ix)}] + Bi[{'g*' + str(cog) + '+co' if groups > 1 else 'co'}]"
+        result = "O"
+    z = b.compute1(src, inputs, "conv_transpose", extents=ext, padding=padding, outputs=[result])
+    z = reshape_alias(b, z, (n, co, *full))
+    if not crop:
+        return z
+    ys = dims(nd, "y")
+    read = f"Z[{idx(['n', 'c'] + [f'{ys[d]}+{pads[d]}' if pads[d] else ys[d] for d in range(nd)])}]"
+    crop_in = {"Z": z}
+    if bias is not None:
+        crop_in["Bi"] = bias
+        read += " + Bi[c]"
+    ext = {"n": n, "c": co, **dict(zip(ys, outs))}
+    # every read is in range; padding only stops the parser binding an uncropped axis to Z's full extent
+    return b.compute1(f"O[{idx(['n', 'c', *ys])}] = {read}", crop_in, "conv_transpose_crop", extents=ext,
+                      padding={"Z": 0.0})
+
+
+def _spread_conv(
+    b: GraphBuilder,
+    x: str,
+    w: str,
+    bias: str | None,
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int],
+    groups: int,
+    outs: Sequence[int],
+) -> str:
+    xs, ws = b.shape(x), b.shape(w)
+    nd = len(xs) - 2
+    n, c = xs[0], xs[1]
+    cig, cog = c // groups, ws[1]
+    co = cog * groups
+    _check_bias(b, bias, co)
+    ks = ws[2:]
     u = _spread(b, x, strides)
     ys, kd = dims(nd, "y"), dims(nd, "k")
     wv = b.const_value(w)
@@ -107,8 +212,6 @@ def conv_transpose(
     inputs = {"U": u, "W": w}
     result = "P"
     if bias is not None:
-        if b.shape(bias) != (co,):
-            raise ValueError(f"conv_transpose: bias {b.shape(bias)} does not match {co} output channels")
         inputs["Bi"] = bias
         src += f"\nO[{idx(o_idx)}] = P[{idx(o_idx)}] + Bi[{cout}]"
         result = "O"
