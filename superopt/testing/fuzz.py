@@ -92,6 +92,19 @@ def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list
     return sess.run(None, feed)
 
 
+ABS_FLOOR = 0.1  # errors are relative to max(largest |value|, this): near-zero outputs get an absolute tolerance
+CONDITIONING = 16.0  # superopt may stray from float64 this many times further than onnxruntime's float32 does
+IMPORT_BOUND = 1e-2  # onnxruntime this far from the float64 reference: the import (or the op's meaning) is wrong
+
+
+def error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| relative to max(|want|, ABS_FLOOR), NaN and infinity pattern ignored (see compare)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    ok = np.isfinite(got) & np.isfinite(want)
+    scale = max(float(np.abs(want[ok]).max(initial=0.0)), ABS_FLOOR)
+    return float(np.abs(got[ok] - want[ok]).max(initial=0.0)) / scale
+
+
 def compare(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
     """None when ``got`` matches ``want``; otherwise why not."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -104,8 +117,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
     inf = np.isinf(want) | np.isinf(got)
     if not np.array_equal(got[inf], want[inf]):
         return "infinities differ"
-    scale = max(float(np.abs(want[~inf]).max(initial=0.0)), 1e-6)
-    err = float(np.abs(got[~inf] - want[~inf]).max(initial=0.0)) / scale
+    err = error(got, want)
     return None if err <= rtol else f"relative error {err:.3g}"
 
 
@@ -168,18 +180,26 @@ def run_case(model: onnx.ModelProto, seed: int, config: FuzzConfig) -> FuzzResul
         got = [out[o] for o in graph.outputs]
     except Exception as err:  # noqa: BLE001 - every failure is an outcome to count
         return FuzzResult(seed, "error", _one_line(err), n_nodes, kernels, fallbacks, time.perf_counter() - t0)
-    bad = []
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        why = compare(g, w, config.rtol)
-        if why is not None:
-            bad.append((i, why))
+    bad = [(i, why) for i, (g, w) in enumerate(zip(got, want, strict=True))
+           if (why := compare(g, w, config.rtol)) is not None]
     if not bad:
         return FuzzResult(seed, "pass", "", n_nodes, kernels, fallbacks, time.perf_counter() - t0)
+    # an ill-conditioned output (a normalization of nearly equal values, ...) strays from float64 in any float32
+    # implementation: judge superopt against how far onnxruntime itself strays, unless the import is what differs
     ref = evaluate(imported.graph, {g: feed[o] for g, o in zip(imported.graph.inputs, imported.input_names)}, np.float64)
-    ref_bad = [i for i, _ in bad if compare(ref[imported.graph.outputs[i]], want[i], config.rtol) is not None]
-    where = "the reference interpreter differs too (importer or op definition)" if ref_bad else \
+    importer, codegen = [], []
+    for i, why in bad:
+        r = ref[imported.graph.outputs[i]]
+        if compare(r, want[i], IMPORT_BOUND) is not None:
+            importer.append((i, why))
+        elif error(got[i], r) > max(config.rtol, CONDITIONING * error(want[i], r)):
+            codegen.append((i, why + f" (onnxruntime strays {error(want[i], r):.2g} from float64)"))
+    if not importer and not codegen:
+        return FuzzResult(seed, "pass", "ill-conditioned: within the float32 error", n_nodes, kernels, fallbacks,
+                          time.perf_counter() - t0)
+    where = "the reference interpreter differs too (importer or op definition)" if importer else \
         "the reference interpreter agrees with onnxruntime (code generation, schedule or rewrite)"
-    detail = "; ".join(f"output {model.graph.output[i].name}: {why}" for i, why in bad) + f"; {where}"
+    detail = "; ".join(f"output {model.graph.output[i].name}: {why}" for i, why in importer + codegen) + f"; {where}"
     return FuzzResult(seed, "mismatch", detail, n_nodes, kernels, fallbacks, time.perf_counter() - t0)
 
 
