@@ -12,10 +12,13 @@ import torch.nn.functional as F
 
 from superopt import ops
 from superopt.builder import GraphBuilder
-from superopt.interp import evaluate
+from superopt.interp import evaluate, evaluate_compute
+from superopt.ir.types import TensorType
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.kernel import build_kernel
 from superopt.runtime.target import host_target
+from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import default_schedules
 from superopt.testing.op_table import OpCase, case_graph, case_reference
 
@@ -352,12 +355,26 @@ def test_einsum_is_one_contraction_statement():
     assert st.reduce == "+=" and len(st.reduce_dims) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_and_inf_tests_inside_expressions_compile(dtype, kernel_cache):
+    """isnan/isinf of computed values and literals, used as conditions, in both float widths."""
+    src = ("O[i] = where(isnan(X[i]), 0.0, where(isinf(X[i]), 1.0, X[i]))\n"
+           "P[i] = isnan(X[i] * 0.0)\nQ[i] = isinf(X[i] + inf) == isnan(nan)")
+    c = compile_op(src, {"X": TensorType((13,), np.dtype(dtype).name)})
+    x = _specials(np.random.default_rng(1), (13,), dtype)
+    with np.errstate(invalid="ignore"):
+        want = [np.where(np.isnan(x), 0, np.where(np.isinf(x), 1, x)), np.isnan(x * 0), np.isinf(x + np.inf)]
+    assert want[2].any() and not want[2].all()
+    for got in (evaluate_compute(c, [x], dtype), build_kernel(c, default_schedule(c), kernel_cache, threads=2)(x)):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w.astype(g.dtype))
+
+
 def test_new_functions_parse_and_type():
     c = compile_op("O[i] = isnan(X[i])\nP[i] = isinf(X[i])\nQ[i] = atanh(X[i])", {"X": (4,)})
     assert [c.type_of[o].dtype for o in c.outputs] == ["bool", "bool", "float32"]
     c = compile_op("O[i] = bitxor(shl(X[i], Y[i]), bitnot(fmod(X[i], Y[i])))",
-                   {"X": __import__("superopt.ir.types", fromlist=["TensorType"]).TensorType((4,), "int64"),
-                    "Y": __import__("superopt.ir.types", fromlist=["TensorType"]).TensorType((4,), "int64")})
+                   {"X": TensorType((4,), "int64"), "Y": TensorType((4,), "int64")})
     assert c.type_of["O"].dtype == "int64"
     assert str(c.statements[0].expr) == "bitxor(shl(X[i], Y[i]), bitnot(fmod(X[i], Y[i])))"
 

@@ -174,7 +174,7 @@ class _Builder:
         fdt = dt if is_float(dt) else "float32"
         if isinstance(e, Unary):
             if e.fn in BOOL_FNS:  # a test of the operand as it is (isnan of a double stays a double)
-                xt = infer_dtype(e.x, types, want)
+                xt = infer_dtype(e.x, types, "float32")  # literals are floats (isnan(nan) holds)
                 if not is_float(xt):  # integers are never NaN or infinite
                     return Literal(False, "bool")
                 return Op(e.fn, (self.value(s, e.x, xt),), dt)
