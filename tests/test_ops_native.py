@@ -1,7 +1,7 @@
 """The native ops of the new-ops contract (trig/hyperbolic/isnan/isinf unary functions, activations, mod,
 bitwise ops, trilu, einsum, conv_transpose, group/instance norm): each case of the table below is built into a
 Graph and checked against an independent numpy/torch reference, on the reference interpreter and as compiled C
-(default schedules)."""
+(graph rewrite rules and default schedules, as superopt.api.compile_graph runs them)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from superopt import ops
+from superopt.api import OptimizeConfig, compile_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate, evaluate_compute
 from superopt.ir.types import TensorType
 from superopt.lang import compile_op
-from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import default_schedules
 from superopt.testing.op_table import OpCase, case_graph, case_reference
 
 F32, F64, I64, I32 = "float32", "float64", "int64", "int32"
@@ -318,8 +316,9 @@ def test_reference_interpreter_matches(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_compiled_c_matches(case, kernel_cache):
+    """Through the pipeline's graph passes (rewrite rules) and default schedules into C."""
     graph, feed = case_graph(case)
-    ex = GraphExecutor(graph, default_schedules(graph, host_target(2)), ExecutorConfig(threads=2, compiler=kernel_cache))
+    ex = compile_graph(graph, OptimizeConfig(threads=2, compiler=kernel_cache))
     _check(case, ex(feed), graph, max(case.rtol, 1e-4), max(case.atol, 1e-5))
 
 
