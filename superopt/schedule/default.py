@@ -34,8 +34,9 @@ from superopt.schedule.primitives import (
 )
 
 # functions worth computing once into a row buffer rather than recomputing at every use
-EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal"})
-EXPENSIVE_OPS = frozenset({"/", "pow", "mod"})
+EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal", "tan",
+                           "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"})
+EXPENSIVE_OPS = frozenset({"/", "pow", "mod", "fmod"})
 
 
 def _is_cheap(e) -> bool:
