@@ -44,6 +44,7 @@ from superopt.ops.elementwise import (
     unary,
     where,
 )
+from superopt.ops.indexing import gather_elements, gather_nd, one_hot, scatter_elements, scatter_nd
 from superopt.ops.movement import (
     concat,
     expand,
@@ -68,6 +69,9 @@ from superopt.ops.pool import (
     max_pool2d,
 )
 from superopt.ops.reduce import log_softmax, reduce, softmax
+from superopt.ops.resize import resize
+from superopt.ops.scan import cumprod, cumsum
+from superopt.ops.sorting import argmax, argmin, argsort, sort, topk
 from superopt.ops.triangular import trilu
 
 __all__ = [
@@ -140,4 +144,17 @@ __all__ = [
     "pad",
     "trilu",
     "scaled_dot_product_attention",
+    "gather_elements",
+    "gather_nd",
+    "one_hot",
+    "scatter_elements",
+    "scatter_nd",
+    "resize",
+    "cumsum",
+    "cumprod",
+    "topk",
+    "sort",
+    "argsort",
+    "argmax",
+    "argmin",
 ]
