@@ -7,7 +7,7 @@ import onnx
 
 from superopt import ops
 from superopt.frontends.onnx_ops.context import CONVERTERS, ELEM, OnnxImportError, _conv, _Ctx
-from superopt.ops._util import ewise
+from superopt.ops._util import ewise, lit
 
 _BIN = {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "Div": ops.div, "Pow": ops.pow_}
 for _name, _fn in _BIN.items():
@@ -47,17 +47,9 @@ CONVERTERS["BitwiseNot"] = lambda c, x: ops.bitwise_not(c.b, x[0])
 
 @_conv("BitShift")
 def _bit_shift(c: _Ctx, x):
-    """Shifts by a negative amount or by the bit width or more give 0 (left) or the sign fill (right), as
-    opset 28 defines them (C leaves them undefined; earlier opsets did not say)."""
-    direction = str(c.attr("direction")).lower()
-    dt = c.b.type(x[0]).dtype
-    if dt not in ("int32", "int64") or c.b.type(x[1]).dtype != dt:
-        raise OnnxImportError(f"BitShift needs two int32 or two int64 tensors, got {dt} and {c.b.type(x[1]).dtype}")
-    width = np.dtype(dt).itemsize * 8
-    shift = "shl({0}, {1})" if direction == "left" else "shr({0}, {1})"
-    fill = "0" if direction == "left" else "where({0} < 0, -1, 0)"
-    src = f"cast_{dt}(where(and({{1}} >= 0, {{1}} < {width}), {shift}, {fill}))"
-    return ewise(c.b, src, [x[0], x[1]], "bit_shift")
+    """Shifts by a negative count or by the bit width or more give 0, or -1 for a negative value shifted right
+    (numpy, and ONNX since opset 28; earlier opsets left them undefined)."""
+    return ops.bit_shift(c.b, x[0], x[1], str(c.attr("direction")).lower())
 
 
 @_conv("Mod")
@@ -116,37 +108,26 @@ def _gelu(c, x):
 
 @_conv("LeakyRelu")
 def _leaky(c, x):
-    from superopt.ops._util import ewise, lit
-
     return ewise(c.b, f"where({{0}} < 0.0, {{0}} * {lit(c.attr('alpha', 0.01))}, {{0}})", [x[0]], "leaky_relu")
 
 
 @_conv("Elu")
 def _elu(c, x):
-    from superopt.ops._util import ewise, lit
-
     return ewise(c.b, f"where({{0}} < 0.0, {lit(c.attr('alpha', 1.0))} * (exp({{0}}) - 1.0), {{0}})", [x[0]], "elu")
 
 
 @_conv("HardSigmoid")
 def _hard_sigmoid(c, x):
-    from superopt.ops._util import ewise, lit
-
-    a, bb = lit(c.attr("alpha", 0.2)), lit(c.attr("beta", 0.5))
-    return ewise(c.b, f"max(min({a} * {{0}} + {bb}, 1.0), 0.0)", [x[0]], "hard_sigmoid")
+    return ops.hardsigmoid(c.b, x[0], c.attr("alpha", 0.2), c.attr("beta", 0.5))
 
 
 @_conv("Softplus")
 def _softplus(c, x):
-    from superopt.ops._util import ewise
-
     return ewise(c.b, "log(exp({0}) + 1.0)", [x[0]], "softplus")
 
 
 @_conv("PRelu")
 def _prelu(c, x):
-    from superopt.ops._util import ewise
-
     return ewise(c.b, "where({0} < 0.0, {0} * {1}, {0})", [x[0], x[1]], "prelu", c.b.shape(x[0]))
 
 
