@@ -4,9 +4,12 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     activations,
     constant,
     elementwise,
+    indexing,
     movement,
     nn,
     normalization,
+    resize,
+    sorting,
 )
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (
