@@ -32,7 +32,12 @@ class OnnxImportError(ValueError):
 
 
 class NeedsConstant(OnnxImportError):
-    """A node needs a compile-time value (a shape, axes, ...) that is only known at run time."""
+    """A node needs a compile-time value (a shape, axes, scales, ...) that is only known at run time;
+    ``tensor`` names the graph tensor it needs (None where unknown)."""
+
+    def __init__(self, msg: str, tensor: str | None = None) -> None:
+        super().__init__(msg)
+        self.tensor = tensor
 
 
 @dataclass
@@ -50,7 +55,7 @@ class _Ctx:
             return None
         v = self.b.const_value(t)
         if v is None:
-            raise NeedsConstant(f"{what} must be a constant")
+            raise NeedsConstant(f"{what} ({t!r}) must be a constant", tensor=t)
         return v
 
     def ints(self, t: str | None, what: str) -> list[int] | None:
