@@ -326,3 +326,19 @@ def test_tail_guard_survives_when_the_accumulator_sits_on_the_tailed_loop(kernel
 
     (got,) = build_kernel(c, trace, kernel_cache)(*args)
     np.testing.assert_allclose(got, evaluate_compute(c, args, np.float64)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,k", [((21, 3), 1), ((9, 7), -2), ((5, 12), 3), ((33, 17), 0)])
+def test_index_comparisons_compile_as_integer_compares(shape, k):
+    """A Trilu-style mask compares index expressions; compared as floats (int64 -> float), gcc 12 -O3 -mavx2
+    vectorized it wrongly and dropped elements (found by the differential fuzzer, seed 229)."""
+    import numpy as np
+
+    from superopt.api import OptimizeConfig, optimize_op
+
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
+    src = f"Y[i,j] = where(j <= i + {float(k)}, X[i,j], 0.0)"
+    prog = optimize_op(src, {"X": shape}, OptimizeConfig(threads=1, cost_model=None))
+    np.testing.assert_array_equal(prog(x)[0], np.tril(x, k))
+    code = open(prog.executor.kernels[0].lib._name[:-3] + ".c").read()
+    assert "<= 0)" in code and "1.0f)" not in code.split("void k0")[1]

@@ -170,6 +170,15 @@ class _Builder:
             return Literal(e.value, want if want != "bool" or isinstance(e.value, bool) else "float32")
         if isinstance(e, IndexValue):
             return IndexNumber(self.affine_lin(s, e.index).simplify(), want if is_float(want) else "int64")
+        folded = _index_affine(e)
+        if folded is not None and isinstance(e, Binary):  # index arithmetic: one int64 affine value
+            return IndexNumber(self.affine_lin(s, folded).simplify(), want if is_float(want) else "int64")
+        if isinstance(e, Compare) and folded is None:
+            a, b = _index_affine(e.a), _index_affine(e.b)
+            if a is not None and b is not None:  # compare index expressions as integers, never as floats:
+                # gcc 12 -O3 -mavx2 miscompiles the vectorized int64-to-float compare (a Trilu mask lost rows)
+                diff = self.affine_lin(s, a + b.scale(-1)).simplify()
+                return Op(e.op, (IndexNumber(diff, "int64"), Literal(0, "int64")), "bool")
         dt = infer_dtype(e, types, want)
         fdt = dt if is_float(dt) else "float32"
         if isinstance(e, Unary):
@@ -437,3 +446,28 @@ def _divmod(lin: Affine, f: int, extents: dict[str, int]) -> tuple[Affine | None
     if lo >= 0 and hi < f:
         return Affine.of(q, qc), rl
     return None, None
+
+
+def _index_affine(e: Expr) -> Affine | None:
+    """``e`` as an integer affine function of the index variables, when it is one (index values, integral
+    constants, sums, differences, products by a constant); None otherwise."""
+    if isinstance(e, IndexValue):
+        return e.index
+    if isinstance(e, Const):
+        v = e.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or abs(v) > 2**31:
+            return None
+        return Affine.of({}, int(v))
+    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
+        a, b = _index_affine(e.a), _index_affine(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a + b.scale(-1)
+        if not a.terms:
+            return b.scale(a.const)
+        if not b.terms:
+            return a.scale(b.const)
+    return None
