@@ -48,3 +48,21 @@ def test_a_graph_with_nothing_dead_is_unchanged():
     x = b.input("x", (3,))
     graph = b.build([b.compute1("Y[i] = X[i] * X[i]", {"X": x}, "sq")])
     assert prune_graph(graph) == graph
+
+
+def test_an_extern_with_an_unread_output_keeps_every_output_typed():
+    # TopK's indices unread (found by the differential fuzzer): the extern runs whole, so both outputs keep types
+    import numpy as np
+
+    from superopt import ops
+    from superopt.builder import GraphBuilder
+    from superopt.interp import evaluate
+    from superopt.ir.prune import prune_graph
+
+    b = GraphBuilder("g")
+    x = b.input("x", (3, 5))
+    values, _indices = ops.topk(b, x, 2, axis=1)
+    g = prune_graph(b.build([values]))
+    assert len(g.nodes) == 1 and all(o in g.type_of for o in g.nodes[0].outputs)
+    a = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(g, {"x": a})[g.outputs[0]], -np.sort(-a, axis=1)[:, :2])

@@ -35,6 +35,7 @@ def prune_compute(compute: Compute, keep: set[str]) -> Compute:
 def prune_graph(graph: Graph) -> Graph:
     """Drop nodes, compute outputs and statements that no graph output depends on."""
     live = set(graph.outputs)
+    kept_outputs: set[str] = set()  # every output of a node kept whole (an extern's unread outputs keep types)
     nodes: list[Node] = []
     for node in reversed(graph.nodes):
         used = [o for o in node.outputs if o in live]
@@ -43,6 +44,7 @@ def prune_graph(graph: Graph) -> Graph:
         if node.is_extern or len(used) == len(node.outputs):
             nodes.append(node)
             live |= set(node.inputs)
+            kept_outputs |= set(node.outputs)
             continue
         local = dict(zip(node.outputs, node.op.outputs))
         op = prune_compute(node.op, {local[o] for o in used})
@@ -51,7 +53,7 @@ def prune_graph(graph: Graph) -> Graph:
         nodes.append(replace(node, op=op, inputs=inputs, outputs=tuple(used)))
         live |= set(inputs)
     nodes.reverse()
-    names = live | set(graph.inputs)
+    names = live | kept_outputs | set(graph.inputs)
     return replace(
         graph,
         nodes=tuple(nodes),
