@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSETS = (17, 18)  # reduction axes as attributes (17; LayerNormalization needs 17) or as inputs (18)
+# Mish, Selu, HardSwish... exist at 17; GroupNormalization's meaning changed at 21 (not generated)
 
 
 @dataclass
@@ -295,7 +296,71 @@ def _movement(b: _Builder, x: str) -> list[str]:
     return b.node("Squeeze", [x, b.ints([ax])], [s[:ax] + s[ax + 1:]])
 
 
-_FAMILIES = ((_unary, 3), (_binary, 4), (_matmul, 2), (_conv, 1), (_pool, 1), (_reduce, 2), (_norm, 1), (_movement, 3))
+def _newer(b: _Builder, x: str) -> str:
+    """Ops added for model coverage: activations, scans, sorting, triangular masks, einsum, transposed
+    convolution, group/instance norm, resampling, element gathers."""
+    s = b.shapes[x]
+    r = len(s)
+    op = b.rng.choice(("HardSwish", "Mish", "Selu", "Celu", "Softsign", "Trilu", "CumSum", "TopK", "ArgMax", "Einsum",
+                       "ConvTranspose", "InstanceNormalization", "Resize", "GatherElements", "Mod"))
+    if op == "Mish" and b.opset < 18:
+        op = "HardSwish"
+    if op in ("HardSwish", "Mish", "Selu", "Softsign"):
+        return b.node(op, [x], [s])[0]
+    if op == "Celu":
+        return b.node(op, [x], [s], alpha=b.rng.choice((1.0, 0.5)))[0]
+    if op == "Mod":  # fmod by a constant of the same shape, away from zero
+        d = (np.abs(b.np_rng().standard_normal(s)) + 0.5).astype(np.float32)
+        return b.node(op, [x, b.const(d)], [s], fmod=1)[0]
+    if op == "Trilu" and r >= 2:
+        k = b.rng.randint(-2, 2)
+        return b.node(op, [x, b.const(np.array(k, np.int64))], [s], upper=b.rng.randint(0, 1))[0]
+    if op == "CumSum":
+        ax = b.rng.randrange(r)
+        return b.node(op, [x, b.const(np.array(ax, np.int64))], [s], exclusive=b.rng.randint(0, 1),
+                      reverse=b.rng.randint(0, 1))[0]
+    if op == "TopK":
+        ax = b.rng.randrange(r)
+        k = b.rng.randint(1, s[ax])
+        out = tuple(k if i == ax else d for i, d in enumerate(s))
+        vals, idx = b.node(op, [x, b.ints([k])], [out, out], axis=ax, largest=b.rng.randint(0, 1))
+        del b.shapes[idx]  # int64
+        return vals
+    if op == "ArgMax":
+        ax = b.rng.randrange(r)
+        out = tuple(1 if i == ax else d for i, d in enumerate(s))
+        idx = b.node(op, [x], [out], axis=ax, keepdims=1)[0]
+        del b.shapes[idx]  # int64
+        return b.node("Cast", [idx], [out], to=TensorProto.FLOAT)[0]
+    if op == "Einsum" and r >= 2:
+        n = b.rng.choice((3, 8))
+        w = b.weight((s[-1], n), 0.3)
+        lead = "abcdef"[: r - 1]
+        return b.node(op, [x, w], [s[:-1] + (n,)], equation=f"{lead}y,yz->{lead}z")[0]
+    if op == "GatherElements":
+        ax = b.rng.randrange(r)
+        idx = np.asarray(b.np_rng().integers(-s[ax], s[ax], s), np.int64)
+        return b.node(op, [x, b.const(idx)], [s], axis=ax)[0]
+    x4 = _to4d(b, x)
+    n, c, h, w = b.shapes[x4]
+    if op == "ConvTranspose":
+        k, stride = b.rng.choice((1, 2, 3)), b.rng.choice((1, 2))
+        pad = b.rng.randint(0, (k - 1) // 2)  # keeps every output extent positive
+        co = b.rng.choice((1, 4))
+        oh, ow = (h - 1) * stride - 2 * pad + k, (w - 1) * stride - 2 * pad + k
+        wt = b.weight((c, co, k, k), 0.3)
+        return b.node(op, [x4, wt], [(n, co, oh, ow)], kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4)[0]
+    if op == "Resize":
+        mode = b.rng.choice(("nearest", "linear"))
+        scale = b.rng.choice((2.0, 0.5)) if min(h, w) >= 2 else 2.0
+        out = (n, c, int(h * scale), int(w * scale))
+        scales = b.const(np.array([1, 1, scale, scale], np.float32))
+        return b.node(op, [x4, "", scales], [out], mode=mode)[0]
+    return b.node("InstanceNormalization", [x4, b.weight((c,)), b.weight((c,))], [(n, c, h, w)], epsilon=1e-5)[0]
+
+
+_FAMILIES = ((_unary, 3), (_binary, 4), (_matmul, 2), (_conv, 1), (_pool, 1), (_reduce, 2), (_norm, 1), (_movement, 3),
+             (_newer, 2))
 
 
 def random_model(seed: int, min_ops: int = 2, max_ops: int = 12) -> onnx.ModelProto:
@@ -307,7 +372,8 @@ def random_model(seed: int, min_ops: int = 2, max_ops: int = 12) -> onnx.ModelPr
     produced: list[str] = []
     for _ in range(rng.randint(min_ops, max_ops)):
         # mostly continue from a recent result, sometimes from anything available
-        pool = produced[-3:] if produced and rng.random() < 0.8 else [t for t in b.shapes if not t.startswith("c")]
+        pool = [t for t in produced[-3:] if t in b.shapes] if produced and rng.random() < 0.8 else []
+        pool = pool or list(b.shapes)
         x = rng.choice(pool)
         if int(np.prod(b.shapes[x])) > 4096:  # keep tensors small: reduce first
             x = _reduce(b, x)
