@@ -5,6 +5,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     constant,
     elementwise,
     indexing,
+    losses,
     movement,
     nn,
     normalization,
