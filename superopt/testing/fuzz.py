@@ -184,23 +184,29 @@ def run_case(model: onnx.ModelProto, seed: int, config: FuzzConfig) -> FuzzResul
            if (why := compare(g, w, config.rtol)) is not None]
     if not bad:
         return FuzzResult(seed, "pass", "", n_nodes, kernels, fallbacks, time.perf_counter() - t0)
-    # an ill-conditioned output (a normalization of nearly equal values, ...) strays from float64 in any float32
-    # implementation: judge superopt against how far onnxruntime itself strays, unless the import is what differs
     ref = evaluate(imported.graph, {g: feed[o] for g, o in zip(imported.graph.inputs, imported.input_names)}, np.float64)
+    outcome, detail = judge(bad, got, want, [ref[o] for o in imported.graph.outputs], config.rtol,
+                            [o.name for o in model.graph.output])
+    return FuzzResult(seed, outcome, detail, n_nodes, kernels, fallbacks, time.perf_counter() - t0)
+
+
+def judge(bad: list[tuple[int, str]], got: list[np.ndarray], want: list[np.ndarray], ref: list[np.ndarray],
+          rtol: float, names: list[str]) -> tuple[str, str]:
+    """The outcome of outputs ``bad`` (index, why) that differ from onnxruntime (``want``), given the float64
+    reference interpreter's ``ref``. An ill-conditioned output (a normalization of nearly equal values, ...)
+    strays from float64 in any float32 implementation: superopt is judged against how far onnxruntime itself
+    strays, unless onnxruntime and the reference disagree, which points at the import or an op's meaning."""
     importer, codegen = [], []
     for i, why in bad:
-        r = ref[imported.graph.outputs[i]]
-        if compare(r, want[i], IMPORT_BOUND) is not None:
+        if compare(ref[i], want[i], IMPORT_BOUND) is not None:
             importer.append((i, why))
-        elif error(got[i], r) > max(config.rtol, CONDITIONING * error(want[i], r)):
-            codegen.append((i, why + f" (onnxruntime strays {error(want[i], r):.2g} from float64)"))
+        elif error(got[i], ref[i]) > max(rtol, CONDITIONING * error(want[i], ref[i])):
+            codegen.append((i, why + f" (onnxruntime strays {error(want[i], ref[i]):.2g} from float64)"))
     if not importer and not codegen:
-        return FuzzResult(seed, "pass", "ill-conditioned: within the float32 error", n_nodes, kernels, fallbacks,
-                          time.perf_counter() - t0)
+        return "pass", "ill-conditioned: within the float32 error"
     where = "the reference interpreter differs too (importer or op definition)" if importer else \
         "the reference interpreter agrees with onnxruntime (code generation, schedule or rewrite)"
-    detail = "; ".join(f"output {model.graph.output[i].name}: {why}" for i, why in importer + codegen) + f"; {where}"
-    return FuzzResult(seed, "mismatch", detail, n_nodes, kernels, fallbacks, time.perf_counter() - t0)
+    return "mismatch", "; ".join(f"output {names[i]}: {why}" for i, why in importer + codegen) + f"; {where}"
 
 
 def _one_line(err: BaseException) -> str:
