@@ -2,6 +2,7 @@
 
 from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     activations,
+    attention,
     constant,
     elementwise,
     indexing,
