@@ -92,7 +92,7 @@ def _alarm(signum, frame):  # noqa: ARG001
 def run_one(case, mode: str, timeout: float) -> Outcome:
     """Run one node test the way BackendTest does; never raises."""
     import numpy as np
-    from onnx.backend.test.runner import Runner
+    from onnx.backend.test.runner import Runner, _normalize_tensor
 
     import superopt.backend as backend
 
@@ -105,8 +105,8 @@ def run_one(case, mode: str, timeout: float) -> Outcome:
             warnings.simplefilter("ignore")
             rep = backend.prepare(case.model, "CPU", mode=mode)
             for inputs, refs in case.data_sets:
-                outs = rep.run([np.asarray(x) for x in inputs])
-                Runner.assert_similar_outputs([np.asarray(r) for r in refs], outs, case.rtol, case.atol)
+                outs = rep.run([_normalize_tensor(x) for x in inputs])
+                Runner.assert_similar_outputs([_normalize_tensor(r) for r in refs], outs, case.rtol, case.atol)
         ok, reason = True, ""
     except BaseException as err:  # noqa: BLE001  (a survey: every failure is a data point)
         if isinstance(err, KeyboardInterrupt):
