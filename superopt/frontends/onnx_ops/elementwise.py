@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 
 from superopt import ops
+from superopt.builder import GraphBuilder
 from superopt.frontends.onnx_ops.context import CONVERTERS, ELEM, OnnxImportError, _conv, _Ctx
 from superopt.ops._util import ewise, lit
 
@@ -142,3 +143,27 @@ def _cast(c: _Ctx, x):
     if to not in ELEM:
         raise OnnxImportError(f"Cast to element type {onnx.TensorProto.DataType.Name(to)} is not supported")
     return ops.cast(c.b, x[0], ELEM[to])
+
+
+def _empty_aware(conv):
+    """An elementwise converter that also takes tensors with no elements: the result is an empty constant of
+    the broadcast shape, in the element type the converter gives for one-element operands."""
+
+    def run(c: _Ctx, x):
+        data = x[:1] if c.node.op_type == "CastLike" else x  # CastLike's second operand gives only a type
+        shapes = [c.b.shape(t) for t in data if t is not None]
+        if not any(0 in s for s in shapes):
+            return conv(c, x)
+        scratch = GraphBuilder("empty")
+        ones = [None if t is None else scratch.input(f"x{k}", [1] * len(c.b.shape(t)), c.b.type(t).dtype)
+                for k, t in enumerate(x)]
+        outs = conv(_Ctx(scratch, c.opset, c.node, c.attrs), ones)
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        shape = np.broadcast_shapes(*shapes)
+        return [c.b.constant(np.zeros(shape, scratch.type(o).dtype), dtype=scratch.type(o).dtype) for o in outs]
+
+    return run
+
+
+for _name in [*_BIN, *_UNARY, *_CMP, "And", "Or", "Xor", "Cast", "CastLike", "Where", "Mod", "Clip"]:
+    CONVERTERS[_name] = _empty_aware(CONVERTERS[_name])
