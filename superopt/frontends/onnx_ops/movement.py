@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from superopt import ops
 from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+from superopt.ops import indexing
 
 
 @_conv("Reshape")
@@ -77,7 +80,7 @@ def _gather(c, x):
 def _pad(c: _Ctx, x):
     mode = c.attr("mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise OnnxImportError(f"Pad mode {mode!r} is not supported")
     rank = len(c.b.shape(x[0]))
     if c.opset < 11:
@@ -93,7 +96,23 @@ def _pad(c: _Ctx, x):
                 a %= rank
                 full[a], full[rank + a] = pads[k], pads[len(axes) + k]
             pads = full
+    if mode != "constant":
+        return _pad_by_gather(c, x[0], pads, mode)
     return ops.pad(c.b, x[0], pads, value)
+
+
+def _pad_by_gather(c: _Ctx, t: str, pads: list[int], mode: str) -> str:
+    """reflect / edge / wrap padding: per padded axis, a gather with the constant index map numpy.pad gives."""
+    shape = c.b.shape(t)
+    rank = len(shape)
+    for a in range(rank):
+        lo, hi = pads[a], pads[rank + a]
+        if lo == 0 and hi == 0:
+            continue
+        src = np.arange(shape[a])[max(-lo, 0) : shape[a] - max(-hi, 0)]  # negative pads crop first
+        index = np.pad(src, (max(lo, 0), max(hi, 0)), mode=mode)
+        t = ops.gather(c.b, t, c.b.constant(index.astype(np.int64), dtype="int64"), a)
+    return t
 
 
 @_conv("Tile")
@@ -116,3 +135,59 @@ def _tile(c: _Ctx, x):
 def _trilu(c: _Ctx, x):
     k = c.ints(x[1] if len(x) > 1 else None, "Trilu k")
     return ops.trilu(c.b, x[0], k[0] if k else 0, bool(c.attr("upper", 1)))
+
+
+@_conv("DepthToSpace")
+def _depth_to_space(c: _Ctx, x):
+    """(N, C, H, W) -> (N, C / bs^2, H * bs, W * bs); DCR takes the block from the outer channel bits, CRD inner."""
+    n, ch, h, w = c.b.shape(x[0])
+    bs = int(c.attr("blocksize"))
+    if ch % (bs * bs):
+        raise OnnxImportError(f"DepthToSpace: {ch} channels are not a multiple of blocksize^2 = {bs * bs}")
+    co = ch // (bs * bs)
+    if str(c.attr("mode", "DCR")) == "CRD":
+        t = ops.transpose(c.b, ops.reshape(c.b, x[0], [n, co, bs, bs, h, w]), [0, 1, 4, 2, 5, 3])
+    else:
+        t = ops.transpose(c.b, ops.reshape(c.b, x[0], [n, bs, bs, co, h, w]), [0, 3, 4, 1, 5, 2])
+    return ops.reshape(c.b, t, [n, co, h * bs, w * bs])
+
+
+@_conv("SpaceToDepth")
+def _space_to_depth(c: _Ctx, x):
+    """(N, C, H, W) -> (N, C * bs^2, H / bs, W / bs), the inverse of DepthToSpace (mode from opset 28)."""
+    n, ch, h, w = c.b.shape(x[0])
+    bs = int(c.attr("blocksize"))
+    if h % bs or w % bs:
+        raise OnnxImportError(f"SpaceToDepth: spatial shape {(h, w)} is not a multiple of blocksize {bs}")
+    t = ops.reshape(c.b, x[0], [n, ch, h // bs, bs, w // bs, bs])
+    perm = [0, 1, 3, 5, 2, 4] if str(c.attr("mode", "DCR")) == "CRD" else [0, 3, 5, 1, 2, 4]
+    return ops.reshape(c.b, ops.transpose(c.b, t, perm), [n, ch * bs * bs, h // bs, w // bs])
+
+
+@_conv("CenterCropPad")
+def _center_crop_pad(c: _Ctx, x):
+    """Crop or zero-pad each listed axis to the wanted length around its centre (the odd cell goes at the end)."""
+    shape = c.b.shape(x[0])
+    rank = len(shape)
+    want = c.ints(x[1], "CenterCropPad shape")
+    axes = [a % rank for a in c.attr("axes", list(range(rank)))]
+    pads = [0] * (2 * rank)
+    for a, s in zip(axes, want, strict=True):
+        d = s - shape[a]  # > 0 pads, < 0 crops (negative pads)
+        lo = abs(d) // 2
+        pads[a], pads[rank + a] = (lo, d - lo) if d > 0 else (-lo, d + lo)
+    return ops.pad(c.b, x[0], pads, 0.0)
+
+
+@_conv("ReverseSequence")
+def _reverse_sequence(c: _Ctx, x):
+    """Reverse the first sequence_lens[b] steps along time_axis for each batch entry (lengths must be constant)."""
+    shape = c.b.shape(x[0])
+    lens = c.ints(x[1], "ReverseSequence sequence_lens")
+    bax, tax = int(c.attr("batch_axis", 1)), int(c.attr("time_axis", 0))
+    idx = np.broadcast_to(np.arange(shape[tax]).reshape([-1 if k == tax else 1 for k in range(len(shape))]), shape).copy()
+    for bi, n in enumerate(lens):
+        sel = [slice(None)] * len(shape)
+        sel[bax], sel[tax] = bi, slice(0, n)
+        idx[tuple(sel)] = np.flip(idx[tuple(sel)], axis=tax - (1 if bax < tax else 0))
+    return indexing.gather_elements(c.b, x[0], c.b.constant(idx.astype(np.int64), dtype="int64"), tax)
