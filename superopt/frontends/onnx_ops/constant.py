@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
-from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+from superopt.frontends.onnx_ops.context import ELEM, OnnxImportError, _conv, _Ctx
 
 
 @_conv("Shape")
@@ -52,6 +53,25 @@ def _constant(c: _Ctx, x):
     return c.b.constant(v, dtype=_np_dtype_name(v.dtype))
 
 
+@_conv("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(c: _Ctx, x):
+    """Signal windows of a constant length: w[n] of cos(2 pi n / N') with N' = size (periodic) or size - 1."""
+    size = int(c.const(x[0], f"{c.node.op_type} size").reshape(-1)[0])
+    n = np.arange(size, dtype=np.float64)
+    period = size if c.attr("periodic", 1) else size - 1
+    ang = 2.0 * np.pi * n / period
+    if c.node.op_type == "HannWindow":
+        w = 0.5 - 0.5 * np.cos(ang)
+    elif c.node.op_type == "HammingWindow":
+        w = 25.0 / 46.0 - (1.0 - 25.0 / 46.0) * np.cos(ang)
+    else:
+        w = 0.42 - 0.5 * np.cos(ang) + 0.08 * np.cos(2.0 * ang)
+    dt = ELEM.get(c.attr("output_datatype", onnx.TensorProto.FLOAT))
+    if dt is None:
+        raise OnnxImportError(f"{c.node.op_type} output_datatype {c.attr('output_datatype')} is not supported")
+    return c.b.constant(w.astype(dt), dtype=dt)
+
+
 def _np_dtype_name(dt) -> str:
     name = np.dtype(dt).name
     if name not in ("float32", "float64", "int64", "int32", "bool"):
@@ -59,4 +79,4 @@ def _np_dtype_name(dt) -> str:
     return name
 
 
-CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant"}
+CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "HannWindow", "HammingWindow", "BlackmanWindow"}
