@@ -10,6 +10,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     movement,
     nn,
     normalization,
+    pooling,
     resize,
     sorting,
 )

@@ -160,7 +160,9 @@ def _pool(c: _Ctx, x):
     if c.node.op_type == "MaxPool":
         return ops.max_pool(c.b, x[0], kernel, strides, pads, dil, ceil_mode)
     if any(d != 1 for d in dil):
-        raise OnnxImportError("AveragePool with dilations is not supported")
+        from superopt.frontends.onnx_ops.pooling import dilated_avg_pool
+
+        return dilated_avg_pool(c.b, x[0], kernel, strides, pads, dil, ceil_mode, bool(c.attr("count_include_pad", 0)))
     return ops.avg_pool(c.b, x[0], kernel, strides, pads, ceil_mode, bool(c.attr("count_include_pad", 0)))
 
 
