@@ -37,6 +37,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from superopt.frontends.torch_fx import _Importer
 from superopt.frontends.torch_ops.context import FxImportError, T, _Missing, _target_name, ir_dtype
+from superopt.frontends.torch_ops.indexing import copy_functional, fill_functional, setitem_functional
 
 logger = logging.getLogger("superopt.torch")
 
@@ -60,8 +61,7 @@ def function_name(n: torch.fx.Node, gm: torch.fx.GraphModule | None = None) -> s
     if n.op == "call_module" and gm is not None:
         m = gm.get_submodule(n.target)
         return f"{type(m).__module__}.{type(m).__qualname__}"
-    name = _target_name(n)
-    return name.replace("torch._C._VariableFunctions.", "torch.").replace("torch._VariableFunctionsClass.", "torch.")
+    return _target_name(n)
 
 
 # ---- in-place ops --------------------------------------------------------------------------------
@@ -98,13 +98,6 @@ def _is_tensor_node(n: Any) -> bool:
     return isinstance(v, torch.Tensor) or n.meta.get("tensor_meta") is not None or n.op == "placeholder"
 
 
-def setitem_functional(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
-    """``x[index] = value`` without mutating ``x`` (what :func:`functionalize` turns ``setitem`` into)."""
-    out = x.clone()
-    out[index] = value
-    return out
-
-
 def mutated_input(n: torch.fx.Node, gm: torch.fx.GraphModule) -> torch.fx.Node | None:
     """The tensor node ``n`` mutates in place, if any."""
     if not n.args or not isinstance(n.args[0], torch.fx.Node):
@@ -128,12 +121,17 @@ def mutated_input(n: torch.fx.Node, gm: torch.fx.GraphModule) -> torch.fx.Node |
     return None
 
 
+_FILLS = {"zero_": torch.zeros_like, "fill_": fill_functional, "copy_": copy_functional}
+
+
 def _functional_form(n: torch.fx.Node, gm: torch.fx.GraphModule) -> tuple[str, Any, tuple, dict] | None:
     """(op, target, args, kwargs) of the out-of-place equivalent of in-place node ``n``, or None."""
     args, kwargs = tuple(n.args), dict(n.kwargs)
     if kwargs.get("inplace") is True and n.op != "call_module":
         kwargs["inplace"] = False
         return n.op, n.target, args, kwargs
+    if n.op == "call_method" and n.target in _FILLS:
+        return "call_function", _FILLS[str(n.target)], args, kwargs
     if n.op == "call_method":
         t = str(n.target)
         name = _IMETHODS.get(t, t[:-1])
@@ -181,7 +179,9 @@ def functionalize(gm: torch.fx.GraphModule) -> Functionalized:
         root = base
         while is_view(root) and isinstance(root.args[0], torch.fx.Node):
             root = root.args[0]
-        if root is not base or any(is_view(u) and any(order.get(w, -1) > order[n] for w in u.users)
+        # refused: mutating a view, or a tensor with a view taken before the mutation and read after it
+        if root is not base or any(is_view(u) and order.get(u, -1) < order[n] and any(order.get(w, -1) > order[n]
+                                                                                       for w in u.users)
                                    for u in base.users if u is not n):
             return Functionalized((), Fallback(n.name, function_name(n, gm),
                                                "in-place op on a view of another tensor (aliasing): the whole graph "

@@ -6,10 +6,13 @@ from superopt.frontends.torch_ops import (  # noqa: F401  (registration)
     contraction,
     creation,
     elementwise,
+    indexing,
     modules,
     movement,
     pool,
     reduction,
+    resample,
+    sorting,
 )
 from superopt.frontends.torch_ops.context import FUNCTIONS, METHODS, MODULES, Ctx, FxImportError, T, ir_dtype, to_numpy
 

@@ -10,7 +10,7 @@ import torch
 from superopt import ops
 from superopt.frontends.torch_ops.attention import _sdpa, _transformer_encoder_layer_fwd
 from superopt.frontends.torch_ops.context import Ctx, T, _Missing, aten, ir_dtype
-from superopt.frontends.torch_ops.contraction import _addmm, _conv2d, _linear, _matmul
+from superopt.frontends.torch_ops.contraction import _addmm, _conv_transpose, _convnd, _linear, _matmul
 from superopt.frontends.torch_ops.elementwise import (
     _add,
     _clamp,
@@ -134,10 +134,8 @@ def _aten_select(cx: Ctx, x: T, dim: int, index: int) -> T:
 def _aten_convolution(cx: Ctx, x: T, weight: T, bias: T | None, stride: Any, padding: Any,
                       dilation: Any, transposed: bool, output_padding: Any, groups: int) -> T:
     if transposed:
-        raise cx.fail("transposed convolution is not supported")
-    if cx.rank(weight) != 4:
-        raise cx.fail(f"only 2-D convolution is supported (weight rank {cx.rank(weight)})")
-    return _conv2d(cx, x, weight, bias, stride, padding, dilation, groups)
+        return _conv_transpose(cx, x, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _convnd(cx, x, weight, bias, stride, padding, dilation, groups)
 
 
 @aten("_native_batch_norm_legit_no_training")

@@ -27,10 +27,20 @@ def _sdpa(cx: Ctx, q: T, k: T, v: T, attn_mask: T | None = None, dropout_p: floa
           is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> T:
     if dropout_p > 0:
         raise cx.fail("scaled_dot_product_attention with dropout_p > 0 is not supported")
-    if enable_gqa and cx.shape(q)[-3] != cx.shape(k)[-3]:
-        raise cx.fail("grouped-query attention (enable_gqa) is not supported")
+    if enable_gqa and cx.rank(q) >= 3 and cx.shape(q)[-3] != cx.shape(k)[-3]:
+        k, v = _repeat_heads(cx, k, cx.shape(q)[-3]), _repeat_heads(cx, v, cx.shape(q)[-3])
     return T(ops.scaled_dot_product_attention(cx.b, q, k, v, mask=attn_mask, is_causal=is_causal,
                                               scale=scale))
+
+
+def _repeat_heads(cx: Ctx, x: T, heads: int) -> T:
+    """(..., Hkv, S, E) -> (..., heads, S, E), each kv head repeated heads/Hkv times (torch's enable_gqa)."""
+    *lead, hk, s, e = cx.shape(x)
+    if heads % hk:
+        raise cx.fail(f"enable_gqa: {heads} query heads are not a multiple of {hk} key/value heads")
+    g = heads // hk
+    y = T(ops.expand(cx.b, cx.reshape(x, (*lead, hk, 1, s, e)), (*lead, hk, g, s, e)))
+    return cx.reshape(y, (*lead, heads, s, e))
 
 
 def _mha_core(cx: Ctx, query: T, key: T, value: T, num_heads: int, wq: T, wk: T, wv: T,

@@ -251,7 +251,12 @@ def _target_name(n: torch.fx.Node) -> str:
     if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return str(t)
     mod = getattr(t, "__module__", None) or ""
-    return f"{mod}.{getattr(t, '__qualname__', getattr(t, '__name__', repr(t)))}".lstrip(".")
+    name = f"{mod}.{getattr(t, '__qualname__', getattr(t, '__name__', repr(t)))}".lstrip(".")
+    for alias, public in (("torch._VariableFunctionsClass.", "torch."), ("torch._C._VariableFunctions.", "torch."),
+                          ("torch._C._nn.", "torch.nn.functional."), ("torch._C._special.special_", "torch.special.")):
+        if name.startswith(alias):
+            return public + name[len(alias):]
+    return name
 
 
 def _no_tensors(args: Any, kwargs: Any) -> bool:
@@ -304,3 +309,22 @@ def aten(*names: str) -> Callable[[Handler], Handler]:
                     FUNCTIONS[op] = h
         return h
     return deco
+
+
+def contract_op(module: str, name: str) -> Callable[..., Any] | None:
+    """``superopt.ops.<module>.<name>`` if that op exists in this checkout (ops of the shared contract land
+    one by one; until one does, its handler refuses and the backend runs the node in eager PyTorch)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"superopt.ops.{module}")
+    except ImportError:
+        return None
+    return getattr(mod, name, None)
+
+
+def need_op(cx: Ctx, module: str, name: str) -> Callable[..., Any]:
+    op = contract_op(module, name)
+    if op is None:
+        raise cx.fail(f"superopt.ops.{module}.{name} is not available in this build")
+    return op

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from superopt import ops
-from superopt.frontends.torch_ops.context import Ctx, Handler, T, function, ir_dtype, method
+from superopt.frontends.torch_ops.context import Ctx, Handler, T, aten, function, ir_dtype, method, need_op
+from superopt.frontends.torch_ops.sorting import values_and_indices
 
 
 # =================================================================================================
@@ -119,7 +121,9 @@ def _floordiv(cx: Ctx, x: Any, y: Any) -> Any:
     x, y = cx.tensor(x, like), cx.tensor(y, like)
     if cx.dtype(x) in ("float32", "float64"):
         return T(ops.unary(cx.b, "floor", ops.div(cx.b, x, y)))
-    raise cx.fail("integer floor division of tensors is not supported")
+    # integers: x - mod(x, y) is a multiple of y, so the (truncating) division is exact; mod floors like torch
+    rem = need_op(cx, "elementwise", "mod")(cx.b, x, y, fmod=False)
+    return T(ops.div(cx.b, ops.sub(cx.b, x, rem), y))
 
 
 @function(operator.pow, torch.pow)
@@ -151,7 +155,9 @@ def _minimum(cx: Ctx, x: T, y: Any = None, *a: Any, **kw: Any) -> Any:
 def _max_min(cx: Ctx, kind: str, x: T, dim: Any = None, keepdim: bool = False, **kw: Any) -> Any:
     if dim is None and not kw:
         return T(ops.reduce(cx.b, x, kind, list(range(cx.rank(x))), keepdims=False))
-    raise cx.fail(f"torch.{kind} along a dim returns indices too; use amax/amin")
+    if isinstance(dim, int) and not kw:
+        return values_and_indices(cx, kind, x, dim, keepdim)
+    raise cx.fail(f"torch.{kind} with arguments {sorted(kw)} is not supported")
 
 
 _CMP = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.eq: "==",
@@ -260,3 +266,126 @@ def _dropout(cx: Ctx, x: T, p: float = 0.5, training: bool = True, inplace: bool
     if training and p > 0:
         raise cx.fail("dropout in training mode is not supported (call model.eval())")
     return x
+
+
+# more unary functions and activations (the contract's native ops) ------------------------------------
+for _fn in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "sign", "round"):
+    function(getattr(torch, _fn, None))(_unary_fn(_fn))
+    method(_fn)(_unary_fn(_fn))
+    aten(_fn)(_unary_fn(_fn))
+for _fn in ("isnan", "isinf"):
+    function(getattr(torch, _fn))(_unary_fn(_fn))
+    method(_fn)(_unary_fn(_fn))
+    aten(_fn)(_unary_fn(_fn))
+function(torch.arcsin)(_unary_fn("asin"))
+function(torch.arccos)(_unary_fn("acos"))
+function(torch.arctan)(_unary_fn("atan"))
+
+
+def _activation(name: str, **fixed: Any) -> Handler:
+    def h(cx: Ctx, x: T, *a: Any, inplace: bool = False, **kw: Any) -> T:
+        return T(need_op(cx, "activations", name)(cx.b, x, **fixed))
+    return h
+
+
+function(F.hardswish)(_activation("hardswish"))
+function(F.hardsigmoid)(_activation("hardsigmoid", alpha=1.0 / 6.0, beta=0.5))
+function(F.mish)(_activation("mish"))
+function(F.selu, torch.selu)(_activation("selu"))
+function(F.softsign)(_activation("softsign"))
+aten("hardswish")(_activation("hardswish"))
+aten("hardsigmoid")(_activation("hardsigmoid", alpha=1.0 / 6.0, beta=0.5))
+aten("mish")(_activation("mish"))
+
+
+@function(F.celu, torch.celu)
+def _celu(cx: Ctx, x: T, alpha: float = 1.0, inplace: bool = False) -> T:
+    return T(need_op(cx, "activations", "celu")(cx.b, x, alpha=alpha))
+
+
+@function(F.elu)
+@aten("elu")
+def _elu(cx: Ctx, x: T, alpha: float = 1.0, *a: Any, inplace: bool = False, **kw: Any) -> T:
+    if a or kw:  # aten.elu(x, alpha, scale, input_scale)
+        raise cx.fail("elu with scale/input_scale is not supported")
+    neg = ops.scale(cx.b, ops.sub(cx.b, ops.unary(cx.b, "exp", ops.minimum(cx.b, x, cx.tensor(0.0, x))),
+                                  cx.tensor(1.0, x)), alpha)
+    return T(ops.where(cx.b, ops.compare(cx.b, ">", x, cx.tensor(0.0, x)), x, neg))
+
+
+@function(F.softplus)
+@aten("softplus")
+def _softplus(cx: Ctx, x: T, beta: float = 1.0, threshold: float = 20.0) -> T:
+    bx = T(ops.scale(cx.b, x, beta)) if beta != 1 else x
+    soft = T(ops.unary(cx.b, "log", ops.add(cx.b, ops.unary(cx.b, "exp", ops.minimum(cx.b, bx, cx.tensor(threshold, x))),
+                                            cx.tensor(1.0, x))))
+    if beta != 1:
+        soft = T(ops.scale(cx.b, soft, 1.0 / beta))
+    return T(ops.where(cx.b, ops.compare(cx.b, ">", bx, cx.tensor(threshold, x)), x, soft))
+
+
+# triangular masks -------------------------------------------------------------------------------------
+def _triangle(upper: bool) -> Handler:
+    def h(cx: Ctx, x: T, diagonal: int = 0, *, out: Any = None) -> T:
+        return T(need_op(cx, "triangular", "trilu")(cx.b, x, k=int(diagonal), upper=upper))
+    return h
+
+
+for _name, _upper in (("triu", True), ("tril", False)):
+    function(getattr(torch, _name))(_triangle(_upper))
+    method(_name)(_triangle(_upper))
+    aten(_name)(_triangle(_upper))
+
+
+# integer arithmetic and bits ---------------------------------------------------------------------------
+def _modulo(fmod: bool) -> Handler:
+    def h(cx: Ctx, x: Any, y: Any) -> Any:
+        if not isinstance(x, T) and not isinstance(y, T):
+            return math.fmod(x, y) if fmod else x % y
+        like = x if isinstance(x, T) else y
+        return T(need_op(cx, "elementwise", "mod")(cx.b, cx.tensor(x, like), cx.tensor(y, like), fmod=fmod))
+    return h
+
+
+function(torch.remainder, operator.mod)(_modulo(False))
+method("remainder", "__mod__")(_modulo(False))
+aten("remainder")(_modulo(False))
+function(torch.fmod)(_modulo(True))
+method("fmod")(_modulo(True))
+aten("fmod")(_modulo(True))
+
+
+def _bits(op: str) -> Handler:
+    def h(cx: Ctx, x: Any, y: Any) -> Any:
+        if not isinstance(x, T) and not isinstance(y, T):
+            return {"and": operator.and_, "or": operator.or_, "xor": operator.xor}[op](x, y)
+        like = x if isinstance(x, T) else y
+        x, y = cx.tensor(x, like), cx.tensor(y, like)
+        if cx.dtype(x) == "bool" and cx.dtype(y) == "bool":
+            return T(ops.logical(cx.b, op, x, y))
+        return T(need_op(cx, "elementwise", "bitwise")(cx.b, op, x, y))
+    return h
+
+
+for _op in ("and", "or", "xor"):
+    function(getattr(operator, f"{_op}_", getattr(operator, _op, None)), getattr(torch, f"bitwise_{_op}"))(_bits(_op))
+    method(f"bitwise_{_op}", f"__{_op}__")(_bits(_op))
+    aten(f"bitwise_{_op}")(_bits(_op))
+    function(getattr(torch, f"logical_{_op}"))(
+        lambda cx, x, y, _op=_op: T(ops.logical(cx.b, _op, _as_bool(cx, x), _as_bool(cx, y))))
+    method(f"logical_{_op}")(lambda cx, x, y, _op=_op: T(ops.logical(cx.b, _op, _as_bool(cx, x), _as_bool(cx, y))))
+    aten(f"logical_{_op}")(lambda cx, x, y, _op=_op: T(ops.logical(cx.b, _op, _as_bool(cx, x), _as_bool(cx, y))))
+
+
+def _as_bool(cx: Ctx, x: Any) -> T:
+    x = cx.tensor(x)
+    return x if cx.dtype(x) == "bool" else T(ops.compare(cx.b, "!=", x, cx.tensor(0, x)))
+
+
+@function(operator.invert, torch.bitwise_not, torch.logical_not)
+@method("bitwise_not", "logical_not", "__invert__")
+@aten("bitwise_not", "logical_not")
+def _invert(cx: Ctx, x: T) -> T:
+    if cx.dtype(x) == "bool" or (cx.node is not None and "logical" in str(cx.node.target)):
+        return T(ops.unary(cx.b, "not", _as_bool(cx, x)))
+    return T(need_op(cx, "elementwise", "bitwise_not")(cx.b, x))

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from superopt import ops
-from superopt.frontends.torch_ops.context import Ctx, T, _dims, function, method
+from superopt.frontends.torch_ops.context import Ctx, T, _dims, aten, function, method
 
 
 # =================================================================================================
@@ -177,13 +177,27 @@ def _narrow(cx: Ctx, x: T, dim: int, start: int, length: int) -> T:
     return cx.slice_axis(x, d, start, start + length)
 
 
+def index_axis(idx: tuple[Any, ...], k: int, out_rank: int) -> int:
+    """The axis of the result of indexing with ``idx`` (slices, ints, at most one Ellipsis; ints drop their
+    axis) that entry ``k`` (a slice) maps to."""
+    def is_int(i: Any) -> bool:
+        return isinstance(i, int) and not isinstance(i, bool)
+    if Ellipsis in idx[:k]:
+        return out_rank - 1 - sum(1 for i in idx[k + 1:] if not is_int(i))
+    return k - sum(1 for i in idx[:k] if is_int(i))
+
+
 @function(operator.getitem)
 def _getitem(cx: Ctx, x: T, index: Any) -> T:
     idx = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(i, T) for i in idx):
-        if len(idx) == 1 and cx.dtype(idx[0]) in ("int64", "int32"):
-            return T(ops.gather(cx.b, x, idx[0], axis=0))
-        raise cx.fail("advanced (tensor) indexing is only supported as x[int_tensor]")
+    tensors = [k for k, i in enumerate(idx) if isinstance(i, T)]
+    if tensors:
+        k = tensors[0]
+        if len(tensors) > 1 or cx.dtype(idx[k]) not in ("int64", "int32") or None in idx:
+            raise cx.fail("advanced indexing is only supported with one integer index tensor among slices")
+        rest = _getitem(cx, x, idx[:k] + (slice(None),) + idx[k + 1:])
+        axis = index_axis(idx, k, cx.rank(rest))
+        return T(ops.gather(cx.b, rest, idx[k], axis=axis))
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
     if sum(1 for i in idx if i is Ellipsis) > 1:
         raise cx.fail("more than one Ellipsis in an index")
@@ -260,3 +274,36 @@ def _pad(cx: Ctx, x: T, pad: Sequence[int], mode: str = "constant", value: float
     if any(p < 0 for p in begins + ends):
         raise cx.fail("negative padding is not supported")
     return T(ops.pad(cx.b, x, begins + ends, value=0.0 if value is None else value))
+
+
+@function(torch.repeat_interleave)
+@method("repeat_interleave")
+def _repeat_interleave(cx: Ctx, x: T, repeats: Any, dim: int | None = None, *, output_size: int | None = None) -> T:
+    if not isinstance(repeats, int):
+        raise cx.fail("repeat_interleave with a tensor of repeats is not supported")
+    if dim is None:
+        x, dim = cx.reshape(x, (-1,)), 0
+    s = cx.shape(x)
+    d = cx.axis(dim, len(s))
+    y = cx.reshape(x, s[:d + 1] + (1,) + s[d + 1:])
+    y = T(ops.expand(cx.b, y, s[:d + 1] + (repeats,) + s[d + 1:]))
+    return cx.reshape(y, s[:d] + (s[d] * repeats,) + s[d + 1:])
+
+
+@method("repeat")
+def _repeat(cx: Ctx, x: T, *sizes: Any) -> T:
+    reps = _dims(sizes)
+    s = (1,) * (len(reps) - cx.rank(x)) + cx.shape(x)
+    y = cx.reshape(x, s)
+    # (r0, s0, r1, s1, ...) by expanding a (1, s0, 1, s1, ...) view, then merging each pair
+    inter = tuple(v for r, n in zip(reps, s, strict=True) for v in (1, n))
+    y = T(ops.expand(cx.b, cx.reshape(y, inter), tuple(v for r, n in zip(reps, s, strict=True) for v in (r, n))))
+    return cx.reshape(y, tuple(r * n for r, n in zip(reps, s, strict=True)))
+
+
+@function(torch.tile)
+def _tile(cx: Ctx, x: T, dims: Any) -> T:
+    return _repeat(cx, x, *_dims([dims]))
+
+
+aten("repeat")(lambda cx, x, repeats: _repeat(cx, x, *repeats))

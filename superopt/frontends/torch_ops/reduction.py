@@ -9,9 +9,22 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from superopt import ops
-from superopt.frontends.torch_ops.context import Ctx, Handler, T, _ints, function, ir_dtype, method
+from superopt.frontends.torch_ops.context import (
+    Ctx,
+    Handler,
+    T,
+    _ints,
+    _Missing,
+    aten,
+    function,
+    ir_dtype,
+    method,
+    module,
+    need_op,
+)
 from superopt.frontends.torch_ops.elementwise import _binary, _max_min
 
 
@@ -115,3 +128,49 @@ def _torch_batch_norm(cx: Ctx, x: T, weight: T | None, bias: T | None, running_m
                       running_var: T | None, training: bool, momentum: float, eps: float,
                       cudnn_enabled: bool = True) -> T:
     return _bn(cx, x, running_mean, running_var, weight, bias, training, eps)
+
+
+def _per_channel(cx: Ctx, t: T | None, x: T, fill: float) -> T:
+    c = cx.shape(x)[1]
+    return t if t is not None else cx.const(np.full(c, fill, dtype=cx.dtype(x)))
+
+
+@function(F.group_norm, torch.group_norm)
+def _group_norm(cx: Ctx, x: T, num_groups: int, weight: T | None = None, bias: T | None = None,
+                eps: float = 1e-5, cudnn_enabled: bool = True) -> T:
+    return T(need_op(cx, "normalization", "group_norm")(cx.b, x, _per_channel(cx, weight, x, 1.0),
+                                                        _per_channel(cx, bias, x, 0.0), int(num_groups), eps=eps))
+
+
+aten("group_norm")(_group_norm)
+
+
+@aten("native_group_norm")
+def _aten_native_group_norm(cx: Ctx, x: T, weight: T | None, bias: T | None, n: int, c: int, hxw: int, group: int,
+                            eps: float) -> tuple[Any, ...]:
+    return (_group_norm(cx, x, group, weight, bias, eps), _Missing("group_norm mean"), _Missing("group_norm rstd"))
+
+
+@function(F.instance_norm, torch.instance_norm)
+def _instance_norm(cx: Ctx, x: T, running_mean: T | None = None, running_var: T | None = None,
+                   weight: T | None = None, bias: T | None = None, use_input_stats: bool = True,
+                   momentum: float = 0.1, eps: float = 1e-5, cudnn_enabled: bool = True) -> T:
+    if not use_input_stats:
+        return _bn(cx, x, running_mean, running_var, weight, bias, False, eps)
+    return T(need_op(cx, "normalization", "instance_norm")(cx.b, x, _per_channel(cx, weight, x, 1.0),
+                                                           _per_channel(cx, bias, x, 0.0), eps=eps))
+
+
+aten("instance_norm")(_instance_norm)
+
+
+@module(nn.GroupNorm)
+def _m_group_norm(cx: Ctx, m: nn.GroupNorm, x: T) -> T:
+    return _group_norm(cx, x, m.num_groups, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), m.eps)
+
+
+@module(nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
+def _m_instance_norm(cx: Ctx, m: nn.modules.instancenorm._InstanceNorm, x: T) -> T:
+    use_stats = m.training or not m.track_running_stats
+    return _instance_norm(cx, x, cx.param(m.running_mean, "running_mean"), cx.param(m.running_var, "running_var"),
+                          cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), use_stats, m.momentum, m.eps)
