@@ -61,10 +61,13 @@ def import_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str
 
 
 def import_fx_full(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str | None = None,
-                   keep_inputs: Collection[str] = ()) -> FxImport:
+                   keep_inputs: Collection[str] = (), constant_inputs: Collection[str] = ()) -> FxImport:
     """``keep_inputs``: placeholder names that stay graph inputs even when they look like Dynamo's lifted
-    parameters/buffers (a buffer the model mutates, e.g. a KV cache, must not be baked)."""
-    return _Importer(gm, list(example_inputs), name or type(gm).__name__, frozenset(keep_inputs)).run()
+    parameters/buffers (a buffer the model mutates, e.g. a KV cache, must not be baked); ``constant_inputs``:
+    placeholder names whose example values are constants of the model (torch.export's parameters/buffers)."""
+    imp = _Importer(gm, list(example_inputs), name or type(gm).__name__, frozenset(keep_inputs))
+    imp.constant_inputs = frozenset(constant_inputs)
+    return imp.run()
 
 
 class _Importer(Ctx):
@@ -74,6 +77,7 @@ class _Importer(Ctx):
                  keep_inputs: frozenset[str] = frozenset()) -> None:
         super().__init__(gm, example_inputs, name)
         self.keep_inputs = keep_inputs
+        self.constant_inputs: frozenset[str] = frozenset()
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> FxImport:
@@ -92,7 +96,8 @@ class _Importer(Ctx):
             self.node = n
             if isinstance(ex, (bool, int, float, torch.SymInt, torch.SymFloat)) or ex is None:
                 self.env[n] = _concrete(ex)  # shape symbols: specialize to the example's value
-            elif isinstance(ex, torch.Tensor) and is_param_placeholder(n, ex) and n.name not in self.keep_inputs:
+            elif isinstance(ex, torch.Tensor) and n.name not in self.keep_inputs and (
+                    is_param_placeholder(n, ex) or n.name in self.constant_inputs):
                 if _is_fake(ex):
                     raise self.fail("parameter placeholder is a FakeTensor; real values are needed")
                 self.env[n] = self.param(ex, _short(n.target))
@@ -153,6 +158,8 @@ class _Importer(Ctx):
             inplace = inplace or (n.target.endswith("_") and not n.target.startswith("__"))
         elif n.op == "call_function":
             name = getattr(n.target, "__name__", "")
+            if isinstance(n.target, torch._ops.OpOverload):
+                name = n.target._schema.name.split("::")[-1]
             inplace = inplace or (name.endswith("_") and not name.startswith("_")) or n.target in (
                 operator.iadd, operator.isub, operator.imul, operator.itruediv)
         elif n.op == "call_module":

@@ -17,8 +17,11 @@ from superopt.frontends.torch_ops.elementwise import (
     _compare_fn,
     _div,
     _dropout,
+    _floordiv,
     _gelu,
+    _hardtanh,
     _identity,
+    _leaky_relu,
     _masked_fill,
     _maximum,
     _minimum,
@@ -30,14 +33,20 @@ from superopt.frontends.torch_ops.elementwise import (
     _silu,
     _sub,
     _tanh,
+    _type_as,
     _unary_fn,
     _where,
 )
 from superopt.frontends.torch_ops.movement import (
     _cat,
+    _chunk,
     _expand,
+    _expand_as,
+    _flatten,
+    _narrow,
     _pad,
     _permute,
+    _repeat_interleave,
     _reshape,
     _split,
     _squeeze,
@@ -45,10 +54,20 @@ from superopt.frontends.torch_ops.movement import (
     _t,
     _transpose,
     _unbind,
+    _unflatten,
     _unsqueeze,
+    _view_as,
 )
 from superopt.frontends.torch_ops.pool import _adaptive_avg_pool2d, _avg_pool2d, _max_pool2d
-from superopt.frontends.torch_ops.reduction import _bn, _layer_norm, _log_softmax, _reducer, _softmax
+from superopt.frontends.torch_ops.reduction import (
+    _bn,
+    _layer_norm,
+    _log_softmax,
+    _reducer,
+    _rms_norm,
+    _softmax,
+    _torch_batch_norm,
+)
 
 # =================================================================================================
 # ATen-level graphs (what aot_autograd hands a forward compiler)
@@ -163,3 +182,29 @@ def _aten_max_pool2d_with_indices(cx: Ctx, x: T, kernel_size: Any, stride: Any =
 def _aten_sdpa_cpu(cx: Ctx, q: T, k: T, v: T, dropout_p: float = 0.0, is_causal: bool = False, *,
                    attn_mask: T | None = None, scale: float | None = None) -> tuple[Any, ...]:
     return (_sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale), _Missing("attention logsumexp"))
+
+
+# the pre-decomposition level of torch.export programs (aten ops with the torch function signatures)
+aten("batch_norm")(_torch_batch_norm)
+aten("rms_norm")(_rms_norm)
+aten("flatten.using_ints")(_flatten)
+aten("unflatten")(_unflatten)
+aten("chunk")(_chunk)
+aten("narrow")(_narrow)
+aten("floor_divide")(_floordiv)
+aten("hardtanh")(_hardtanh)
+aten("relu6")(lambda cx, x, inplace=False: _hardtanh(cx, x, 0.0, 6.0))
+aten("leaky_relu")(_leaky_relu)
+aten("type_as")(_type_as)
+aten("sym_size.int")(lambda cx, x, dim: cx.shape(x)[cx.axis(dim, cx.rank(x))])
+aten("pad")(lambda cx, x, pad, mode="constant", value=None: _pad(cx, x, pad, mode, value))
+aten("repeat_interleave.self_int")(_repeat_interleave)
+aten("view_as", "reshape_as")(_view_as)
+aten("expand_as")(_expand_as)
+aten("slice_copy.Tensor")(_aten_slice)
+aten("view_copy", "_reshape_alias_copy")(lambda cx, x, size, *a: _reshape(cx, x, size))
+aten("permute_copy")(_permute)
+aten("transpose_copy.int")(_transpose)
+aten("unsqueeze_copy")(_unsqueeze)
+aten("squeeze_copy")(_squeeze)
+aten("alias_copy", "detach_copy")(_identity)

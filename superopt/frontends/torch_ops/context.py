@@ -307,6 +307,12 @@ def aten(*names: str) -> Callable[[Handler], Handler]:
                 op = getattr(packet, ov, None)
                 if op is not None:
                     FUNCTIONS[op] = h
+            inplace = getattr(_aten, packet_name + "_", None)  # add -> add_: the importer rebinds the mutated name
+            if inplace is not None and not packet_name.endswith("_"):
+                for ov in ([overload] if overload else inplace.overloads()):
+                    op = getattr(inplace, ov, None)
+                    if op is not None:
+                        FUNCTIONS.setdefault(op, h)
         return h
     return deco
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from superopt.frontends.torch_ops.context import Ctx, Handler, T, _dims, function, ir_dtype, method
+from superopt.frontends.torch_ops.context import Ctx, Handler, T, _dims, aten, function, ir_dtype, method
 
 
 # =================================================================================================
@@ -47,3 +47,8 @@ def _new_filled(cx: Ctx, x: T, *size: Any, dtype: Any = None, **kw: Any) -> T:
 def _new_full(cx: Ctx, x: T, size: Any, fill_value: Any, *, dtype: Any = None, **kw: Any) -> T:
     dt = dtype if dtype is not None else getattr(torch, cx.dtype(x))
     return _filled(cx, _dims([size]), fill_value, dt)
+
+
+aten("zeros_like")(_like(0))
+aten("ones_like")(_like(1))
+aten("full_like")(_full_like)

@@ -160,3 +160,21 @@ def _copy(cx: Ctx, x: T, src: Any) -> T:
     if cx.dtype(v) != cx.dtype(x):
         v = T(ops.cast(cx.b, v, cx.dtype(x)))
     return v if cx.shape(v) == cx.shape(x) else T(ops.expand(cx.b, v, cx.shape(x)))
+
+
+@aten("slice_scatter")
+def _slice_scatter(cx: Ctx, x: T, src: T, dim: int = 0, start: int | None = None, end: int | None = None,
+                   step: int = 1) -> T:
+    """Functionalized ``x[..., start:end:step, ...] = src`` (what torch.export's decompositions emit)."""
+    d = cx.axis(dim, cx.rank(x))
+    return _setitem(cx, x, (slice(None),) * d + (slice(start, end, step),), src)
+
+
+@aten("select_scatter")
+def _select_scatter(cx: Ctx, x: T, src: T, dim: int, index: int) -> T:
+    d = cx.axis(dim, cx.rank(x))
+    return _setitem(cx, x, (slice(None),) * d + (int(index),), src)
+
+
+aten("copy")(lambda cx, x, src, non_blocking=False: _copy(cx, x, src))
+aten("copy_")(lambda cx, x, src, non_blocking=False: _copy(cx, x, src))

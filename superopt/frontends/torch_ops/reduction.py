@@ -174,3 +174,20 @@ def _m_instance_norm(cx: Ctx, m: nn.modules.instancenorm._InstanceNorm, x: T) ->
     use_stats = m.training or not m.track_running_stats
     return _instance_norm(cx, x, cx.param(m.running_mean, "running_mean"), cx.param(m.running_var, "running_var"),
                           cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), use_stats, m.momentum, m.eps)
+
+
+def _any_all(kind: str) -> Handler:
+    def h(cx: Ctx, x: T, dim: Any = None, keepdim: bool = False) -> T:
+        flag = x if cx.dtype(x) == "bool" else T(ops.compare(cx.b, "!=", x, cx.tensor(0, x)))
+        as_int = T(ops.cast(cx.b, flag, "int32"))
+        if cx.rank(x) == 0:
+            return T(ops.compare(cx.b, "!=", as_int, cx.tensor(0, as_int)))
+        r = T(ops.reduce(cx.b, as_int, kind, _reduce_axes(cx, x, dim), keepdims=keepdim))
+        return T(ops.compare(cx.b, "!=", r, cx.tensor(0, r)))
+    return h
+
+
+for _name, _kind in (("any", "max"), ("all", "min")):
+    function(getattr(torch, _name))(_any_all(_kind))
+    method(_name)(_any_all(_kind))
+    aten(_name)(_any_all(_kind))
