@@ -33,6 +33,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from superopt.frontends.torch_fx import FxImport, FxImportError, import_fx_full, to_numpy
+from superopt.frontends.torch_ops.context import _concrete
 from superopt.frontends.torch_partition import (
     Fallback,
     classify,
@@ -361,6 +362,7 @@ class SuperoptPartitioned:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], runner_factory: RunnerFactory,
                  opts: BackendOptions) -> None:
         name = type(gm).__name__
+        example_inputs = [_concrete(a) for a in example_inputs]  # shape symbols: their example values, unguarded
         func = functionalize(gm)
         self.written_back = func.written_back
         calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]

@@ -178,7 +178,8 @@ class _Importer(Ctx):
                 if fake is not None:
                     ShapeProp(self.gm, fake_mode=fake.fake_mode).propagate(*self.examples)
                 else:
-                    ShapeProp(self.gm).propagate(*self.examples)
+                    with torch._guards.tracing(None):  # not Dynamo's fake mode: it would guard on shape symbols
+                        ShapeProp(self.gm).propagate(*self.examples)
         except Exception as e:  # noqa: BLE001 - report what torch said, in one line
             first = (str(e).splitlines() or [""])[0]
             raise FxImportError(f"shape propagation failed: {type(e).__name__}: {first}") from e

@@ -228,10 +228,13 @@ class Ctx:
         return T(ops.slice_(self.b, x, [start], [end], axes=[axis], steps=[step]))
 
 def _concrete(v: Any) -> Any:
-    if isinstance(v, torch.SymInt):
-        return int(v)
-    if isinstance(v, torch.SymFloat):
-        return float(v)
+    """A shape symbol's example value, read from its hint: ``int(sym)`` would make Dynamo guard on the value
+    and recompile the graph for every new size."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
+        hint = getattr(v.node, "hint", None)
+        if hint is None:
+            hint = int(v) if isinstance(v, torch.SymInt) else float(v)
+        return int(hint) if isinstance(v, torch.SymInt) else float(hint)
     return v
 
 
