@@ -11,6 +11,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     nn,
     normalization,
     pooling,
+    recurrent,
     resize,
     sorting,
 )
