@@ -167,6 +167,18 @@ class LSTMHead(nn.Module):
         return self.fc(y[:, -1])
 
 
+class StackedRNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 12, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(24, 6)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        z, hz = self.gru(y.transpose(0, 1))
+        return z, hz, h, c
+
+
 class GRUCellLoop(nn.Module):
     """A GRU cell written out and unrolled over a short sequence."""
 
@@ -378,9 +390,9 @@ def _needs(fns: dict[str, tuple[str, str]]) -> tuple[set[str], set[str]]:
     return have, set(fns) - have
 
 
-def _case(name, make, inputs, fallbacks=(), needs=None, config=None) -> Case:
-    lowered, missing = _needs(needs or {})
-    return Case(name, make, inputs, set(fallbacks) | missing, lowered, config or {})
+def _case(name, make, inputs, fallbacks=(), needs=None, config=None, lowered=()) -> Case:
+    have, missing = _needs(needs or {})
+    return Case(name, make, inputs, set(fallbacks) | missing, have | set(lowered), config or {})
 
 
 def _bool(*shape, p=0.3):
@@ -410,8 +422,9 @@ CASES = [
     _case("masked_attention", MaskedAttention, lambda: (torch.randn(2, 6, 32), _pad_mask())),
     _case("causal_gqa_sdpa", CausalSDPA, lambda: (torch.randn(2, 6, 32), torch.randn(6, 6))),
     _case("gpt_block_kv_cache", GPTBlockKV, lambda: (torch.randn(1, 3, 32), 2)),
-    _case("lstm", LSTMHead, lambda: (torch.randn(2, 5, 8),), fallbacks={"torch.lstm", "_operator.getitem"},
-          config={"allow_rnn": True}),
+    _case("lstm", LSTMHead, lambda: (torch.randn(2, 5, 8),), lowered={"torch.lstm"}, config={"allow_rnn": True}),
+    _case("stacked_bidirectional_lstm_gru", StackedRNN, lambda: (torch.randn(2, 4, 8),),
+          lowered={"torch.lstm", "torch.gru"}, config={"allow_rnn": True}),
     _case("gru_cell_unrolled", GRUCellLoop, lambda: (torch.randn(2, 4, 8),)),
     _case("data_dependent_branch", DataDependentBranch, lambda: (torch.randn(2, 8),)),
     _case("in_place_ops", InPlaceOps, lambda: (torch.randn(3, 8), _bool(3, 8))),

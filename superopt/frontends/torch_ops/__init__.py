@@ -10,6 +10,7 @@ from superopt.frontends.torch_ops import (  # noqa: F401  (registration)
     modules,
     movement,
     pool,
+    recurrent,
     reduction,
     resample,
     sorting,
