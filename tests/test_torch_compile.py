@@ -227,3 +227,20 @@ def test_optimize_takes_a_module_through_torch_export():
     program = superopt.optimize(model, (x,))
     with torch.no_grad():
         np.testing.assert_allclose(program(x.numpy())[0], model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_internal_error_in_the_passes_runs_the_graph_in_eager(monkeypatch):
+    import superopt.frontends.torch_backend as backend
+
+    def broken(gm, refused):
+        raise RuntimeError("partitioner bug")
+
+    monkeypatch.setattr(backend, "partition", broken)
+    model, x = TopkCumsum().eval(), _distinct(3, 16)
+    _fresh()
+    with torch.no_grad():
+        got, ref = torch.compile(model, backend="superopt")(x), model(x)
+    torch.testing.assert_close(got[0], ref[0])
+    (graph,) = compiled_graphs()
+    (fb,) = graph.report.fallbacks
+    assert fb.function == "the whole graph" and "partitioner bug" in fb.reason

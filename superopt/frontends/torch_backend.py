@@ -356,6 +356,18 @@ class _Region(torch.nn.Module):
         self.report.signatures[key] = what
 
 
+class StrictFallbackError(FxImportError):
+    """``options={"strict": True}`` and a node would run in eager PyTorch."""
+
+
+def _copy_of(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule sharing ``gm``'s submodules and attributes, with its own copy of the graph."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
 class SuperoptPartitioned:
     """The callable handed back to Dynamo: the graph split into superopt regions and eager PyTorch nodes."""
 
@@ -363,6 +375,21 @@ class SuperoptPartitioned:
                  opts: BackendOptions) -> None:
         name = type(gm).__name__
         example_inputs = [_concrete(a) for a in example_inputs]  # shape symbols: their example values, unguarded
+        untouched = _copy_of(gm)  # the partitioning passes edit gm in place
+        try:
+            self._build(gm, name, example_inputs, runner_factory, opts)
+        except StrictFallbackError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in the passes must not break a valid model: run it in eager
+            if opts.strict:
+                raise
+            why = f"internal error while partitioning: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            logger.warning("superopt: %s runs in eager PyTorch: %s", name, why)
+            self.gm, self.written_back = untouched, ()
+            self.report = BackendReport(name, [Fallback("*", "the whole graph", why)], [])
+
+    def _build(self, gm: torch.fx.GraphModule, name: str, example_inputs: list[Any], runner_factory: RunnerFactory,
+               opts: BackendOptions) -> None:
         func = functionalize(gm)
         self.written_back = func.written_back
         calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
@@ -375,8 +402,8 @@ class SuperoptPartitioned:
         fallbacks = fallbacks_of(gm, refused)
         if opts.strict and fallbacks:
             f = fallbacks[0]
-            raise FxImportError(f"strict: node {f.node!r} ({f.function}) would run in eager PyTorch: {f.reason}",
-                                reason=f.reason)
+            raise StrictFallbackError(f"strict: node {f.node!r} ({f.function}) would run in eager PyTorch: {f.reason}",
+                                      reason=f.reason)
         self.gm = partition(gm, refused) if len(refused) < len(calls) else gm
         regions = []
         for n in list(self.gm.graph.nodes):

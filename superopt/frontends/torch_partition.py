@@ -216,6 +216,9 @@ def functionalize(gm: torch.fx.GraphModule) -> Functionalized:
     return Functionalized(tuple(placeholders.index(p) for p in latest), None)
 
 
+PICKS = "picks a result of"
+
+
 # ---- which nodes the importer lowers --------------------------------------------------------------
 class _Trial(_Importer):
     """Imports node by node, recording refusals instead of raising (see :func:`classify`)."""
@@ -227,7 +230,7 @@ class _Trial(_Importer):
     def _step(self, n: torch.fx.Node) -> None:
         upstream = [a for a in n.all_input_nodes if a in self.refused]
         if n.target is operator.getitem and upstream:
-            self._refuse(n, f"picks a result of {upstream[0].name}, which runs in eager PyTorch")
+            self._refuse(n, f"{PICKS} {upstream[0].name}, which runs in eager PyTorch")
             return
         try:
             super()._step(n)
@@ -306,7 +309,9 @@ def partition(gm: torch.fx.GraphModule, refused: dict[torch.fx.Node, str]) -> to
 
 
 def fallbacks_of(gm: torch.fx.GraphModule, refused: dict[torch.fx.Node, str]) -> list[Fallback]:
-    return [Fallback(n.name, function_name(n, gm), r) for n, r in refused.items()]
+    """The refused nodes, less the ``getitem``s that pick a result of another refused node (they run in eager
+    PyTorch too, but only because their producer does)."""
+    return [Fallback(n.name, function_name(n, gm), r) for n, r in refused.items() if not r.startswith(PICKS)]
 
 
 def log_fallbacks(graph_name: str, fallbacks: Sequence[Fallback], regions: int) -> None:
