@@ -6,7 +6,9 @@ nodes, parameters of leaf modules, and the parameter/buffer placeholders Dynamo 
 arithmetic, tuples) are folded at import time, and so is any node whose tensor inputs are all
 constants (``self.weight.t()``, slices of ``in_proj_weight``...), by running it in torch.
 
-Each FX node maps onto the built-in ops of ``superopt.ops``. After every node the result is checked
+Each FX node maps onto the built-in ops of ``superopt.ops`` through the handler tables that the modules of
+``superopt.frontends.torch_ops`` fill (one per family: elementwise, reduction, contraction, movement,
+indexing, sorting, attention, recurrent, ...); this module is the driver. After every node the result is checked
 against the shape ShapeProp recorded (and cast to the recorded dtype), so a mapping mistake fails
 at import time, naming the node, instead of silently computing something else.
 """
