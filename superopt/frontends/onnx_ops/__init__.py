@@ -14,6 +14,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     recurrent,
     resize,
     sorting,
+    spectral,
 )
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (
