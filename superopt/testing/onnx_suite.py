@@ -36,6 +36,7 @@ OPS = [
     "cumprod",
     "cumsum",
     "depthtospace",
+    "dft",
     "div",
     "dropout",
     "edge_pad",
@@ -139,6 +140,7 @@ OPS = [
     "split",
     "sqrt",
     "squeeze",
+    "stft",
     "sub",
     "sum",
     "swiglu",
@@ -176,6 +178,8 @@ EXCLUDE = [
     # inputs as compile-time values, so these need a constant it does not have (with constant scales they pass)
     r"test_resize_.*(scales_(nearest|linear|cubic)|tf_crop_and_resize)|test_upsample_nearest",
     r"test_resize_.*_antialias",  # Resize antialias=1 is not lowered (the fallback's job)
+    # the expected imaginary parts hold the generator's float32 rounding (1.9e-7 where the input implies 0; atol 1e-7)
+    r"test_dft_inverse(_opset19)?_cpu$",
     r"test_mvn_cpu$",  # strict ONNX shape inference rejects the function body's Constant (onnx bug); _expanded passes
     # models at opsets below 9 (outside the supported 9..21 range)
     r"test_(and|or|xor)_bcast|test_not_[234]d_cpu",
