@@ -338,6 +338,12 @@ class TemporalConv(nn.Module):
         return self.ln((x + y).transpose(1, 2))
 
 
+class StatsAndShuffles(nn.Module):
+    def forward(self, x):
+        z = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-5)
+        return torch.var(z, 0, unbiased=False) + torch.roll(z, 2, 1).flip(0)[:, [3, 1, 0]].sum(1).mean()
+
+
 class MixedUnsupported(nn.Module):
     """A function superopt does not lower in the middle: it runs in eager PyTorch between two regions."""
 
@@ -453,6 +459,8 @@ CASES = [
           needs={"torch.triu": ("triangular", "trilu"), "Tensor.tril": ("triangular", "trilu"),
                  "Tensor.triu": ("triangular", "trilu")}),
     _case("temporal_conv1d", TemporalConv, lambda: (torch.randn(2, 6, 10),)),
+    _case("stats_and_shuffles", StatsAndShuffles, lambda: (torch.randn(4, 6),),
+          lowered={"Tensor.std", "torch.var", "torch.roll", "Tensor.flip"}),
     _case("mixed_unsupported", MixedUnsupported, lambda: (torch.randn(3, 8),),
           fallbacks={"torch.special.bessel_j0"}),
     _case("upsample_seg_head", UpsampleSegHead, lambda: (torch.randn(2, 4, 5, 5),),

@@ -43,6 +43,7 @@ from superopt.frontends.torch_ops.movement import (
     _expand,
     _expand_as,
     _flatten,
+    _getitem,
     _narrow,
     _pad,
     _permute,
@@ -208,3 +209,9 @@ aten("transpose_copy.int")(_transpose)
 aten("unsqueeze_copy")(_unsqueeze)
 aten("squeeze_copy")(_squeeze)
 aten("alias_copy", "detach_copy")(_identity)
+
+
+@aten("index.Tensor")
+def _aten_index(cx: Ctx, x: T, indices: Any) -> T:
+    """``x[indices]`` with ``None`` for the axes taken whole (advanced indexing, as ``torch.export`` writes it)."""
+    return _getitem(cx, x, tuple(slice(None) if i is None else i for i in indices))

@@ -8,6 +8,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -190,6 +191,9 @@ def index_axis(idx: tuple[Any, ...], k: int, out_rank: int) -> int:
 @function(operator.getitem)
 def _getitem(cx: Ctx, x: T, index: Any) -> T:
     idx = index if isinstance(index, tuple) else (index,)
+    # a list of ints indexes like an int64 tensor
+    idx = tuple(cx.const(np.asarray(i, dtype=np.int64)) if isinstance(i, list) and all(
+        isinstance(e, int) and not isinstance(e, bool) for e in i) else i for i in idx)
     tensors = [k for k, i in enumerate(idx) if isinstance(i, T)]
     if tensors:
         k = tensors[0]
@@ -307,3 +311,32 @@ def _tile(cx: Ctx, x: T, dims: Any) -> T:
 
 
 aten("repeat")(lambda cx, x, repeats: _repeat(cx, x, *repeats))
+
+
+@function(torch.flip)
+@method("flip")
+@aten("flip")
+def _flip(cx: Ctx, x: T, *dims: Any) -> T:
+    for d in _dims(dims):
+        a = cx.axis(d, cx.rank(x))
+        n = cx.shape(x)[a]
+        x = T(ops.gather(cx.b, x, cx.const(np.arange(n - 1, -1, -1, dtype=np.int64)), axis=a))
+    return x
+
+
+@function(torch.roll)
+@method("roll")
+@aten("roll")
+def _roll(cx: Ctx, x: T, shifts: Any, dims: Any = None) -> T:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        shape = cx.shape(x)
+        return cx.reshape(_roll(cx, cx.reshape(x, (-1,)), shifts, 0), shape)
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    for s, d in zip(shifts, dims, strict=True):
+        a = cx.axis(d, cx.rank(x))
+        n = cx.shape(x)[a]
+        k = s % n if n else 0
+        if k:
+            x = T(ops.concat(cx.b, [cx.slice_axis(x, a, n - k, n), cx.slice_axis(x, a, 0, n - k)], a))
+    return x

@@ -191,3 +191,30 @@ for _name, _kind in (("any", "max"), ("all", "min")):
     function(getattr(torch, _name))(_any_all(_kind))
     method(_name)(_any_all(_kind))
     aten(_name)(_any_all(_kind))
+
+
+def _variance(cx: Ctx, x: T, dim: Any, correction: float, keepdim: bool) -> T:
+    axes = _reduce_axes(cx, x, dim)
+    n = 1
+    for a in axes:
+        n *= cx.shape(x)[a]
+    mean = T(ops.reduce(cx.b, x, "mean", axes, keepdims=True))
+    d = T(ops.sub(cx.b, x, mean))
+    var = T(ops.reduce(cx.b, ops.mul(cx.b, d, d), "mean", axes, keepdims=keepdim))
+    return var if correction == 0 else T(ops.scale(cx.b, var, n / max(n - correction, 0) if n > correction else float("inf")))
+
+
+def _var_std(sqrt: bool) -> Handler:
+    def h(cx: Ctx, x: T, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> T:
+        if isinstance(dim, bool):  # torch.var(x, unbiased)
+            dim, unbiased = None, dim
+        corr = float(correction) if correction is not None else (0.0 if unbiased is False else 1.0)
+        v = _variance(cx, x, dim, corr, keepdim)
+        return T(ops.unary(cx.b, "sqrt", v)) if sqrt else v
+    return h
+
+
+for _name, _sqrt in (("var", False), ("std", True)):
+    function(getattr(torch, _name))(_var_std(_sqrt))
+    method(_name)(_var_std(_sqrt))
+    aten(f"{_name}.correction", f"{_name}.dim", f"{_name}.default")(_var_std(_sqrt))
