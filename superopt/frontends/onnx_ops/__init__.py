@@ -5,6 +5,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     attention,
     constant,
     elementwise,
+    geometry,
     indexing,
     losses,
     movement,

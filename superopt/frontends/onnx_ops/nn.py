@@ -88,9 +88,23 @@ def _layer_norm(c: _Ctx, x):
 
 @_conv("BatchNormalization")
 def _batch_norm(c: _Ctx, x):
-    if any(o for o in c.node.output[1:]) or c.attr("training_mode", 0):
-        raise OnnxImportError("BatchNormalization in training mode is not supported")
-    return ops.batch_norm(c.b, x[0], x[1], x[2], x[3], x[4], c.attr("epsilon", 1e-5))
+    eps = c.attr("epsilon", 1e-5)
+    training = bool(c.attr("training_mode", 0)) or any(o for o in c.node.output[1:])
+    if not training:
+        return ops.batch_norm(c.b, x[0], x[1], x[2], x[3], x[4], eps)
+    if c.opset < 14:
+        raise OnnxImportError("BatchNormalization training outputs before opset 14 (saved mean/var) are not supported")
+    # training (opset 14+): normalize with the batch statistics, and update the running ones by momentum
+    rank = len(c.b.shape(x[0]))
+    axes = [0, *range(2, rank)]
+    mean = ops.reduce(c.b, x[0], "mean", axes, keepdims=False)
+    bshape = [1, -1] + [1] * (rank - 2)
+    centred = ops.sub(c.b, x[0], ops.reshape(c.b, mean, bshape))
+    var = ops.reduce(c.b, ops.mul(c.b, centred, centred), "mean", axes, keepdims=False)
+    y = ops.batch_norm(c.b, x[0], x[1], x[2], mean, var, eps)
+    m = float(c.attr("momentum", 0.9))
+    blend = f"{{0}} * {m!r} + {{1}} * {1.0 - m!r}"
+    return [y, ewise(c.b, blend, [x[3], mean], "running_mean"), ewise(c.b, blend, [x[4], var], "running_var")]
 
 
 @_conv("LRN")
