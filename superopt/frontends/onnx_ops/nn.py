@@ -223,3 +223,28 @@ def _conv_transpose(c: _Ctx, x):
 @_conv("Einsum")
 def _einsum(c: _Ctx, x):
     return ops.einsum(c.b, str(c.attr("equation")).replace(" ", ""), *x)
+
+
+@_conv("CausalConvWithState")
+def _causal_conv_with_state(c: _Ctx, x):
+    """Depthwise causal conv1d over [past_state (or zeros), input], optional SiLU; the new state is the last k-1
+    positions of that concatenation (opset 28)."""
+    inp, w = x[0], x[1]
+    bias = x[2] if len(x) > 2 else None
+    past = x[3] if len(x) > 3 else None
+    bsz, ch, _ = c.b.shape(inp)
+    k = c.b.shape(w)[2]
+    dt = c.b.type(inp).dtype
+    if past is None:
+        past = c.b.constant(np.zeros((bsz, ch, k - 1), dt), dtype=dt)
+    padded = ops.concat(c.b, [past, inp], 2) if k > 1 else inp
+    y = ops.convnd(c.b, padded, w, bias, [1], [0, 0], [1], ch)
+    act = str(c.attr("activation", "none"))
+    if act in ("silu", "swish"):
+        y = ops.silu(c.b, y)
+    elif act != "none":
+        raise OnnxImportError(f"CausalConvWithState activation {act!r} is not one of none, silu, swish")
+    total = c.b.shape(padded)[2]
+    state = (ops.slice_(c.b, padded, [total - (k - 1)], [total], [2]) if k > 1
+             else c.b.constant(np.zeros((bsz, ch, 0), dt), dtype=dt))
+    return [y, state]
