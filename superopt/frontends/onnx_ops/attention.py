@@ -195,3 +195,60 @@ def _rotary_embedding(c: _Ctx, x):
     if len(shape) == 3:
         return ops.reshape(b, out, shape)
     return ops.transpose(b, out, [0, 2, 1, 3])
+
+
+@_conv("LinearAttention")
+def _linear_attention(c: _Ctx, x):
+    """The recurrent state S (B, H_kv, d_k, d_v) unrolled over time (opset 28): S *= exp(decay) (gated rules),
+    v <- beta * (v - S^T k) (delta rules), S += k v^T, output scale * q S (S shared across a group of query heads)."""
+    b = c.b
+    q, k, v = x[0], x[1], x[2]
+    past, decay, beta = (x[i] if len(x) > i else None for i in (3, 4, 5))
+    rule = str(c.attr("update_rule", "gated_delta"))
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise OnnxImportError(f"LinearAttention update_rule {rule!r} is not supported")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise OnnxImportError(f"LinearAttention update_rule {rule!r} does not fit the decay/beta inputs given")
+    hq, hkv = c.attr("q_num_heads"), c.attr("kv_num_heads")
+    if hq is None or hkv is None or hq % hkv:
+        raise OnnxImportError("LinearAttention needs q_num_heads, a multiple of kv_num_heads")
+    bsz, steps, _ = b.shape(q)
+    q4, k4, v4 = _to_heads(c, q, hq), _to_heads(c, k, hkv), _to_heads(c, v, hkv)
+    dk, dv = b.shape(k4)[3], b.shape(v4)[3]
+    scale = c.attr("scale")
+    scale = 1.0 / float(np.sqrt(dk)) if not scale else float(scale)
+    dt = b.type(q).dtype
+    if decay is not None:
+        last = b.shape(decay)[2]
+        if last == hkv:
+            decay = ops.transpose(b, ops.reshape(b, decay, [bsz, steps, hkv, 1]), [0, 2, 1, 3])
+        else:
+            decay = _to_heads(c, decay, hkv)  # (B, H_kv, T, d_k)
+    if beta is not None:
+        hb = b.shape(beta)[2]
+        beta = ops.transpose(b, ops.reshape(b, beta, [bsz, steps, hb, 1]), [0, 2, 1, 3])  # (B, Hb, T, 1)
+    state = past if past is not None else b.constant(np.zeros((bsz, hkv, dk, dv), dt), dtype=dt)
+    state_dt = b.type(state).dtype
+    state = ops.cast(b, state, dt)
+
+    def at(t4: str, i: int) -> str:  # (B, H, T, D) -> (B, H, D) at step i
+        s = b.shape(t4)
+        return ops.reshape(b, ops.slice_(b, t4, [i], [i + 1], [2]), [s[0], s[1], s[3]])
+
+    outs = []
+    for i in range(steps):
+        k_t, v_t = at(k4, i), at(v4, i)
+        if gating:
+            g = at(decay, i)
+            state = ewise(b, "{0} * exp({1})", [state, ops.unsqueeze(b, g, [3])], "decay")
+        if delta:
+            retrieved = ops.einsum(b, "bhdm,bhd->bhm", state, k_t)
+            v_t = ewise(b, "{2} * ({0} - {1})", [v_t, retrieved, at(beta, i)], "delta")
+        state = ewise(b, "{0} + {1} * {2}", [state, ops.unsqueeze(b, k_t, [3]), ops.unsqueeze(b, v_t, [2])], "write")
+        read = _repeat_heads(c, state, hq // hkv)
+        o = ops.scale(b, ops.einsum(b, "bhd,bhdm->bhm", at(q4, i), read), scale)
+        outs.append(ops.unsqueeze(b, o, [2]))
+    y = ops.concat(b, outs, 2) if len(outs) > 1 else outs[0]  # (B, H_q, T, d_v)
+    y = ops.reshape(b, ops.transpose(b, y, [0, 2, 1, 3]), [bsz, steps, hq * dv])
+    return [y, ops.cast(b, state, state_dt)]
