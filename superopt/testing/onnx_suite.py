@@ -23,6 +23,7 @@ OPS = [
     "blackmanwindow",
     "cast",
     "castlike",
+    "causal_conv_with_state",
     "ceil",
     "celu",
     "center_crop_pad",
@@ -76,6 +77,7 @@ OPS = [
     "leakyrelu",
     "less",
     "less_equal",
+    "linear_attention",
     "log",
     "logsoftmax",
     "lpnormalization",
@@ -167,6 +169,7 @@ EXCLUDE = [
     r"_(float16|FLOAT16|bfloat16|BFLOAT16|float8|FLOAT8|e4m3|e5m2|uint8|int8|uint16|int16|uint32|uint64|"
     r"string|STRING|int4|uint4|INT4|UINT4|float4|FLOAT4)",
     r"test_cast_.*(FLOAT_to|DOUBLE_to|to_FLOAT|to_DOUBLE)",  # Cast tables mostly cover exotic types
+    r"test_linear_attention_.*_expanded",  # the function body is a Scan (control flow)
     r"test_affine_grid_.*_expanded",  # the function body branches with If (control flow; a constant condition)
     r"test_maxpool_with_argmax",  # MaxPool's Indices output is not supported
     r"test_split_to_sequence|test_identity_(opt|sequence)",  # sequence / optional types
