@@ -88,39 +88,54 @@ class SuperoptCompiled:
         self.gm = gm
         self.runner_factory = runner_factory
         self.keep_inputs = keep_inputs
-        self._cache: dict[Any, tuple[FxImport, Runner]] = {}
+        # signature -> [(baked positions, their identities and versions, (import, runner))]
+        self._cache: dict[Any, list[tuple[tuple[int, ...], tuple[Any, ...], tuple[FxImport, Runner]]]] = {}
+        self._compiles = 0
 
     @property
     def compiles(self) -> int:
-        """How many input signatures have been imported and compiled."""
-        return len(self._cache)
+        """How many times the graph has been imported and compiled (once per input signature, and again when a
+        baked parameter changes)."""
+        return self._compiles
 
-    def _key(self, args: Sequence[Any], baked: Sequence[int] = ()) -> Any:
-        key = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                key.append((tuple(a.shape), a.dtype))
-            else:
-                key.append(("value", a if isinstance(a, (int, float, bool)) else type(a).__name__))
+    @staticmethod
+    def _stamp(args: Sequence[Any], baked: Sequence[int]) -> tuple[Any, ...]:
         # baked parameters: re-import if one is replaced or modified in place
-        key.extend((i, id(args[i]), args[i]._version) for i in baked)
-        return tuple(key)
+        return tuple((id(args[i]), args[i]._version) for i in baked)
 
     def specialize(self, args: Sequence[Any]) -> tuple[FxImport, Runner]:
-        for (k, baked), entry in self._cache.items():
-            if k == self._key(args, baked):
+        sig = signature(args)
+        entries = self._cache.setdefault(sig, [])
+        for baked, stamp, entry in entries:
+            if stamp == self._stamp(args, baked):
                 return entry
         imp = import_fx_full(self.gm, args, keep_inputs=self.keep_inputs)
         entry = (imp, self.runner_factory(imp.graph))
-        self._cache[(self._key(args, imp.baked), imp.baked)] = entry
+        entries[:] = [e for e in entries if e[0] != imp.baked]  # a stale import of the same signature
+        entries.append((imp.baked, self._stamp(args, imp.baked), entry))
+        self._compiles += 1
         return entry
 
     def __call__(self, *args: Any) -> Any:
         imp, runner = self.specialize(args)
-        outs = runner([to_numpy(args[i]) for i in imp.input_positions])
+        ins = [_input_array(args[i]) for i in imp.input_positions]
+        outs = runner(ins)
+        # an output may be (a view of) an input the caller owns: hand back a copy, as the copying import did
+        outs = [np.array(o) if any(np.may_share_memory(o, a) for a in ins) else o for o in outs]
         by_name = dict(zip(imp.graph.outputs, outs, strict=True))
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         return _rebuild(imp.output_spec, by_name, device)
+
+
+_SHARED_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool)
+
+
+def _input_array(t: torch.Tensor) -> np.ndarray:
+    """A run-time input as an array: the tensor's own memory when it can be (CPU, contiguous, a dtype the IR
+    keeps; kernels do not write their inputs), else a converted copy."""
+    if t.device.type == "cpu" and t.dtype in _SHARED_DTYPES and t.is_contiguous():
+        return t.detach().numpy()
+    return to_numpy(t)
 
 
 def _rebuild(spec: Any, by_name: dict[str, np.ndarray], device: torch.device) -> Any:
