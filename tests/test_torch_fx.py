@@ -290,3 +290,31 @@ def test_compiled_executor_runner():
     torch.manual_seed(0)
     with torch.no_grad():
         _check_compiled(TinyCNN().eval(), torch.randn(2, 3, 16, 16), backend=make_backend(executor_runner))
+
+
+class TracedLeaves(nn.Module):
+    """Leaf modules symbolic_trace keeps as call_module: conv1d/transposed conv, norms, resampling, recurrences."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.c1 = nn.Conv1d(6, 4, 3, padding=1)
+        self.lstm = nn.LSTM(4, 5, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(10, 3, num_layers=2)
+        self.up = nn.ConvTranspose2d(1, 2, 2, 2)
+        self.gn = nn.GroupNorm(2, 2)
+        self.inorm = nn.InstanceNorm2d(2)
+        self.resize = nn.Upsample(scale_factor=2, mode="nearest")
+        self.act = nn.Hardswish()
+
+    def forward(self, ids):
+        h = self.act(self.c1(self.emb(ids).transpose(1, 2))).transpose(1, 2)  # (N, L, 4)
+        seq = self.lstm(h)[0]  # (N, L, 10)
+        g = self.gru(seq.transpose(0, 1))[1]  # (2, N, 3)
+        img = self.up(seq.unsqueeze(1))  # (N, 2, 2L, 20)
+        return self.resize(self.inorm(self.gn(img))), g
+
+
+def test_traced_leaf_modules():
+    torch.manual_seed(0)
+    _check_traced(TracedLeaves().eval(), torch.randint(0, 10, (2, 5)))

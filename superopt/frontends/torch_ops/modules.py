@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import torch.nn.functional as F
 from torch import nn
 
 from superopt import ops
 from superopt.frontends.torch_ops.attention import _f_mha
-from superopt.frontends.torch_ops.context import Ctx, T, module
-from superopt.frontends.torch_ops.contraction import _conv2d, _linear
+from superopt.frontends.torch_ops.context import FUNCTIONS, Ctx, T, module
+from superopt.frontends.torch_ops.contraction import _conv2d, _conv_transpose, _convnd, _linear
 from superopt.frontends.torch_ops.elementwise import _dropout, _leaky_relu
 from superopt.frontends.torch_ops.movement import _flatten, _unflatten
 from superopt.frontends.torch_ops.pool import _adaptive_avg_pool2d, _avg_pool2d, _max_pool2d
+from superopt.frontends.torch_ops.recurrent import _gru, _lstm
 from superopt.frontends.torch_ops.reduction import _bn, _layer_norm, _log_softmax, _rms_norm, _softmax
 
 
@@ -150,3 +153,55 @@ def _m_mha(cx: Ctx, m: nn.MultiheadAttention, query: T, key: T, value: T,
     if m.batch_first and batched:
         out = cx.swap(out, 0, 1)
     return (out, w)
+
+
+@module(nn.Conv1d, nn.Conv3d)
+def _m_convnd(cx: Ctx, m: nn.modules.conv._ConvNd, x: T) -> T:
+    if m.padding_mode != "zeros":
+        raise cx.fail(f"{type(m).__name__} padding_mode={m.padding_mode!r} is not supported")
+    return _convnd(cx, x, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), m.stride, m.padding, m.dilation,
+                   m.groups)
+
+
+@module(nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+def _m_conv_transpose(cx: Ctx, m: nn.modules.conv._ConvTransposeNd, x: T, output_size: Any = None) -> T:
+    if output_size is not None:
+        raise cx.fail(f"{type(m).__name__}(output_size=...) is not supported")
+    return _conv_transpose(cx, x, cx.param(m.weight, "weight"), cx.param(m.bias, "bias"), m.stride, m.padding,
+                           m.output_padding, m.groups, m.dilation)
+
+
+def _activation_module(fn: Any) -> Any:
+    def h(cx: Ctx, m: nn.Module, x: T) -> T:
+        return fn(cx, x)
+    return h
+
+
+module(nn.Hardswish)(_activation_module(lambda cx, x: FUNCTIONS[F.hardswish](cx, x)))
+module(nn.Hardsigmoid)(_activation_module(lambda cx, x: FUNCTIONS[F.hardsigmoid](cx, x)))
+module(nn.Mish)(_activation_module(lambda cx, x: FUNCTIONS[F.mish](cx, x)))
+module(nn.SELU)(_activation_module(lambda cx, x: FUNCTIONS[F.selu](cx, x)))
+module(nn.Softsign)(_activation_module(lambda cx, x: FUNCTIONS[F.softsign](cx, x)))
+module(nn.ELU)(lambda cx, m, x: FUNCTIONS[F.elu](cx, x, m.alpha))
+module(nn.CELU)(lambda cx, m, x: FUNCTIONS[F.celu](cx, x, m.alpha))
+module(nn.Softplus)(lambda cx, m, x: FUNCTIONS[F.softplus](cx, x, m.beta, m.threshold))
+
+
+@module(nn.LSTM, nn.GRU)
+def _m_rnn(cx: Ctx, m: nn.RNNBase, x: T, hx: Any = None) -> Any:
+    if getattr(m, "proj_size", 0):
+        raise cx.fail("LSTM with proj_size is not supported")
+    dirs = 2 if m.bidirectional else 1
+    xs = cx.shape(x)
+    batch = (xs[0] if m.batch_first else xs[1]) if len(xs) == 3 else None
+    hshape = (m.num_layers * dirs, batch, m.hidden_size) if batch is not None else (m.num_layers * dirs, m.hidden_size)
+    zeros = cx.const(np.zeros(hshape, dtype=cx.dtype(x)))
+    params = [cx.param(w, "rnn_weight") for w in m._flat_weights]
+    if isinstance(m, nn.LSTM):
+        h0, c0 = hx if hx is not None else (zeros, zeros)
+        out, h, c = _lstm(cx, x, (h0, c0), params, m.bias, m.num_layers, m.dropout, m.training, m.bidirectional,
+                          m.batch_first)
+        return out, (h, c)
+    out, h = _gru(cx, x, hx if hx is not None else zeros, params, m.bias, m.num_layers, m.dropout, m.training,
+                  m.bidirectional, m.batch_first)
+    return out, h
