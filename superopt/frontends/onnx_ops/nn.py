@@ -162,8 +162,6 @@ def _conv_op(c: _Ctx, x):
 
 @_conv("MaxPool", "AveragePool")
 def _pool(c: _Ctx, x):
-    if len(c.node.output) > 1 and c.node.output[1]:
-        raise OnnxImportError("MaxPool Indices output is not supported")
     xs = c.b.shape(x[0])
     kernel = list(c.attr("kernel_shape"))
     nd = len(kernel)
@@ -172,6 +170,11 @@ def _pool(c: _Ctx, x):
     pads = _auto_pads(c, xs[2:], kernel, strides, dil)
     ceil_mode = bool(c.attr("ceil_mode", 0))
     if c.node.op_type == "MaxPool":
+        if len(c.node.output) > 1 and c.node.output[1]:
+            from superopt.frontends.onnx_ops.pooling import max_pool_with_indices
+
+            order = int(c.attr("storage_order", 0))
+            return max_pool_with_indices(c.b, x[0], kernel, strides, pads, dil, ceil_mode, order)
         return ops.max_pool(c.b, x[0], kernel, strides, pads, dil, ceil_mode)
     if any(d != 1 for d in dil):
         from superopt.frontends.onnx_ops.pooling import dilated_avg_pool

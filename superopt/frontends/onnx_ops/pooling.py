@@ -62,3 +62,24 @@ def _lp_pool(c: _Ctx, x):
     else:
         term, post = f"pow(abs({{x}}), {lit(p)})", f"pow({{s}}, {lit(1.0 / p)})"
     return window_sum(c.b, x[0], kernel, strides, pads, dil, bool(c.attr("ceil_mode", 0)), term, post, "lp_pool")
+
+
+def max_pool_with_indices(b: GraphBuilder, x: str, kernel, strides, pads, dilations, ceil_mode: bool,
+                          storage_order: int = 0) -> list[str]:
+    """[max, flat index of the first maximum in the whole input] per window (MaxPool's Indices output);
+    storage_order 1 numbers the spatial positions column-major."""
+    xs = b.shape(x)
+    nd = len(kernel)
+    sp, win, _outs, ext = _window(b, x, kernel, strides, pads, dilations, ceil_mode)
+    spatial = list(xs[2:])
+    if storage_order:  # column-major spatial positions: the first spatial axis varies fastest
+        strides_pos = [int(np.prod(spatial[:d])) for d in range(nd)]
+    else:
+        strides_pos = [int(np.prod(spatial[d + 1:])) for d in range(nd)]
+    plane = int(np.prod(spatial))
+    pos = " + ".join([f"n * {xs[1] * plane}", f"c * {plane}"] + [f"({w}) * {s}" for w, s in zip(win, strides_pos, strict=True)])
+    o = idx(["n", "c"] + sp)
+    tap = f"X[{idx(['n', 'c'] + win)}]"
+    big = np.iinfo(np.int64).max
+    src = f"M[{o}] max= {tap}\nI[{o}] min= where({tap} == M[{o}], cast_int64({pos}), {big})"
+    return b.compute(src, {"X": x}, "max_pool_indices", extents=ext, padding={"X": -np.inf}, outputs=["M", "I"])
