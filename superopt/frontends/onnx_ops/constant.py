@@ -72,6 +72,32 @@ def _window(c: _Ctx, x):
     return c.b.constant(w.astype(dt), dtype=dt)
 
 
+@_conv("MelWeightMatrix")
+def _mel_weight_matrix(c: _Ctx, x):
+    """(dft_length // 2 + 1, num_mel_bins) triangular filters, by the spec's reference formula (its mel step
+    divides the range by num_mel_bins + 2)."""
+    mels, n, rate = (int(c.const(t, "MelWeightMatrix input").reshape(-1)[0]) for t in x[:3])
+    lo, hi = (float(c.const(t, "MelWeightMatrix edge").reshape(-1)[0]) for t in x[3:5])
+    to_mel = lambda f: 2595 * np.log1p(f / 700) / np.log(10)  # noqa: E731
+    lo_mel, hi_mel = to_mel(lo), to_mel(hi)
+    edges = np.arange(mels + 2) * ((hi_mel - lo_mel) / (mels + 2)) + lo_mel
+    edges = (((n + 1) * (700 * np.expm1(edges / 2595 * np.log(10)))) // rate).astype(int)
+    w = np.zeros((n // 2 + 1, mels))
+    for i in range(mels):
+        left, centre, right = edges[i], edges[i + 1], edges[i + 2]
+        if centre == left:
+            w[centre, i] = 1
+        else:
+            for j in range(left, centre + 1):
+                w[j, i] = (j - left) / (centre - left)
+        for j in range(centre, right):
+            w[j, i] = (right - j) / (right - centre)
+    dt = ELEM.get(c.attr("output_datatype", onnx.TensorProto.FLOAT))
+    if dt is None:
+        raise OnnxImportError(f"MelWeightMatrix output_datatype {c.attr('output_datatype')} is not supported")
+    return c.b.constant(w.astype(dt), dtype=dt)
+
+
 def _np_dtype_name(dt) -> str:
     name = np.dtype(dt).name
     if name not in ("float32", "float64", "int64", "int32", "bool"):
@@ -79,4 +105,5 @@ def _np_dtype_name(dt) -> str:
     return name
 
 
-CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "HannWindow", "HammingWindow", "BlackmanWindow"}
+CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "HannWindow", "HammingWindow", "BlackmanWindow",
+              "MelWeightMatrix"}
