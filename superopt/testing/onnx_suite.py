@@ -89,6 +89,7 @@ OPS = [
     "max",
     "maxpool",
     "mean",
+    "melweightmatrix",
     "min",
     "mish",
     "mod",
@@ -173,7 +174,6 @@ EXCLUDE = [
     r"test_cast_.*(FLOAT_to|DOUBLE_to|to_FLOAT|to_DOUBLE)",  # Cast tables mostly cover exotic types
     r"test_linear_attention_.*_expanded",  # the function body is a Scan (control flow)
     r"test_affine_grid_.*_expanded",  # the function body branches with If (control flow; a constant condition)
-    r"test_maxpool_with_argmax",  # MaxPool's Indices output is not supported
     r"test_split_to_sequence|test_identity_(opt|sequence)",  # sequence / optional types
     r"test_cast(like)?_.*U?INT2",  # 2-bit integer types
     r"_(fp16|bf16)_|_(i8|i16|ui8|ui16|ui32|ui64)_",  # float16/bfloat16 and small/unsigned integers, named the short way
