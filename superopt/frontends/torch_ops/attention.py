@@ -46,18 +46,24 @@ def _repeat_heads(cx: Ctx, x: T, heads: int) -> T:
 def _mha_core(cx: Ctx, query: T, key: T, value: T, num_heads: int, wq: T, wk: T, wv: T,
               bq: T | None, bk: T | None, bv: T | None, out_w: T, out_b: T | None,
               key_padding_mask: T | None, need_weights: bool, attn_mask: T | None,
-              average_attn_weights: bool, is_causal: bool) -> tuple[T, T | None]:
-    """Multi-head attention on seq-first (L, N, E) inputs; returns ((L, N, E), weights or None)."""
+              average_attn_weights: bool, is_causal: bool, batch_first: bool = False) -> tuple[T, T | None]:
+    """Multi-head attention on seq-first (L, N, E) inputs (batch-first (N, L, E) with ``batch_first``); returns
+    (the output in the same layout, weights or None)."""
     b = cx.b
-    L, N, E = cx.shape(query)
-    S = cx.shape(key)[0]
+    if batch_first:
+        N, L, E = cx.shape(query)
+        S = cx.shape(key)[1]
+    else:
+        L, N, E = cx.shape(query)
+        S = cx.shape(key)[0]
     H = num_heads
     hd = E // H
 
-    def heads(x: T, w: T, bias: T | None, n: int) -> T:  # (n, N, E) -> (N, H, n, hd)
+    def heads(x: T, w: T, bias: T | None, n: int) -> T:  # (n, N, E) or (N, n, E) -> (N, H, n, hd)
         y = T(ops.linear(b, x, w, bias))
-        y = cx.reshape(y, (n, N, H, hd))
-        return cx.transpose(y, (1, 2, 0, 3))
+        if batch_first:
+            return cx.transpose(cx.reshape(y, (N, n, H, hd)), (0, 2, 1, 3))
+        return cx.transpose(cx.reshape(y, (n, N, H, hd)), (1, 2, 0, 3))
 
     q, k, v = heads(query, wq, bq, L), heads(key, wk, bk, S), heads(value, wv, bv, S)
     mask = None
@@ -88,7 +94,10 @@ def _mha_core(cx: Ctx, query: T, key: T, value: T, num_heads: int, wq: T, wk: T,
         weights = T(ops.reduce(b, p, "mean", [1], keepdims=False)) if average_attn_weights else p
     else:
         o = T(ops.scaled_dot_product_attention(b, q, k, v, mask=mask, is_causal=False, scale=None))
-    o = cx.reshape(cx.transpose(o, (2, 0, 1, 3)), (L, N, E))
+    if batch_first:
+        o = cx.reshape(cx.transpose(o, (0, 2, 1, 3)), (N, L, E))
+    else:
+        o = cx.reshape(cx.transpose(o, (2, 0, 1, 3)), (L, N, E))
     return T(ops.linear(b, o, out_w, out_b)), weights
 
 
@@ -156,10 +165,9 @@ def _transformer_encoder_layer_fwd(cx: Ctx, src: T, embed_dim: int, num_heads: i
         bq, bk, bv = (cx.slice_axis(qkv_bias, 0, i * E, (i + 1) * E) for i in range(3))
 
     def attn(x: T) -> T:
-        xs = cx.swap(x, 0, 1)
-        out, _ = _mha_core(cx, xs, xs, xs, num_heads, wq, wk, wv, bq, bk, bv, proj_weight, proj_bias, kpm,
-                           False, attn_mask, True, False)
-        return cx.swap(out, 0, 1)
+        out, _ = _mha_core(cx, x, x, x, num_heads, wq, wk, wv, bq, bk, bv, proj_weight, proj_bias, kpm,
+                           False, attn_mask, True, False, batch_first=True)
+        return out
 
     def ffn(x: T) -> T:
         h = T(ops.linear(b, x, ffn_weight_1, ffn_bias_1))
