@@ -83,3 +83,26 @@ def max_pool_with_indices(b: GraphBuilder, x: str, kernel, strides, pads, dilati
     big = np.iinfo(np.int64).max
     src = f"M[{o}] max= {tap}\nI[{o}] min= where({tap} == M[{o}], cast_int64({pos}), {big})"
     return b.compute(src, {"X": x}, "max_pool_indices", extents=ext, padding={"X": -np.inf}, outputs=["M", "I"])
+
+
+@_conv("MaxUnpool")
+def _max_unpool(c: _Ctx, x):
+    """Values written at their flat positions (MaxPool's Indices) into zeros of the unpooled shape."""
+    from superopt.ops import indexing
+
+    xs = c.b.shape(x[0])
+    kernel = list(c.attr("kernel_shape"))
+    nd = len(kernel)
+    strides = list(c.attr("strides", [1] * nd))
+    pads = list(c.attr("pads", [0] * (2 * nd)))
+    want = c.ints(x[2] if len(x) > 2 else None, "MaxUnpool output_shape")
+    shape = [*xs[:2], *[(xs[2 + d] - 1) * strides[d] - pads[d] - pads[nd + d] + kernel[d] for d in range(nd)]]
+    dt = c.b.type(x[0]).dtype
+    zeros = c.b.constant(np.zeros(int(np.prod(shape)), dt), dtype=dt)
+    where = ops.reshape(c.b, ops.cast(c.b, x[1], "int64"), [-1, 1])
+    out = ops.reshape(c.b, indexing.scatter_nd(c.b, zeros, where, ops.reshape(c.b, x[0], [-1])), shape)
+    if want is not None and list(want) != shape:  # a larger output_shape: zeros after the unpooled block (as onnx)
+        if any(w < s for w, s in zip(want, shape, strict=True)):
+            raise OnnxImportError(f"MaxUnpool output_shape {want} is smaller than the unpooled shape {shape}")
+        out = ops.pad(c.b, out, [0] * len(shape) + [w - s for w, s in zip(want, shape, strict=True)], 0.0)
+    return out
