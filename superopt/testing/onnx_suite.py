@@ -88,6 +88,7 @@ OPS = [
     "matmul",
     "max",
     "maxpool",
+    "maxunpool",
     "mean",
     "melweightmatrix",
     "min",
