@@ -244,3 +244,26 @@ def test_an_internal_error_in_the_passes_runs_the_graph_in_eager(monkeypatch):
     (graph,) = compiled_graphs()
     (fb,) = graph.report.fallbacks
     assert fb.function == "the whole graph" and "partitioner bug" in fb.reason
+
+
+def test_user_ops_are_lowered_into_the_graph():
+    rownorm = superopt.op("S[i] += X[i,j] * X[i,j]\nY[i,j] = X[i,j] / sqrt(S[i] + 1.0)", name="rownorm_frontdoor")
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return torch.relu(rownorm(self.fc(x)))
+
+    torch.manual_seed(0)
+    model, x = M().eval(), torch.randn(5, 6)
+    with torch.no_grad():
+        ref = model(x)  # (the first call registers torch.ops.superopt.rownorm_frontdoor)
+        _fresh()
+        torch.testing.assert_close(torch.compile(model, backend="superopt", options={"strict": True})(x), ref,
+                                   rtol=1e-4, atol=1e-5)
+    (graph,) = compiled_graphs()
+    assert "superopt.rownorm_frontdoor" in graph.report.lowered_functions
+    _check_graph(import_torch_program(model, (x,)), model, x)

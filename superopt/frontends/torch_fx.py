@@ -45,6 +45,7 @@ from superopt.frontends.torch_ops.context import (
     is_param_placeholder,
     to_numpy,
 )
+from superopt.frontends.torch_ops.user_ops import user_op_handler
 from superopt.ir.graph import Graph
 
 
@@ -215,7 +216,7 @@ class _Importer(Ctx):
             folded = self._fold(n, args, kwargs)
             if folded is not _NOT_FOLDED:
                 return folded
-            h = FUNCTIONS.get(n.target)
+            h = FUNCTIONS.get(n.target) or user_op_handler(n.target)
             if h is None:
                 raise self.fail(f"unsupported function {_target_name(n)}")
             return self._call(h, args, kwargs)
