@@ -1,4 +1,5 @@
-"""Sampling grids: AffineGrid (opset 20), a matmul of theta with a constant grid of normalized positions."""
+"""Sampling grids: AffineGrid (opset 20), a matmul of theta with a constant grid of normalized positions, and
+GridSample (opsets 16, 20), per-tap gathers weighted elementwise."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import numpy as np
 
 from superopt import ops
 from superopt.frontends.onnx_ops.context import OnnxImportError, _conv, _Ctx
+from superopt.ops import indexing
+from superopt.ops._util import ewise, lit
 
 
 def _positions(n: int, align_corners: bool) -> np.ndarray:
@@ -30,3 +33,109 @@ def _affine_grid(c: _Ctx, x):
     dt = c.b.type(x[0]).dtype
     grid = ops.matmul(c.b, x[0], c.b.constant(base.astype(dt), dtype=dt))  # (N, nd, positions)
     return ops.reshape(c.b, ops.transpose(c.b, grid, [0, 2, 1]), [size[0], *spatial, nd])
+
+
+_CUBIC_A = -0.75
+
+
+def _reflect(v: str, lo: float, hi: float) -> str:
+    """Reflect a coordinate by the near border until it lies in [lo, hi] (the onnx reference's rule)."""
+    rng = lit(hi - lo)
+    lo_s, hi_s = lit(lo), lit(hi)
+    below = (f"where(mod(floor(({lo_s} - {v}) / {rng}), 2.0) == 0.0, {lo_s} + (({lo_s} - {v}) - floor(({lo_s} - {v}) / {rng})"
+             f" * {rng}), {hi_s} - (({lo_s} - {v}) - floor(({lo_s} - {v}) / {rng}) * {rng}))")
+    above = (f"where(mod(floor(({v} - {hi_s}) / {rng}), 2.0) == 0.0, {hi_s} - (({v} - {hi_s}) - floor(({v} - {hi_s}) / {rng})"
+             f" * {rng}), {lo_s} + (({v} - {hi_s}) - floor(({v} - {hi_s}) / {rng}) * {rng}))")
+    return f"where({v} < {lo_s}, {below}, where({v} > {hi_s}, {above}, {v}))"
+
+
+def _cubic_weights(t: str) -> list[str]:
+    a = lit(_CUBIC_A)
+    u = [f"({t} + 1.0)", t, f"(1.0 - {t})", f"(2.0 - {t})"]
+    far = lambda s: f"((({a} * {s} - 5.0 * {a}) * {s} + 8.0 * {a}) * {s} - 4.0 * {a})"  # noqa: E731
+    near = lambda s: f"((({a} + 2.0) * {s} - ({a} + 3.0)) * {s} * {s} + 1.0)"  # noqa: E731
+    return [far(u[0]), near(u[1]), near(u[2]), far(u[3])]
+
+
+@_conv("GridSample")
+def _grid_sample(c: _Ctx, x):
+    """Sample X (N, C, *S) at the grid's normalized positions (N, *O, nd), nearest / N-linear / N-cubic, with
+    zeros, border or reflection padding: per axis, tap indices and weights; per tap combination, one
+    gather_elements over the flattened spatial positions."""
+    b = c.b
+    xs, gs = b.shape(x[0]), b.shape(x[1])
+    spatial, out = list(xs[2:]), list(gs[1:-1])
+    nd = len(spatial)
+    if gs[-1] != nd or gs[0] != xs[0]:
+        raise OnnxImportError(f"GridSample: grid {gs} does not fit input {xs}")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(str(c.attr("mode", "linear")), str(c.attr("mode", "linear")))
+    pad = str(c.attr("padding_mode", "zeros"))
+    align = bool(c.attr("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic") or pad not in ("zeros", "border", "reflection"):
+        raise OnnxImportError(f"GridSample mode {mode!r} / padding_mode {pad!r} is not supported")
+    dt = b.type(x[0]).dtype
+    n, ch = xs[0], xs[1]
+    q = int(np.prod(out))
+    per_axis = []  # per spatial axis: [(index tensor int64, weight tensor)] over its taps
+    for i, d in enumerate(spatial):
+        g = ops.reshape(b, ops.slice_(b, x[1], [nd - 1 - i], [nd - i], [len(gs) - 1]), [n, q])
+        lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+        coord = f"({{0}} + 1.0) / 2.0 * {lit(d - 1.0)}" if align else f"(({{0}} + 1.0) * {lit(float(d))} - 1.0) / 2.0"
+        if mode == "nearest":
+            coord = f"round({coord})"
+        if pad == "border":
+            coord = f"where(or({coord} < {lit(lo)}, {coord} > {lit(hi)}), min(max({coord}, 0.0), {lit(d - 1.0)}), {coord})"
+        elif pad == "reflection":
+            coord = _reflect(f"({coord})", lo, hi)
+        v = ewise(b, coord, [g], "grid_coord")
+        if mode == "nearest":
+            taps = [("trunc", "1.0")]
+            base, t = v, None
+        else:
+            base = ewise(b, "floor({0})", [v], "grid_floor")
+            t = ewise(b, "{0} - {1}", [v, base], "grid_frac")
+            if mode == "linear":
+                taps = [(0, "(1.0 - {1})"), (1, "{1}")]
+            else:
+                taps = [(k - 1, w.replace("t_", "{1}")) for k, w in enumerate(_cubic_weights("t_"))]
+        entries = []
+        for off, wexpr in taps:
+            # nearest: truncate toward zero (a reflected coordinate need not be whole); else the tap's offset
+            pos = "({0} - fmod({0}, 1.0))" if off == "trunc" else f"({{0}} + {lit(float(off))})"
+            if pad == "zeros":
+                valid = f"and({pos} >= 0.0, {pos} <= {lit(d - 1.0)})"
+                weight = f"where({valid}, {wexpr}, 0.0)"
+                index = f"min(max({pos}, 0.0), {lit(d - 1.0)})"
+            elif pad == "border":
+                weight, index = wexpr, f"min(max({pos}, 0.0), {lit(d - 1.0)})"
+            else:
+                refl = _reflect(pos, lo, hi)
+                weight, index = wexpr, f"min(max(({refl}) - fmod(({refl}), 1.0), 0.0), {lit(d - 1.0)})"
+            w_t = None
+            if "{0}" in weight or "{1}" in weight:  # operands: {0} the base position, {1} the fraction
+                used = [k for k in (0, 1) if f"{{{k}}}" in weight]
+                expr = weight
+                for j, k in enumerate(used):
+                    expr = expr.replace(f"{{{k}}}", f"{{A{j}}}")
+                expr = expr.replace("{A0}", "{0}").replace("{A1}", "{1}")
+                w_t = ewise(b, f"cast_{dt}({expr})", [[base, t if mode != "nearest" else None][k] for k in used],
+                            "grid_weight")
+            entries.append((ewise(b, f"cast_int64({index})", [base], "grid_index"), w_t))
+        per_axis.append(entries)
+    flat_x = ops.reshape(b, x[0], [n, ch, int(np.prod(spatial))])
+    strides = [int(np.prod(spatial[i + 1:])) for i in range(nd)]
+    total = None
+    for combo in np.ndindex(*[len(e) for e in per_axis]):
+        picks = [per_axis[i][k] for i, k in enumerate(combo)]
+        terms = " + ".join(f"{{{i}}} * {s}" for i, s in enumerate(strides))
+        flat = ewise(b, f"cast_int64({terms})", [p[0] for p in picks], "grid_flat")
+        where = ops.expand(b, ops.reshape(b, flat, [n, 1, q]), [n, ch, q])
+        val = indexing.gather_elements(b, flat_x, where, 2)
+        ws = [p[1] for p in picks if p[1] is not None]
+        if ws:
+            wt = ws[0]
+            for w in ws[1:]:
+                wt = ops.mul(b, wt, w)
+            val = ops.mul(b, val, ops.reshape(b, wt, [n, 1, q]))
+        total = val if total is None else ops.add(b, total, val)
+    return ops.reshape(b, total, [n, ch, *out])
