@@ -61,6 +61,7 @@ OPS = [
     "globalmaxpool",
     "greater",
     "greater_equal",
+    "gridsample",
     "group_normalization",
     "gru",
     "hammingwindow",
