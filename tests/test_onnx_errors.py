@@ -7,6 +7,7 @@ from onnx import TensorProto, helper
 
 import superopt.backend as be
 from superopt.frontends import OnnxImportError, import_onnx
+from superopt.frontends.onnx_ops import CONVERTERS
 
 
 def _model(nodes, inputs, outputs, opset=17, inits=()):
@@ -67,17 +68,18 @@ def test_unknown_op():
     assert "FancyOp" in msg and "weird_node" in msg and "17" in msg
 
 
-def test_unsupported_op_names_type_node_and_opset_in_strict_mode():
+def test_unsupported_op_names_type_node_and_opset_in_strict_mode(monkeypatch):
+    monkeypatch.delitem(CONVERTERS, "Det", raising=False)  # Det has no native lowering (should it gain one: removed)
     m = _model(
-        [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
-        [_vi("x", [2, 3])],
-        [_vi("y", [2, 3])],
+        [helper.make_node("Det", ["x"], ["y"], name="det0")],
+        [_vi("x", [2, 3, 3])],
+        [_vi("y", [2])],
         opset=13,
     )
     with pytest.raises(OnnxImportError) as err:
         import_onnx(m, strict=True)
     msg = _one_line(err)
-    assert "Hardmax" in msg and "'hm'" in msg and "opset 13" in msg
+    assert "Det" in msg and "'det0'" in msg and "opset 13" in msg
     assert len(import_onnx(m).nodes) == 1  # not strict: the node runs through the ONNX fallback
 
 
