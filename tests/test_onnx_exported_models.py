@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from superopt.api import OptimizeConfig, optimize  # noqa: E402
+from superopt.api import OptimizeConfig, OptimizedModel, optimize  # noqa: E402
 from superopt.frontends.onnx_fallback import KIND  # noqa: E402
 from superopt.testing.exported_models import EXPORT_OPSET, export_model, max_rel_error, ort_session  # noqa: E402
 
@@ -47,3 +47,19 @@ def test_exported_model_matches_onnxruntime(name):
                  rng.integers(0, 50, v.shape).astype(v.dtype)) for k, v in feed.items()}
     for g, w in zip(prog(**other), ort_session(model).run(None, other)):
         assert max_rel_error(g, w) <= 1e-4
+
+
+def test_exported_dynamic_batch_compiles_each_shape_once():
+    """The detection head exported with a symbolic batch runs at batch 1, 4 and 7 through one OptimizedModel."""
+    model, feed = export_model("detection_head", dynamic_batch=True)
+    [(name, x)] = feed.items()
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # symbolic in the ONNX file
+    prog = optimize(model, feed, OptimizeConfig(cost_model=None))
+    assert isinstance(prog, OptimizedModel)
+    rng = np.random.default_rng(3)
+    xs = {b: rng.standard_normal((b,) + x.shape[1:]).astype(np.float32) for b in (1, 4, 7)}
+    sess = ort_session(model)
+    for b in (1, 4, 7, 4):
+        for g, w in zip(prog(xs[b]), sess.run(None, {name: xs[b]})):
+            assert g.shape == w.shape and max_rel_error(g, w) <= 1e-4
+    assert [s[name][0] for s in prog.compiled_shapes] == [1, 4, 7] and prog.compiles == 3

@@ -162,8 +162,9 @@ MODELS: dict[str, Callable] = {"unet": _unet, "gpt_block": _gpt_block, "detectio
                                "lstm_tagger": _lstm_tagger}
 
 
-def export_model(name: str, seed: int = 0, opset: int = EXPORT_OPSET):
-    """(ONNX ModelProto, example inputs as numpy arrays by ONNX input name) for one of :data:`MODELS`."""
+def export_model(name: str, seed: int = 0, opset: int = EXPORT_OPSET, dynamic_batch: bool = False):
+    """(ONNX ModelProto, example inputs as numpy arrays by ONNX input name) for one of :data:`MODELS`;
+    ``dynamic_batch``: axis 0 of every input is the symbolic dimension ``batch`` (dynamo exporter only)."""
     import onnx
 
     torch = _torch()
@@ -177,8 +178,12 @@ def export_model(name: str, seed: int = 0, opset: int = EXPORT_OPSET):
         previous = logging.root.manager.disable
         logging.disable(logging.WARNING)  # the exporter's chatter (torchvision ops, ...)
         try:
-            proto = torch.onnx.export(module, args, dynamo=True, opset_version=opset, verbose=False).model_proto
+            dyn = tuple({0: torch.export.Dim("batch", max=1024)} for _ in args) if dynamic_batch else None
+            proto = torch.onnx.export(module, args, dynamo=True, opset_version=opset, verbose=False,
+                                      dynamic_shapes=dyn).model_proto
         except Exception:  # noqa: BLE001 - the legacy TorchScript exporter writes up to opset 20
+            if dynamic_batch:
+                raise
             buf = io.BytesIO()
             torch.onnx.export(module, args, buf, dynamo=False, opset_version=min(opset, 20))
             proto = onnx.load_from_string(buf.getvalue())
