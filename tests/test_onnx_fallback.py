@@ -149,6 +149,19 @@ def test_control_flow_falls_back_as_a_whole_node(make, op, node):
         np.testing.assert_allclose(prog(feed["x"])[0], _ort(m, feed)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_other_domain_op_runs_through_onnxruntime():
+    """A com.microsoft contrib op (no ONNX schema: its output shape is learned by running it once)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Gelu", ["r"], ["g"], domain="com.microsoft", name="ms_gelu"),
+             helper.make_node("Add", ["g", "x"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [_vi("x", [2, 5])], [_vi("y", [2, 5])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    prog = optimize(m, FAST)
+    assert [(f.op, f.node) for f in prog.report.fallbacks] == [("com.microsoft.Gelu", "ms_gelu")]
+    feed = _rng_feed(m)
+    np.testing.assert_allclose(prog(feed["x"])[0], _ort(m, feed)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_fallback_outputs_of_data_dependent_shape_need_example_values():
     m = _model([helper.make_node("NonZero", ["x"], ["nz"], name="nz0")], [_vi("x", [2, 3])],
                [_vi("nz", None, TensorProto.INT64)])

@@ -340,7 +340,8 @@ def _fallback(b: GraphBuilder, m: onnx.ModelProto, node: onnx.NodeProto, opsets:
         again = infer_node_outputs(node, used_opsets, ins, consts, functions)
         known = [k if k is not None else a for k, a in zip(known, again)]
     if any(k is None for k in known) or len(consts) == len(names):
-        values = _node_input_values(b, names, env, consts, example, synthetic=node.op_type in CONTROL_FLOW)
+        values = _node_input_values(b, names, env, consts, example,
+                                     synthetic=node.op_type in CONTROL_FLOW or node.domain not in ("", "ai.onnx"))
         if values is None:
             bad = outs[[k is None for k in known].index(True)]
             raise OnnxImportError(f"{where}: ONNX cannot infer the shape of its output {bad!r} and it has no "
@@ -375,8 +376,9 @@ def _domains(node: onnx.NodeProto) -> set[str]:
 def _node_input_values(b: GraphBuilder, names: list[str], env: dict[str, str], consts: dict[str, np.ndarray],
                        example: Mapping[str, np.ndarray] | None, synthetic: bool = False) -> dict[str, np.ndarray] | None:
     """The node's input values on the example inputs (the graph so far run by the reference interpreter);
-    None when a value needs graph inputs that have no example. With ``synthetic`` (control flow, whose
-    output shapes ONNX leaves open though they rarely depend on values) missing examples are made up:
+    None when a value needs graph inputs that have no example. With ``synthetic`` (control flow and ops of
+    other domains, whose output shapes ONNX leaves open though they rarely depend on values) missing
+    examples are made up:
     seeded normal floats, zero integers; the extern still checks the shapes at run time."""
     if len(consts) == len(names):
         return dict(consts)
