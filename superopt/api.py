@@ -380,9 +380,11 @@ def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], di
 def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, np.ndarray],
                           config: OptimizeConfig) -> OptimizedProgram:
     """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
+    from superopt.frontends.onnx_fallback import set_threads
     from superopt.frontends.onnx_frontend import import_onnx_model
     from superopt.frontends.onnx_shapes import symbolic_inputs
 
+    set_threads(config.threads)  # fallback nodes run by onnxruntime use the kernels' thread count
     t0 = time.perf_counter()
     im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []

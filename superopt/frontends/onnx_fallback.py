@@ -126,10 +126,18 @@ class OnnxNodeSpec:
 
 
 # ---- running a node ---------------------------------------------------------------------------------
+_THREADS = [1]  # onnxruntime intra-op threads per fallback session (set_threads; superopt.optimize sets its own count)
+
+
+def set_threads(n: int) -> None:
+    """Threads for fallback nodes run by onnxruntime from now on (its workers sleep when idle: no spinning)."""
+    _THREADS[0] = max(1, int(n))
+
+
 class _Session:
     """One node's runner: onnxruntime when it takes the node, else onnx.reference."""
 
-    def __init__(self, spec: OnnxNodeSpec) -> None:
+    def __init__(self, spec: OnnxNodeSpec, threads: int = 1) -> None:
         model = spec.model()
         self.spec = spec
         self.engine = ""
@@ -139,7 +147,7 @@ class _Session:
             import onnxruntime as ort
 
             so = ort.SessionOptions()
-            so.intra_op_num_threads = 1  # many small sessions: no thread pool of their own competing with kernels
+            so.intra_op_num_threads = threads
             so.inter_op_num_threads = 1
             so.log_severity_level = 4
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -166,9 +174,13 @@ class _Session:
         return self._ref.run(names, feed)
 
 
-@functools.lru_cache(maxsize=4096)
 def session(spec: OnnxNodeSpec) -> _Session:
-    return _Session(spec)
+    return _session(spec, _THREADS[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _session(spec: OnnxNodeSpec, threads: int) -> _Session:
+    return _Session(spec, threads)
 
 
 def run_node(spec: OnnxNodeSpec, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -287,5 +299,5 @@ def summarize(fallbacks: Sequence[FallbackNode]) -> str:
     return "not optimized: " + ", ".join(parts)
 
 
-__all__ = ["KIND", "FallbackNode", "FallbackError", "OnnxNodeSpec", "make_spec", "run_node", "session",
+__all__ = ["KIND", "FallbackNode", "FallbackError", "OnnxNodeSpec", "make_spec", "run_node", "session", "set_threads",
            "infer_node_outputs", "fallback_inputs", "outer_scope_reads", "summarize", "superopt_dtype"]
