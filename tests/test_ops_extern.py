@@ -322,6 +322,30 @@ def test_resize_with_given_scales_matches_onnxruntime(shape, scales, ctm, mode, 
     assert_same(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape,sizes", [((2, 9), (2, 4)), ((11, 7), (3, 2)), ((5, 6), (9, 2)), ((3, 4), (6, 8))])
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("mode,exclude_outside", [("linear", False), ("cubic", False), ("cubic", True)])
+def test_resize_antialias_matches_onnx_reference(shape, sizes, ctm, mode, exclude_outside):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    consts, order = _resize_onnx_inputs(x, sizes, None, ctm)
+    want = onnx_reference("Resize", {"x": x}, consts, order=order, mode=mode, coordinate_transformation_mode=ctm,
+                          exclude_outside=int(exclude_outside), antialias=1)
+    got = run_op(lambda b, x: resize(b, x, sizes, None, mode, ctm, exclude_outside=exclude_outside, antialias=True),
+                 {"x": x})
+    assert_same(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("torch_mode", ["bilinear", "bicubic"])
+def test_resize_antialias_matches_torch(torch_mode):
+    x = RNG.standard_normal((1, 2, 12, 9)).astype(np.float32)
+    want = F.interpolate(torch.from_numpy(x), size=(5, 4), mode=torch_mode, antialias=True).numpy()
+    mode = "linear" if torch_mode == "bilinear" else "cubic"
+    a = -0.5 if mode == "cubic" else -0.75  # torch's antialiased bicubic uses Keys' a = -0.5
+    got = run_op(lambda b, x: resize(b, x, want.shape, None, mode, "pytorch_half_pixel", cubic_coeff_a=a,
+                                     exclude_outside=True, antialias=True), {"x": x})  # torch drops outside taps
+    assert_same(got, [want], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 @pytest.mark.parametrize("dtype", [np.int64, np.float64])
 def test_resize_keeps_the_element_type_like_onnx(mode, dtype):

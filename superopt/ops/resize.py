@@ -76,13 +76,14 @@ def _nearest_index_notation(b: GraphBuilder, x: str, attrs: dict[str, Any]) -> s
 def resize(b: GraphBuilder, x: str, sizes: Sequence[int], scales: Sequence[float] | None = None, mode: str = "nearest",
            coordinate_transformation_mode: str = "half_pixel", nearest_mode: str = "round_prefer_floor",
            cubic_coeff_a: float = -0.75, exclude_outside: bool = False, extrapolation_value: float = 0.0,
-           roi: Sequence[float] | None = None) -> str:
+           roi: Sequence[float] | None = None, antialias: bool = False) -> str:
     """Resample ``x`` to the full output shape ``sizes``.
 
     ``scales`` (one per axis) are the caller's scale factors when it was given scales (ONNX maps
     coordinates with them, not with sizes/shape). ``roi`` (begins then ends, one pair per axis, in
     normalized coordinates) is read only by tf_crop_and_resize (default: the whole input), whose
-    samples outside the input take ``extrapolation_value``.
+    samples outside the input take ``extrapolation_value``. ``antialias`` (linear and cubic; nearest
+    ignores it) widens the kernel by 1/scale when down-sampling, as ONNX Resize-18.
     """
     attrs: dict[str, Any] = {
         "sizes": tuple(int(s) for s in sizes),
@@ -94,6 +95,7 @@ def resize(b: GraphBuilder, x: str, sizes: Sequence[int], scales: Sequence[float
         "exclude_outside": bool(exclude_outside),
         "extrapolation_value": float(extrapolation_value),
         "roi": None if roi is None else tuple(float(r) for r in roi),
+        "antialias": bool(antialias),
     }
     t = b.type(x)
     check_resize_attrs(t, attrs)

@@ -1,12 +1,12 @@
-"""Extern kind ``resize``: ONNX Resize (opset 19 without antialias) over all axes, one axis at a time.
+"""Extern kind ``resize``: ONNX Resize (opset 19) over all axes, one axis at a time.
 
 Attrs: ``sizes`` (the output shape), ``scales`` (one per axis, or None: size ratios), ``mode``
 (nearest/linear/cubic), ``coordinate_transformation_mode``, ``nearest_mode``, ``cubic_coeff_a``,
-``exclude_outside``, ``extrapolation_value`` and ``roi`` (begins then ends, per axis; only read by
-tf_crop_and_resize). Nearest, N-linear and N-cubic interpolation are separable, so an axis at a time
-gives the ONNX result. The sampling tables depend only on the attrs and shapes; they are computed
-in float64 and the data is interpolated in float64, then cast back to its element type (rounded and
-saturated for integers, as ONNX's reference does).
+``exclude_outside``, ``extrapolation_value``, ``antialias`` (read by linear and cubic only) and ``roi``
+(begins then ends, per axis; only read by tf_crop_and_resize). Nearest, N-linear and N-cubic
+interpolation are separable, so an axis at a time gives the ONNX result. The sampling tables depend
+only on the attrs and shapes; they are computed in float64 and the data is interpolated in float64,
+then cast back to its element type (rounded and saturated for integers, as ONNX's reference does).
 """
 
 from __future__ import annotations
@@ -88,37 +88,40 @@ def nearest_indices(x: np.ndarray, in_len: int, nearest_mode: str) -> np.ndarray
     return np.clip(idx, 0, in_len - 1).astype(np.int64)
 
 
-def _cubic_weights(r: np.ndarray, a: float) -> np.ndarray:
-    """Weights of the taps at offsets -1, 0, 1, 2 from floor(x) for fraction r (Keys' kernel)."""
-
-    def near(t):  # |t| <= 1
-        return ((a + 2) * t - (a + 3)) * t * t + 1
-
-    def far(t):  # 1 < |t| < 2
-        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-
-    return np.stack([far(r + 1), near(r), near(1 - r), far(2 - r)], axis=-1)
+def _kernel(t: np.ndarray, mode: str, a: float) -> np.ndarray:
+    """The interpolation kernel at offsets ``t``: the triangle (linear) or Keys' cubic with parameter a."""
+    t = np.abs(t)
+    if mode == "linear":
+        return np.clip(1 - t, 0.0, 1.0)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
 def interpolation_taps(x: np.ndarray, in_len: int, mode: str, cubic_coeff_a: float = -0.75,
-                       exclude_outside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                       exclude_outside: bool = False, scale: float = 1.0,
+                       antialias: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(positions, weights), each (out_len, taps): positions clamped into the input (edge padding).
 
-    An integer x takes the taps left of it with fraction 1, as ONNX does; that only matters for which
+    The taps sit around x, the kernel's support (1 for linear, 2 for cubic) each side; ``antialias``
+    stretches the kernel by 1/scale when down-sampling (more taps, weights normalized to sum 1). An
+    integer x takes its taps as if its fraction were 1 (ONNX's choice): that only matters for which
     taps ``exclude_outside`` drops (it zeroes the weights of taps outside the input and renormalizes).
     """
+    if mode not in ("linear", "cubic"):
+        raise ValueError(f"resize: no interpolation taps for mode {mode!r}")
+    support = 1 if mode == "linear" else 2
+    stretch = min(scale, 1.0) if antialias else 1.0
+    first = int(np.floor(-support / stretch)) + 1 if antialias else 1 - support  # offset of the first tap
+    offsets = first + np.arange(2 - 2 * first)
     f = np.floor(x)
     whole = x == f
     r = np.where(whole, 1.0, x - f)
-    first = f.astype(np.int64) - whole.astype(np.int64)  # the tap left of x
-    if mode == "linear":
-        weights = np.stack([1 - r, r], axis=-1)
-        taps = first[:, None] + np.arange(2)
-    elif mode == "cubic":
-        weights = _cubic_weights(r, cubic_coeff_a)
-        taps = first[:, None] + np.arange(-1, 3)
-    else:
-        raise ValueError(f"resize: no interpolation taps for mode {mode!r}")
+    left = f.astype(np.int64) - whole.astype(np.int64)  # the tap left of x
+    taps = left[:, None] + offsets
+    weights = _kernel((offsets - r[:, None]) * stretch, mode, cubic_coeff_a)
+    if antialias:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
     if exclude_outside:
         weights = np.where((taps < 0) | (taps >= in_len), 0.0, weights)
         total = weights.sum(axis=-1, keepdims=True)
@@ -129,12 +132,14 @@ def interpolation_taps(x: np.ndarray, in_len: int, mode: str, cubic_coeff_a: flo
 def _resize_axis(data: np.ndarray, axis: int, attrs: dict[str, Any]) -> np.ndarray:
     in_len, rank = data.shape[axis], data.ndim
     out_len = attrs["sizes"][axis]
-    x, outside = source_coordinates(in_len, out_len, axis_scale(attrs, axis, in_len),
-                                    attrs["coordinate_transformation_mode"], axis_roi(attrs, axis, rank))
+    scale = axis_scale(attrs, axis, in_len)
+    x, outside = source_coordinates(in_len, out_len, scale, attrs["coordinate_transformation_mode"],
+                                    axis_roi(attrs, axis, rank))
     if attrs["mode"] == "nearest":
         res = np.take(data, nearest_indices(x, in_len, attrs["nearest_mode"]), axis=axis)
     else:
-        taps, weights = interpolation_taps(x, in_len, attrs["mode"], attrs["cubic_coeff_a"], attrs["exclude_outside"])
+        taps, weights = interpolation_taps(x, in_len, attrs["mode"], attrs["cubic_coeff_a"], attrs["exclude_outside"],
+                                           scale, attrs.get("antialias", False))
         gathered = np.take(data, taps, axis=axis)  # (..., out, taps, ...)
         res = np.einsum("...ot,ot->...o", np.moveaxis(gathered, (axis, axis + 1), (-2, -1)), weights)
         res = np.moveaxis(res, -1, axis)
