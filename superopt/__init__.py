@@ -10,7 +10,7 @@ from importlib import import_module
 from typing import Any
 
 _API = {name: "superopt.api" for name in ("optimize", "optimize_op", "define_op", "load_graph", "OptimizeConfig",
-                                          "OptimizeReport", "OptimizedProgram", "VerificationError")}
+                                          "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "load")}
 _API |= {"op": "superopt.user_op", "UserOp": "superopt.user_op"}
 
 

@@ -115,6 +115,20 @@ class OptimizedProgram:
             res = [np.asarray(r).astype(dt, copy=False) for r, dt in zip(res, self.output_dtypes)]
         return res
 
+    def save(self, directory: str | Path) -> Path:
+        """Write the compiled program (kernels, traces, graph, report) as an artifact directory, atomically;
+        :func:`load` reloads it in a fresh process without compiling (see :mod:`superopt.artifact`)."""
+        import dataclasses
+        import json
+
+        from superopt.artifact import save_executor
+
+        meta = {"input_names": self.input_names,
+                "output_dtypes": None if self.output_dtypes is None else [np.dtype(d).str for d in self.output_dtypes]}
+        report = {"optimize": dataclasses.asdict(self.report) if dataclasses.is_dataclass(self.report) else {}}
+        return save_executor(self.executor, directory, report=report,
+                             extra_files={"program.json": json.dumps(meta).encode()})
+
 
 def shape_label(shapes: Mapping[str, Sequence[int]]) -> str:
     """``x=1x3x8x8, mask=1x8`` (a scalar: ``s=()``)."""
@@ -181,6 +195,27 @@ class OptimizedModel:
         if missing:
             raise ValueError(f"missing model input(s) {missing}; the model takes {self.input_names}")
         return self.program_for(feed)(**{n: feed[n] for n in self.input_names})
+
+
+def load(directory: str | Path, threads: int | None = None) -> OptimizedProgram:
+    """An artifact written by ``OptimizedProgram.save`` or ``superopt optimize -o``, ready to call; nothing is
+    recompiled on the machine that wrote it. A corrupt directory fails with one line naming the file."""
+    import json
+
+    from superopt.artifact import load_executor
+
+    executor, report = load_executor(directory, threads)
+    meta_path = Path(directory) / "program.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    fields = {f for f in OptimizeReport.__dataclass_fields__}
+    saved = {k: v for k, v in report.get("optimize", {}).items() if k in fields}
+    try:
+        rep = OptimizeReport(**saved)
+    except TypeError:
+        rep = OptimizeReport(len(executor.graph.nodes), len(executor.kernels), 0.0, 0.0, 0.0, None, "loaded")
+    dtypes = meta.get("output_dtypes")
+    return OptimizedProgram(executor.graph, executor, rep, meta.get("input_names"),
+                            None if dtypes is None else [np.dtype(d) for d in dtypes])
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -424,5 +459,5 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
     return optimize(define_op(src, inputs, **kw), config)
 
 
-__all__ = ["OptimizeConfig", "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "optimize",
+__all__ = ["load", "OptimizeConfig", "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "optimize",
            "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model"]

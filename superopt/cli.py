@@ -18,11 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
+from superopt.cli_artifact import register as register_artifact
 from superopt.cli_costmodel import register as register_costmodel
 from superopt.cli_dataset import register as register_dataset
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
 DEFAULT_DB = "superopt_tuning.jsonl"  # in the current directory
+
+
+# exit statuses of every command: 0 success; 1 a user error (bad or missing file, unsupported op, bad input);
+# 2 bad arguments (argparse's own convention, kept for every subcommand); 3 the compiled program failed
+# verification; 4 an internal error (a bug of superopt's)
+EXIT_USER_ERROR, EXIT_USAGE, EXIT_VERIFICATION, EXIT_INTERNAL = 1, 2, 3, 4
 
 
 class UsageError(ValueError):
@@ -136,12 +143,33 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     prog = optimize(path, _onnx_shapes(args, path),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
                                    cost_model=_cost_model_arg(args), strict=args.strict))
-    print(f"optimized {args.model}: {prog.report}")
+    log = sys.stderr if args.json else sys.stdout
+    print(f"optimized {args.model}: {prog.report}", file=log)
     for line in prog.report.fallback_lines():
-        print(f"  {line}")
+        print(f"  {line}", file=log)
+    if args.out:
+        from superopt.cli_artifact import write_artifact
+        from superopt.frontends.onnx_frontend import _load
+
+        first = getattr(prog, "first", prog)  # an OptimizedModel (symbolic dims): its first compiled shape
+        source = _load(path).SerializeToString()
+        out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads)
+        if args.json:
+            print(json.dumps({"artifact": str(out), **report}, indent=1, default=str))
+        else:
+            lat = report["latency_ms"]
+            print("  ".join(f"{k}: {v:.3f} ms" for k, v in lat.items()))
+            print(f"wrote {out}/ (report.md, report.json, report.png, optimized.onnx, kernels/)")
+        return 0
     feed = random_inputs(prog.graph)
     t = _median_time(lambda: prog.executor(feed), args.repeat)
-    print(f"median run time: {t * 1e3:.2f} ms ({args.threads} threads)")
+    if args.json:
+        import dataclasses
+
+        print(json.dumps({"model": args.model, "report": dataclasses.asdict(prog.report), "median_ms": t * 1e3,
+                          "threads": args.threads}, indent=1, default=str))
+    else:
+        print(f"median run time: {t * 1e3:.2f} ms ({args.threads} threads)")
     return 0
 
 
@@ -403,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                             "dimensions (repeat)")
     p.add_argument("--dim", action="append", metavar="NAME=N", help="size of a symbolic dimension, e.g. batch=1 "
                                                                       "(repeat)")
+    p.add_argument("-o", "--out", default=None, metavar="OUT",
+                   help="write the compiled artifact, optimized.onnx and report.md/json/png to this directory "
+                        "(atomically); reload with superopt run OUT or superopt.load(OUT)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout (logs on stderr)")
     p.set_defaults(fn=cmd_optimize)
     t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
                                     "the tuning database",
@@ -424,18 +456,27 @@ def main(argv: list[str] | None = None) -> int:
     t.set_defaults(fn=cmd_tune)
     register_dataset(sub)
     register_costmodel(sub)
+    register_artifact(sub)
     d = sub.add_parser("demo", help="run the capsule votes op and squeezenet end to end")
     d.add_argument("--threads", type=int, default=2)
     d.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
+    from superopt.api import VerificationError
+
     try:
         return args.fn(args)
     except UsageError as err:
         print(f"superopt {args.command}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except VerificationError as err:
+        print(f"superopt {args.command}: verification failed: {_one_line(err)}", file=sys.stderr)
+        return EXIT_VERIFICATION
     except (ValueError, RuntimeError, OSError) as err:
         print(f"superopt {args.command}: error: {_one_line(err)}", file=sys.stderr)
-        return 1
+        return EXIT_USER_ERROR
+    except Exception as err:  # noqa: BLE001 - a bug of ours: one line, its own exit code
+        print(f"superopt {args.command}: internal error: {type(err).__name__}: {_one_line(err)}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
