@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_torch_modules import TopkCumsum  # the issue's module, defined once with the table
 from torch import nn
 
 import superopt
@@ -19,18 +20,6 @@ from superopt.frontends.torch_ops.context import contract_op
 from superopt.interp import evaluate
 
 HAVE_TOPK_CUMSUM = contract_op("sorting", "topk") is not None and contract_op("scan", "cumsum") is not None
-
-
-class TopkCumsum(nn.Module):
-    """The issue's module: a Linear, a ReLU, torch.topk and torch.cumsum."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(16, 16)
-
-    def forward(self, x):
-        v, i = torch.topk(torch.relu(self.fc(x)), 4, dim=-1)
-        return torch.cumsum(v, dim=-1), i
 
 
 class Unsupported(nn.Module):

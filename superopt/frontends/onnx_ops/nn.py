@@ -160,14 +160,18 @@ def _conv_op(c: _Ctx, x):
     return ops.convnd(c.b, x[0], x[1], x[2] if len(x) > 2 else None, strides, pads, dil, c.attr("group", 1))
 
 
-@_conv("MaxPool", "AveragePool")
-def _pool(c: _Ctx, x):
-    xs = c.b.shape(x[0])
+def window_attrs(c: _Ctx, x: str) -> tuple[list[int], list[int], list[int], list[int]]:
+    """A pooling node's (kernel, strides, dilations, pads), auto_pad resolved, for input ``x``."""
     kernel = list(c.attr("kernel_shape"))
     nd = len(kernel)
     strides = list(c.attr("strides", [1] * nd))
     dil = list(c.attr("dilations", [1] * nd))
-    pads = _auto_pads(c, xs[2:], kernel, strides, dil)
+    return kernel, strides, dil, _auto_pads(c, c.b.shape(x)[2:], kernel, strides, dil)
+
+
+@_conv("MaxPool", "AveragePool")
+def _pool(c: _Ctx, x):
+    kernel, strides, dil, pads = window_attrs(c, x[0])
     ceil_mode = bool(c.attr("ceil_mode", 0))
     if c.node.op_type == "MaxPool":
         if len(c.node.output) > 1 and c.node.output[1]:

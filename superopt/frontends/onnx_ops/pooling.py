@@ -44,14 +44,9 @@ def dilated_avg_pool(b: GraphBuilder, x: str, kernel, strides, pads, dilations, 
 @_conv("LpPool")
 def _lp_pool(c: _Ctx, x):
     """(sum over the window of |x|^p)^(1/p); padding contributes 0."""
-    from superopt.frontends.onnx_ops.nn import _auto_pads
+    from superopt.frontends.onnx_ops.nn import window_attrs
 
-    xs = c.b.shape(x[0])
-    kernel = list(c.attr("kernel_shape"))
-    nd = len(kernel)
-    strides = list(c.attr("strides", [1] * nd))
-    dil = list(c.attr("dilations", [1] * nd))
-    pads = _auto_pads(c, xs[2:], kernel, strides, dil)
+    kernel, strides, dil, pads = window_attrs(c, x[0])
     p = float(c.attr("p", 2))
     if p <= 0:
         raise OnnxImportError(f"LpPool p must be positive, got {p}")
