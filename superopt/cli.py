@@ -261,6 +261,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ours, theirs = _alternating_medians([lambda: prog(*x), lambda: sess.run(None, feed)], 15)
     print(f"      superopt {ours * 1e3:.1f} ms vs onnxruntime {theirs * 1e3:.1f} ms: {theirs / ours:.2f}x; "
           f"max |diff| vs onnxruntime {float(np.abs(got - ref).max()):.1e}")
+    from superopt.cli_artifact import write_artifact
+
+    out, _ = write_artifact(prog, Path(args.out) / "squeezenet", "squeezenet (seeded random weights)",
+                            model.SerializeToString(), prog.input_names, args.threads)
+    print(f"wrote {out}/: report.md, report.json, report.png, optimized.onnx and the compiled kernels "
+          f"(rerun: superopt run {out})")
     return 0
 
 
@@ -459,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     register_artifact(sub)
     d = sub.add_parser("demo", help="run the capsule votes op and squeezenet end to end")
     d.add_argument("--threads", type=int, default=2)
+    d.add_argument("--out", default="demo_out", help="where the squeezenet artifact and its report go")
     d.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
     from superopt.api import VerificationError
