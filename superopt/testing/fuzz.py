@@ -41,6 +41,8 @@ import numpy as np
 import onnx
 
 from superopt.testing.fuzz_graphs import random_model
+from superopt.testing.light_models import light_model_inputs as random_feed
+from superopt.testing.light_models import run_onnxruntime
 
 MODES = ("default", "random", "search")
 REGRESSIONS = Path(__file__).resolve().parents[2] / "tests" / "fuzz_regressions"
@@ -69,27 +71,6 @@ class FuzzResult:
     kernels: int = 0  # compute nodes after the rewrite rules
     random_fallbacks: int = 0  # kernels whose random schedule point was illegal (the default ran instead)
     seconds: float = 0.0
-
-
-def random_feed(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    init = {t.name for t in model.graph.initializer}
-    feed = {}
-    for vi in model.graph.input:
-        if vi.name in init:
-            continue
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        feed[vi.name] = np.asarray(rng.standard_normal(shape), np.float32)
-    return feed
-
-
-def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, feed)
 
 
 ABS_FLOOR = 0.1  # errors are relative to max(largest |value|, this): near-zero outputs get an absolute tolerance

@@ -137,6 +137,7 @@ def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
+    opts.log_severity_level = 3  # no warnings about unused initializers and the like
     s = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return s.run(None, feed)
 
