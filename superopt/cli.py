@@ -223,10 +223,10 @@ def _zero_measurement(args: argparse.Namespace, graph, target, label: str) -> in
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on an embedded default: the capsule votes op and squeezenet, verified and timed."""
-    import onnxruntime as ort
     import torch
 
     from superopt.api import OptimizeConfig, optimize, optimize_op
+    from superopt.cli_artifact import _ort_session, write_artifact
     from superopt.testing.light_models import light_model_inputs, randomized_light_model
 
     torch.set_num_threads(args.threads)
@@ -250,19 +250,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     prog = optimize(model, cfg)
     print(f"      {prog.report}")
     feed = light_model_inputs(model)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # it would steal a core from us
-    sess = ort.InferenceSession(model.SerializeToString(), so)
+    sess = _ort_session(model.SerializeToString(), args.threads)
     ref = sess.run(None, feed)[0]
     x = list(feed.values())
     got = prog(*x)[0]
     ours, theirs = _alternating_medians([lambda: prog(*x), lambda: sess.run(None, feed)], 15)
     print(f"      superopt {ours * 1e3:.1f} ms vs onnxruntime {theirs * 1e3:.1f} ms: {theirs / ours:.2f}x; "
           f"max |diff| vs onnxruntime {float(np.abs(got - ref).max()):.1e}")
-    from superopt.cli_artifact import write_artifact
-
     out, _ = write_artifact(prog, Path(args.out) / "squeezenet", "squeezenet (seeded random weights)",
                             model.SerializeToString(), prog.input_names, args.threads)
     print(f"wrote {out}/: report.md, report.json, report.png, optimized.onnx and the compiled kernels "

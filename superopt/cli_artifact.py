@@ -31,15 +31,16 @@ def _ort_session(model_bytes: bytes, threads: int, optimized: bool = True):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # it would steal a core from the other
     if not optimized:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def _random_feed(executor, seed: int = 0) -> dict[str, np.ndarray]:
-    from superopt.api import random_inputs
+def random_inputs(graph) -> dict[str, np.ndarray]:
+    from superopt.api import random_inputs as draw  # lazy: the CLI's start-up imports this module
 
-    return random_inputs(executor.graph, seed)
+    return draw(graph)
 
 
 def time_systems(executor, source_onnx: bytes | None, input_names: list[str] | None, threads: int,
@@ -48,7 +49,7 @@ def time_systems(executor, source_onnx: bytes | None, input_names: list[str] | N
     optimizations, timed in alternation on the same random inputs."""
     from superopt.measure.timing import QUICK, time_alternating
 
-    feed = _random_feed(executor)
+    feed = random_inputs(executor.graph)
     fns = {"superopt": lambda: executor(feed)}
     if source_onnx is not None:
         names = input_names or list(executor.graph.inputs)
@@ -72,7 +73,7 @@ def write_artifact(prog, out: str | Path, model_label: str, source_onnx: bytes |
 
     ex = prog.executor
     latency = time_systems(ex, source_onnx, input_names, threads)
-    profile = ex.profile(_random_feed(ex), repeats=5)
+    profile = ex.profile(random_inputs(ex.graph), repeats=5)
     report = build_report(model_label, prog.report, profile, latency, rewrites=rewrites,
                           schedule_source=schedule_source, target=ex.target.describe())
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +92,7 @@ def write_artifact(prog, out: str | Path, model_label: str, source_onnx: bytes |
 def _load_inputs(path: str | None, executor) -> dict[str, np.ndarray]:
     g = executor.graph
     if path is None:
-        return _random_feed(executor)
+        return random_inputs(executor.graph)
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no such inputs file: {path}")
