@@ -1,17 +1,28 @@
-"""Graph rewrite rules as named data, one module per family.
+"""Graph rewrite rules as named data, one module per family, driven by any search.
 
-A rule is a function from a Graph to a rewritten Graph (one rewrite, at the first place it
-matches) or None, plus the one line of math it states and a few example graphs it applies to.
-``tests/test_rewrite_rules.py`` walks :data:`RULES` and checks every rule on its examples for
-numeric equivalence with the reference interpreter, so no rule goes untested.
+A :class:`Rule` offers ``matches(graph)``, yielding the *sites* where it applies (hashable tuples
+of plain values: node names, indices), and ``apply(graph, site)``, returning the rewritten graph
+(or raising :class:`RuleNotApplicable` when the site no longer matches). It also carries the one
+line of math it states and a few example graphs it applies to. ``polynomial`` marks rules whose
+touched ops are polynomial (+, -, *, sums, constants): they are also checked exactly over a
+finite field. ``tests/test_rewrite_rules.py`` verifies every registered rule on its examples.
+
+Drivers: :func:`rewrite_greedy` (first site of the first rule that matches, to a fixed point);
+the graph search in ``search/graph.py`` explores alternatives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from superopt.ir.graph import Graph
+
+Site = tuple[Hashable, ...]
+
+
+class RuleNotApplicable(ValueError):
+    """``apply`` was given a site where the rule does not (or no longer) match."""
 
 
 @dataclass(frozen=True)
@@ -19,8 +30,22 @@ class Rule:
     name: str
     family: str
     math: str  # what the rule states, in one line
-    apply: Callable[[Graph], Graph | None] = field(repr=False)
+    matches: Callable[[Graph], Iterator[Site]] = field(repr=False)
+    apply: Callable[[Graph, Site], Graph] = field(repr=False)
     examples: Callable[[], list[Graph]] = field(repr=False)
+    polynomial: bool = False  # every op the rule touches is polynomial: checkable exactly over a finite field
+
+    def sites(self, graph: Graph) -> list[Site]:
+        return list(self.matches(graph))
+
+    def first(self, graph: Graph) -> Graph | None:
+        """The graph rewritten at the first site, or None when the rule matches nowhere."""
+        for site in self.matches(graph):
+            try:
+                return self.apply(graph, site)
+            except RuleNotApplicable:
+                continue
+        return None
 
 
 @dataclass(frozen=True)
@@ -39,11 +64,12 @@ def fresh_name(base: str, used: set[str]) -> str:
 
 
 def rewrite_greedy(graph: Graph, rules: Sequence[Rule], max_steps: int = 10_000) -> tuple[Graph, RewriteReport]:
-    """Apply the rules, first match first, until none applies (every rule here shrinks the graph)."""
+    """Apply the rules, first site of the first matching rule first, until none applies (every
+    rule given to this driver must shrink the graph by some measure, or it may not terminate)."""
     applied: list[str] = []
     for _ in range(max_steps):
         for rule in rules:
-            new = rule.apply(graph)
+            new = rule.first(graph)
             if new is not None:
                 graph = new
                 applied.append(rule.name)
@@ -51,6 +77,14 @@ def rewrite_greedy(graph: Graph, rules: Sequence[Rule], max_steps: int = 10_000)
         else:
             return graph, RewriteReport(tuple(applied), "no rule applies")
     return graph, RewriteReport(tuple(applied), f"step budget of {max_steps} spent")
+
+
+def node_named(graph: Graph, name: str):
+    """The node called ``name``; :class:`RuleNotApplicable` when the graph has none."""
+    for n in graph.nodes:
+        if n.name == name:
+            return n
+    raise RuleNotApplicable(f"no node named {name!r}")
 
 
 def _registry() -> list[Rule]:
@@ -61,4 +95,4 @@ def _registry() -> list[Rule]:
 
 RULES: list[Rule] = _registry()
 
-__all__ = ["RULES", "Rule", "RewriteReport", "fresh_name", "rewrite_greedy"]
+__all__ = ["RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named", "rewrite_greedy"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import fields, replace
 
 import numpy as np
 
-from rewrite_rules import Rule, fresh_name
+from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate_compute
 from superopt.ir.compute import Compute
@@ -70,24 +71,36 @@ def hoist_in(compute: Compute, consts: dict[str, np.ndarray]) -> tuple[Compute, 
 
 
 
-def hoist_constant_subexpressions(graph: Graph) -> Graph | None:
+def _constant_locals(graph: Graph, node) -> dict[str, np.ndarray]:
     constant = graph.constant
+    return {local: constant[g].array for local, g in zip(node.op.inputs, node.inputs) if g in constant}
+
+
+def _has_constant_subexpression(compute: Compute, consts: set[str]) -> bool:
+    for st in compute.statements:
+        padded = set(st.pad_value)
+        if any(_constant_only(e, consts, padded) for e in st.expr.walk()):
+            return True
+    return False
+
+
+def constant_subexpression_sites(graph: Graph) -> Iterator[Site]:
     for node in graph.nodes:
-        if node.is_extern:
-            continue
-        local_consts = {local: constant[g].array for local, g in zip(node.op.inputs, node.inputs) if g in constant}
-        if not local_consts:
-            continue
-        got = hoist_in(node.op, local_consts)
-        if got is None:
-            continue
-        op, ((local, value),) = got[0], got[1].items()
-        gname = fresh_name(f"{node.name}_{local}", set(graph.type_of))
-        new_node = replace(node, op=op, inputs=node.inputs + (gname,))
-        return replace(graph, nodes=tuple(new_node if n is node else n for n in graph.nodes),
-                       types=graph.types + ((gname, op.type_of[local]),),
-                       constants=graph.constants + ((gname, Constant(value)),))
-    return None
+        if not node.is_extern and _has_constant_subexpression(node.op, set(_constant_locals(graph, node))):
+            yield (node.name,)
+
+
+def hoist_constant_subexpressions(graph: Graph, site: Site) -> Graph:
+    node = node_named(graph, site[0])
+    got = None if node.is_extern else hoist_in(node.op, _constant_locals(graph, node))
+    if got is None:
+        raise RuleNotApplicable(f"node {site[0]!r} has no constant-only subexpression")
+    op, ((local, value),) = got[0], got[1].items()
+    gname = fresh_name(f"{node.name}_{local}", set(graph.type_of))
+    new_node = replace(node, op=op, inputs=node.inputs + (gname,))
+    return replace(graph, nodes=tuple(new_node if n is node else n for n in graph.nodes),
+                   types=graph.types + ((gname, op.type_of[local]),),
+                   constants=graph.constants + ((gname, Constant(value)),))
 
 
 def _examples() -> list[Graph]:
@@ -110,6 +123,6 @@ def _examples() -> list[Graph]:
 # e(c_1..c_k) with every c_i constant = C, a constant computed once (batch norm's gamma / sqrt(var + eps))
 HOIST_CONSTANTS = Rule("hoist_constant_subexpressions", "algebraic",
                        "e(c_1, ..., c_k) over constants only = a precomputed constant tensor",
-                       hoist_constant_subexpressions, _examples)
+                       constant_subexpression_sites, hoist_constant_subexpressions, _examples)
 
 RULES = [HOIST_CONSTANTS]

@@ -6,11 +6,12 @@ contraction's register-tile write-back (an epilogue), instead of a separate pass
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
 
-from rewrite_rules import Rule, fresh_name
+from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, map_expr
@@ -66,24 +67,32 @@ def merge_nodes(producer: Node, consumer: Node) -> Node:
 
 
 
-def fuse_elementwise_into_producer(graph: Graph) -> Graph | None:
+def _fusable(graph: Graph, prod: Node | None, consumer: Node, t: str) -> bool:
+    """``consumer`` may absorb ``prod``: it is ``t``'s only reader, reading it elementwise."""
+    if consumer.is_extern or prod is None or prod.is_extern or len(prod.outputs) != 1 or t in graph.outputs:
+        return False
+    if any(n is not consumer for n in graph.consumers.get(t, [])):
+        return False
+    return all(_is_elementwise_reader(consumer.op, x) for x, g in zip(consumer.op.inputs, consumer.inputs) if g == t)
+
+
+def elementwise_fusion_sites(graph: Graph) -> Iterator[Site]:
     producer_of = graph.producer
     for consumer in graph.nodes:
-        if consumer.is_extern:
-            continue
-        for t in consumer.inputs:
+        for t in dict.fromkeys(consumer.inputs):
             prod = producer_of.get(t)
-            if prod is None or prod.is_extern or len(prod.outputs) != 1 or t in graph.outputs:
-                continue
-            if any(n is not consumer for n in graph.consumers.get(t, [])):
-                continue
-            if not all(_is_elementwise_reader(consumer.op, x) for x, g in zip(consumer.op.inputs, consumer.inputs)
-                       if g == t):
-                continue
-            merged = merge_nodes(prod, consumer)
-            nodes = tuple(merged if n is consumer else n for n in graph.nodes if n is not prod)
-            return replace(graph, nodes=nodes, types=tuple((n, ty) for n, ty in graph.types if n != t))
-    return None
+            if _fusable(graph, prod, consumer, t):
+                yield (prod.name, consumer.name)
+
+
+def fuse_elementwise_into_producer(graph: Graph, site: Site) -> Graph:
+    prod, consumer = node_named(graph, site[0]), node_named(graph, site[1])
+    (t,) = prod.outputs if len(prod.outputs) == 1 else (None,)
+    if t is None or t not in consumer.inputs or not _fusable(graph, prod, consumer, t):
+        raise RuleNotApplicable(f"{site[1]!r} cannot absorb {site[0]!r}")
+    merged = merge_nodes(prod, consumer)
+    nodes = tuple(merged if n is consumer else n for n in graph.nodes if n is not prod)
+    return replace(graph, nodes=nodes, types=tuple((n, ty) for n, ty in graph.types if n != t))
 
 
 def _examples() -> list[Graph]:
@@ -110,6 +119,6 @@ def _examples() -> list[Graph]:
 # f(g(x)) -> (f . g)(x): an elementwise op joins the op producing its input when it is the only reader
 FUSE_ELEMENTWISE = Rule("fuse_elementwise_into_producer", "fusion",
                         "f(g(x)) = (f . g)(x) for elementwise f reading g's only use",
-                        fuse_elementwise_into_producer, _examples)
+                        elementwise_fusion_sites, fuse_elementwise_into_producer, _examples)
 
 RULES = [FUSE_ELEMENTWISE]

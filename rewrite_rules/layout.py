@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
 
-from rewrite_rules import Rule, fresh_name
+from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, map_expr
@@ -66,15 +67,18 @@ def materialize_padding_in(compute: Compute) -> Compute | None:
 
 
 
-def materialize_padding(graph: Graph) -> Graph | None:
+def padding_sites(graph: Graph) -> Iterator[Site]:
     for node in graph.nodes:
-        if node.is_extern:
-            continue
-        op = materialize_padding_in(node.op)
-        if op is not None:
-            nodes = tuple(replace(n, op=op) if n is node else n for n in graph.nodes)
-            return replace(graph, nodes=nodes)
-    return None
+        if not node.is_extern and materialize_padding_in(node.op) is not None:
+            yield (node.name,)
+
+
+def materialize_padding(graph: Graph, site: Site) -> Graph:
+    node = node_named(graph, site[0])
+    op = None if node.is_extern else materialize_padding_in(node.op)
+    if op is None:
+        raise RuleNotApplicable(f"node {site[0]!r} reads no padded window")
+    return replace(graph, nodes=tuple(replace(n, op=op) if n is node else n for n in graph.nodes))
 
 
 def _examples() -> list[Graph]:
@@ -100,6 +104,6 @@ def _examples() -> list[Graph]:
 # T[i + d] with zero (or -inf) outside T  =  Tp[i + d + o] where Tp = T padded by o: no bounds checks in the window
 MATERIALIZE_PADDING = Rule("materialize_padding", "layout",
                            "reads of T with padding = reads of an explicitly padded copy of T, shifted",
-                           materialize_padding, _examples)
+                           padding_sites, materialize_padding, _examples)
 
 RULES = [MATERIALIZE_PADDING]

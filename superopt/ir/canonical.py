@@ -101,6 +101,36 @@ def canonicalize_kernels(graph: Graph) -> Graph:
     return graph.replace(nodes=nodes)
 
 
+def graph_digest(graph: Graph) -> str:
+    """A rename-invariant structural digest of what ``graph`` computes (hash-consing).
+
+    Each tensor's hash is built from what defines it: a graph input from its position and type, a
+    constant from its content, a node output from the node's canonical op, its input tensors'
+    hashes and the output position. The digest hashes the outputs' hashes in order, so node and
+    tensor names, the graph's name and the order of independent nodes do not matter, and dead
+    nodes are ignored. Graph search uses it to deduplicate explored graphs and to key caches.
+    """
+    tensor: dict[str, str] = {}
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    for k, name in enumerate(graph.inputs):
+        t = graph.type_of[name]
+        tensor[name] = sha(f"input {k} {t.shape} {t.dtype}")
+    for name, c in graph.constants:
+        tensor[name] = sha(f"const {c.digest()}")
+    op_text: dict[int, str] = {}
+    for node in graph.nodes:
+        key = id(node.op)
+        if key not in op_text:
+            op_text[key] = node.op.text() if node.is_extern else canonicalize(node.op).digest()
+        head = f"{op_text[key]} ({','.join(tensor[i] for i in node.inputs)})"
+        for k, o in enumerate(node.outputs):
+            tensor[o] = sha(f"{head} -> {k}")
+    return sha("outputs " + ",".join(tensor[o] for o in graph.outputs))
+
+
 def workload_key(compute: Compute, constant_inputs: Iterable[str] = frozenset()) -> str:
     """Digest of the canonical compute plus which of its inputs are constants (given in
     ``compute``'s own local names; constness changes the best schedule: constants are packed once)."""
@@ -122,4 +152,4 @@ def canonical_constants(compute: Compute, constant_inputs: Iterable[str]) -> fro
 
 
 __all__ = ["Canonical", "canonical_constants", "canonical_form", "canonicalize", "canonicalize_kernels",
-           "workload_key"]
+           "graph_digest", "workload_key"]
