@@ -15,6 +15,7 @@ from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
+    Bind,
     CacheWrite,
     ComputeAt,
     Epilogue,
@@ -45,6 +46,7 @@ class Loop:
     parallel: bool = False
     vector: bool = False
     unroll: bool = False
+    bind: str | None = None  # a GPU grid axis (Bind), e.g. "block_x"
 
 
 @dataclass
@@ -335,6 +337,8 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
         stage.attach = (p.consumer, p.loop)
+    elif isinstance(p, Bind):
+        stage.loop(p.loop, p).bind = p.axis  # checked with the target's limits in codegen.cuda_legality
     else:
         raise ScheduleError(f"unknown primitive {p!r}")
 
@@ -347,6 +351,9 @@ def _check_cache_at(s: Stage) -> None:
 
 
 def _check(plan: KernelPlan) -> None:
+    from superopt.codegen.cuda_legality import check_gpu_plan
+
+    check_gpu_plan(plan)  # Bind only on a CUDA target, within its limits (nothing to check on a CPU without Bind)
     for s in plan.stages.values():
         _check_cache_at(s)
         names = [lp.name for lp in s.loops]
