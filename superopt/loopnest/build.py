@@ -222,7 +222,8 @@ class _Builder:
     def make_loop(self, s: Stage, lp: PlanLoop, bounds: Bounds, body: list[Node],
                   reductions: tuple[ReductionClause, ...] = ()) -> Loop:
         v = self.var[s.name][lp.name]
-        kind = "parallel" if lp.parallel else "unrolled" if lp.unroll else "vectorized" if lp.vector else "serial"
+        kind = lp.bind or ("parallel" if lp.parallel else "unrolled" if lp.unroll else "vectorized" if lp.vector
+                           else "serial")
         return Loop(v, lp.extent, kind, tuple(body), bounds.get(v, ()), reductions, lp.reduce, s.name)
 
     def stage(self, s: Stage) -> StageNest:

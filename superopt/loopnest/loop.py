@@ -10,7 +10,10 @@ from superopt.ir.expr import Affine
 if TYPE_CHECKING:
     from superopt.loopnest.statements import Node
 
-LoopKind = Literal["serial", "parallel", "vectorized", "unrolled"]
+# block_* / thread_*: a loop bound to a CUDA grid axis (one iteration per block or thread; see schedule.Bind)
+LoopKind = Literal["serial", "parallel", "vectorized", "unrolled", "block_x", "block_y", "block_z", "thread_x",
+                   "thread_y", "thread_z"]
+GPU_LOOP_KINDS = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
 
 
 @dataclass(frozen=True)

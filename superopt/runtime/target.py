@@ -21,8 +21,47 @@ _ISA_VECTOR_BITS = (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128)
 
 
 @dataclass(frozen=True)
+class GpuSpec:
+    """The facts about a CUDA device that scheduling, legality and code generation need."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    memory_bytes: int
+    shared_memory_per_block: int  # without opting in to the larger dynamic carve-out
+    shared_memory_per_block_optin: int
+    shared_memory_per_sm: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    registers_per_block: int
+    registers_per_sm: int
+    max_registers_per_thread: int = 255
+    warp_size: int = 32
+    max_block_dims: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid_dims: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    max_local_bytes_per_thread: int = 512 << 10
+
+    @property
+    def arch(self) -> str:
+        """The nvcc architecture: ``sm_90`` for compute capability 9.0."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def describe(self) -> str:
+        return (f"{self.name} ({self.arch}, {self.sm_count} SMs, {self.memory_bytes / 2**30:.0f} GiB, "
+                f"{self.shared_memory_per_block >> 10} KiB shared memory per block)")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GpuSpec:
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
 class Target:
-    """A CPU (``kind='cpu'``); GPU fields join later under ``kind='cuda'``."""
+    """A CPU (``kind='cpu'``) or a CUDA device (``kind='cuda'``, its facts in ``gpu``).
+
+    A CPU target's dict (and so its :meth:`key`) has no ``gpu`` entry: CPU database keys are unchanged."""
 
     cpu_model: str = "generic"
     isa_flags: tuple[str, ...] = ()
@@ -37,7 +76,8 @@ class Target:
     l2_bytes: int = 1 << 20  # per core
     l3_bytes: int = 8 << 20  # shared
     fma_units: int = 2  # vector FMA pipes per core (for roofline estimates)
-    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts (e.g. GPU fields later)
+    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts
+    gpu: GpuSpec | None = None  # the device of a ``kind='cuda'`` target (None for a CPU)
 
     def lanes(self, dtype: str = "float32") -> int:
         """Elements of ``dtype`` per vector register."""
@@ -66,6 +106,10 @@ class Target:
         d = asdict(self)
         d["isa_flags"] = list(self.isa_flags)
         d["extra"] = [list(kv) for kv in self.extra]
+        if self.gpu is None:
+            del d["gpu"]  # CPU targets keep the dict (and key) they had before GPU fields existed
+        else:
+            d["gpu"]["compute_capability"] = list(self.gpu.compute_capability)
         return d
 
     @classmethod
@@ -74,6 +118,8 @@ class Target:
         kw = {k: v for k, v in d.items() if k in known}
         kw["isa_flags"] = tuple(kw.get("isa_flags", ()))
         kw["extra"] = tuple(tuple(kv) for kv in kw.get("extra", ()))
+        if kw.get("gpu") is not None:
+            kw["gpu"] = GpuSpec.from_dict(kw["gpu"])
         return cls(**kw)
 
     def key(self) -> str:
@@ -82,6 +128,8 @@ class Target:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def describe(self) -> str:
+        if self.gpu is not None:
+            return self.gpu.describe()
         return (f"{self.cpu_model}, {self.vector_bits}-bit vectors x {self.vector_registers} registers, "
                 f"{self.threads} thread(s) of {self.cores} core(s)")
 
@@ -141,3 +189,32 @@ def avx512_target(threads: int = 2) -> Target:
     snapshot comparisons that must not depend on the host."""
     return Target(cpu_model="x86-64 AVX-512", isa_flags=("avx2", "avx512f", "fma"), cores=2, threads=threads,
                   vector_bits=512, vector_registers=32, l1_bytes=32 << 10, l2_bytes=1 << 20, l3_bytes=32 << 20)
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """``release 13.0, V13.0.88``-style line of ``nvcc --version`` ("unknown" without nvcc)."""
+    try:
+        text = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return next((ln.split(",", 1)[1].strip() for ln in text.splitlines() if "release" in ln), "unknown")
+
+
+def cuda_target(gpu: GpuSpec) -> Target:
+    """A CUDA target for ``gpu``: one thread per GPU thread; ``vector_bits`` 32 (one float32 lane per
+    register) and 64 registers' worth of register tile per thread (``max_tile_elements`` 8 x 64 / 8)."""
+    return Target(cpu_model=gpu.name, kind="cuda", cores=gpu.sm_count, threads=1, compiler="nvcc",
+                  compiler_version=nvcc_version(), vector_bits=32, vector_registers=8,
+                  l1_bytes=gpu.shared_memory_per_sm, l2_bytes=0, l3_bytes=0, fma_units=1, gpu=gpu)
+
+
+H200 = GpuSpec(name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, memory_bytes=141 * 10**9,
+               shared_memory_per_block=48 << 10, shared_memory_per_block_optin=227 << 10,
+               shared_memory_per_sm=228 << 10, max_threads_per_block=1024, max_threads_per_sm=2048,
+               registers_per_block=65536, registers_per_sm=65536)
+
+
+def h200_target() -> Target:
+    """A fixed sm_90 target (H200) for compile-only use: code generation and nvcc tests without a GPU."""
+    return cuda_target(H200)

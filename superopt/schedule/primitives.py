@@ -110,9 +110,22 @@ class Pack(Primitive):
     factor: int = 1
 
 
+GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
+
+
+@dataclass(frozen=True)
+class Bind(Primitive):
+    """Run a spatial loop across a GPU grid axis (``axis``: one of :data:`GPU_AXES`): each block (or
+    thread) runs one iteration, ``var = blockIdx.x`` (``threadIdx.x``...). Only on a ``kind='cuda'``
+    target; never a reduction loop; at most one loop per axis in a stage."""
+
+    loop: str
+    axis: str
+
+
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack)
+              Pack, Bind)
 }
 
 

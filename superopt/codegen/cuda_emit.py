@@ -1,0 +1,303 @@
+"""Print a :class:`~superopt.loopnest.LoopNest` as CUDA C++: the same tree the C printer walks.
+
+Each root stage of the nest is one ``__global__`` kernel (stages need a grid-wide barrier between
+them, which is a kernel boundary); a root-level fill of a partial reduction's output is a kernel of its
+own as well. Every kernel of a source takes the same arguments: the nest's params (inputs, then outputs)
+and then its workspace buffers, as device pointers, so one argument array serves every launch.
+
+Loop kinds ``block_x``... ``thread_z`` print as ``const int v = blockIdx.x;`` (``threadIdx.x``...), with
+the loop's tail bound as a guard; the launch's grid and block extents are the extents of those loops.
+``unrolled`` loops print ``#pragma unroll``. Statements, values and indices are spelled by the C
+printer's functions (:mod:`superopt.codegen.c_emit`); :data:`CUDA_PRELUDE` defines the helpers they call.
+
+:func:`emulation_source` wraps a source in a C++ shim that runs every launch's blocks and threads as
+plain loops (the kernels have no barriers or shared memory, so a sequential run is exact): gcc can then
+check the CUDA text against the reference interpreter on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from superopt.codegen.c_emit import _CPrinter, c_linear, c_ref, c_value, ctype
+from superopt.codegen.lower import KernelPlan, PackLayout
+from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
+from superopt.loopnest.loop import GPU_LOOP_KINDS
+
+__all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
+
+FILL_THREADS = 256  # threads per block of the element-wise helper kernels (fills, packs)
+
+_BUILTIN = {"block_x": "blockIdx.x", "block_y": "blockIdx.y", "block_z": "blockIdx.z",
+            "thread_x": "threadIdx.x", "thread_y": "threadIdx.y", "thread_z": "threadIdx.z"}
+
+CUDA_PRELUDE = r"""#include <math.h>
+#include <stdint.h>
+#define SO_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SO_MIN(a, b) ((a) < (b) ? (a) : (b))
+__device__ __forceinline__ float so_maxf(float a, float b) { return a != a ? a : (a > b ? a : b); }
+__device__ __forceinline__ float so_minf(float a, float b) { return a != a ? a : (a < b ? a : b); }
+__device__ __forceinline__ double so_max(double a, double b) { return a != a ? a : (a > b ? a : b); }
+__device__ __forceinline__ double so_min(double a, double b) { return a != a ? a : (a < b ? a : b); }
+__device__ __forceinline__ float so_expf(float x) { return expf(x); }
+__device__ __forceinline__ float so_erff(float x) { return erff(x); }
+__device__ __forceinline__ float so_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ int64_t so_modl(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ int64_t so_fmodl(int64_t a, int64_t b) { return b == 0 ? 0 : a % b; }
+__device__ __forceinline__ int32_t so_shl32(int32_t a, int32_t b) { return (uint32_t)b < 32 ? (int32_t)((uint32_t)a << b) : 0; }
+__device__ __forceinline__ int64_t so_shl64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? (int64_t)((uint64_t)a << b) : 0; }
+__device__ __forceinline__ int32_t so_shr32(int32_t a, int32_t b) { return (uint32_t)b < 32 ? a >> b : (a < 0 ? -1 : 0); }
+__device__ __forceinline__ int64_t so_shr64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? a >> b : (a < 0 ? -1 : 0); }
+"""
+
+# A C++ stand-in for the CUDA built-ins the printed kernels use (no barriers, no shared memory, no warps):
+# compiled with g++ ahead of CUDA_PRELUDE, each launch runs as loops over blocks and threads.
+EMULATION_PRELUDE = r"""#include <math.h>
+#include <stdint.h>
+#include <cmath>
+using std::isinf;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+struct so_dim3 { unsigned x, y, z; };
+static so_dim3 blockIdx, threadIdx, blockDim, gridDim;
+"""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: ``kernel<<<grid, block, shared_bytes>>>(args...)``."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block)
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """CUDA text of one lowered kernel: ``launches`` run in order, each with the arguments ``params``
+    (inputs, outputs: name, dtype) then one buffer per ``workspace`` entry (bytes). ``packs``: input name ->
+    layout; ``pack_launches``: input name -> the launch of ``NAME_pack_T(const T *src, T *dst)``."""
+
+    name: str
+    code: str  # kernels without the prelude
+    launches: tuple[Launch, ...]
+    params: tuple[tuple[str, str], ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    workspace: tuple[int, ...]
+    packs: dict[str, PackLayout]
+    pack_launches: dict[str, Launch]
+    arg_types: tuple[str, ...]  # C type of each kernel argument, in order (e.g. "const float *")
+
+    def full_source(self) -> str:
+        return CUDA_PRELUDE + "\n" + self.code
+
+
+def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Grid and block extents of the loops bound in ``nodes`` (1 on unbound axes)."""
+    ext: dict[str, int] = {}
+
+    def go(n: Node) -> None:
+        if isinstance(n, Loop) and n.kind in GPU_LOOP_KINDS:
+            ext[n.kind] = max(ext.get(n.kind, 1), n.extent)
+        if isinstance(n, (StageNest, Scope, Loop)):
+            for c in n.body:
+                go(c)
+
+    for n in nodes:
+        go(n)
+    grid = tuple(ext.get(f"block_{a}", 1) for a in "xyz")
+    block = tuple(ext.get(f"thread_{a}", 1) for a in "xyz")
+    return grid, block  # type: ignore[return-value]
+
+
+class _CudaPrinter(_CPrinter):
+    """The C printer's statements and values, with CUDA loops, allocations and kernel signatures."""
+
+    def node(self, n: Node) -> None:
+        if isinstance(n, StageNest):
+            self.line(f"/* {n.text} */")
+            self.nodes(n.body)
+        elif isinstance(n, Fill):
+            self.line(f"for (int {n.var} = 0; {n.var} < {n.size}; ++{n.var}) {n.buffer}[{n.var}] = {c_value(n.value)};")
+        elif isinstance(n, CombineLanes):
+            t = c_ref(n.target)
+            self.line(f"for (int {n.var} = 0; {n.var} < {n.lanes}; ++{n.var}) {t} = {t} {n.op} {n.source}[{n.var}];")
+        else:
+            super().node(n)
+
+    def alloc(self, a: Alloc) -> None:
+        ct = ctype(a.dtype)
+        if a.kind == "register":
+            self.line(f"{ct} {a.name} = {c_value(a.init)};")
+        elif a.kind == "flag":
+            self.line(f"int {a.name} = {c_value(a.init)};")
+        elif a.kind == "workspace":
+            raise AssertionError("workspace buffers are kernel arguments")
+        else:  # a register tile or a per-thread local buffer
+            self.line(f"{ct} {a.name}[{a.size}];")
+
+    def loop(self, lp: Loop) -> None:
+        bound = str(lp.extent)
+        for t in lp.tail:
+            bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
+        v = lp.var
+        if lp.kind in GPU_LOOP_KINDS:
+            self.line(f"{{ const int {v} = {_BUILTIN[lp.kind]};")
+            if lp.tail:
+                self.line(f"if ({v} < {bound}) {{")
+            self.ind += 1
+            self.nodes(lp.body)
+            self.ind -= 1
+            self.line("}" if not lp.tail else "} }")
+            return
+        if lp.kind == "unrolled":
+            self.line("#pragma unroll")
+        self.line(f"for (int {v} = 0; {v} < {bound}; ++{v}) {{")
+        self.ind += 1
+        self.nodes(lp.body)
+        self.ind -= 1
+        self.line("}")
+
+    def signature(self, nest: LoopNest, name: str) -> str:
+        return f'extern "C" __global__ void {name}({", ".join(_param_decls(nest))})'
+
+    def kernel_of(self, nest: LoopNest, name: str, nodes: tuple[Node, ...]) -> str:
+        self.lines = [self.signature(nest, name) + " {"]
+        self.ind = 1
+        self.nodes(nodes)
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+
+def _arg_types(nest: LoopNest) -> list[tuple[str, str]]:
+    """(C pointer type, name) of every kernel argument."""
+    out = [(f"{'const ' if p.is_input else ''}{ctype(p.dtype)} *", p.name) for p in nest.params]
+    out += [(f"{ctype(a.dtype)} *", a.name) for a in nest.workspace]
+    return out
+
+
+def _param_decls(nest: LoopNest) -> list[str]:
+    return [f"{t}__restrict__ {n}" for t, n in _arg_types(nest)]
+
+
+def _fill_kernel(nest: LoopNest, name: str, f: Fill) -> tuple[str, Launch]:
+    body = (f"    const int {f.var} = blockIdx.x * {FILL_THREADS} + threadIdx.x;\n"
+            f"    if ({f.var} < {f.size}) {f.buffer}[{f.var}] = {c_value(f.value)};")
+    sig = f'extern "C" __global__ void {name}({", ".join(_param_decls(nest))})'
+    return f"{sig} {{\n{body}\n}}", Launch(name, (math.ceil(f.size / FILL_THREADS), 1, 1), (FILL_THREADS, 1, 1))
+
+
+def _pack_kernel(p: PackNest, name: str) -> tuple[str, Launch]:
+    ct = ctype(p.dtype)
+    total = math.prod(n for _, n in p.loops)
+    lines = [f'extern "C" __global__ void {name}_pack_{p.tensor}(const {ct} *__restrict__ src, {ct} *__restrict__ dst) {{',
+             f"    const int so_flat = blockIdx.x * {FILL_THREADS} + threadIdx.x;",
+             f"    if (so_flat >= {total}) return;",
+             "    int so_rest = so_flat;"]
+    for v, n in reversed(p.loops):
+        lines.append(f"    const int {v} = so_rest % {n}; so_rest /= {n};")
+
+    def axis(ix) -> str:
+        return ix if isinstance(ix, str) else f"({ix.outer} * {ix.factor} + {ix.inner})"
+
+    flat_src = "0"
+    for ix, n in zip(p.src_index, p.src_shape):
+        flat_src = f"({flat_src}) * {n} + {axis(ix)}"
+    if p.in_range is not None:
+        ix, lim = p.in_range
+        lines.append(f"    dst[so_flat] = ({axis(ix)} < {lim}) ? src[{flat_src}] : 0;")
+    else:
+        lines.append(f"    dst[so_flat] = src[{flat_src}];")
+    lines.append("}")
+    return "\n".join(lines), Launch(f"{name}_pack_{p.tensor}", (math.ceil(total / FILL_THREADS), 1, 1),
+                                    (FILL_THREADS, 1, 1))
+
+
+def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch, ...], dict[str, Launch]]:
+    """CUDA text of ``nest``: kernels ``NAME_0``, ``NAME_1``... (launched in that order) and pack kernels
+    ``NAME_pack_T``; returns (text, launches, pack launches by input)."""
+    parts: list[str] = []
+    launches: list[Launch] = []
+    for stage in nest.body:
+        group: list[Node] = []
+
+        def flush() -> None:
+            if not group:
+                return
+            kname = f"{name}_{len(launches)}"
+            grid, block = _launch_dims(tuple(group))
+            parts.append(f"/* {stage.text} */\n" + _CudaPrinter().kernel_of(nest, kname, tuple(group)))
+            launches.append(Launch(kname, grid, block))
+            group.clear()
+
+        for n in stage.body:
+            if isinstance(n, Fill):  # a root-level fill must finish on every block before any accumulates
+                flush()
+                text, launch = _fill_kernel(nest, f"{name}_{len(launches)}", n)
+                parts.append(text)
+                launches.append(launch)
+            else:
+                group.append(n)
+        flush()
+    pack_launches = {}
+    for p in nest.packs:
+        text, launch = _pack_kernel(p, name)
+        parts.append(text)
+        pack_launches[p.tensor] = launch
+    return "\n\n".join(parts) + "\n", tuple(launches), pack_launches
+
+
+def emit_cuda(plan: KernelPlan | LoopNest, name: str = "kernel") -> CudaSource:
+    """CUDA source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
+    nest = build_loopnest(plan) if isinstance(plan, KernelPlan) else plan
+    code, launches, pack_launches = print_cuda(nest, name)
+    return CudaSource(name, code, launches, tuple((p.name, p.dtype) for p in nest.params), nest.inputs, nest.outputs,
+                      nest.workspace_bytes, nest.layouts, pack_launches, tuple(t for t, _ in _arg_types(nest)))
+
+
+def emulation_source(sources: list[CudaSource]) -> str:
+    """C++ for g++: the kernels of ``sources`` plus, per source, ``void NAME_emulate(void **args)`` that runs
+    its launches as loops over blocks and threads (args: the launch arguments in order), and
+    ``void NAME_emulate_pack_T(const void *src, void *dst)`` per packed input."""
+    out = [EMULATION_PRELUDE, CUDA_PRELUDE]
+    for src in sources:
+        out.append(src.code)
+        lines = [f'extern "C" void {src.name}_emulate(void **args) {{']
+        cast = ", ".join(f"({t})args[{i}]" for i, t in enumerate(src.arg_types))
+        for ln in src.launches:
+            lines.append(_emulated_launch(ln, f"{ln.kernel}({cast});"))
+        lines.append("}")
+        for t, ln in src.pack_launches.items():
+            ct = ctype(dict(src.params)[t])
+            lines.append(f'extern "C" void {src.name}_emulate_pack_{t}(const void *src, void *dst) {{')
+            lines.append(_emulated_launch(ln, f"{ln.kernel}((const {ct} *)src, ({ct} *)dst);"))
+            lines.append("}")
+        out.append("\n".join(lines))
+    return "\n".join(out) + "\n"
+
+
+def _emulated_launch(ln: Launch, call: str) -> str:
+    g, b = ln.grid, ln.block
+    return (f"    gridDim = so_dim3{{{g[0]}u, {g[1]}u, {g[2]}u}}; blockDim = so_dim3{{{b[0]}u, {b[1]}u, {b[2]}u}};\n"
+            f"    for (unsigned bz = 0; bz < {g[2]}u; ++bz) for (unsigned by = 0; by < {g[1]}u; ++by) "
+            f"for (unsigned bx = 0; bx < {g[0]}u; ++bx)\n"
+            f"    for (unsigned tz = 0; tz < {b[2]}u; ++tz) for (unsigned ty = 0; ty < {b[1]}u; ++ty) "
+            f"for (unsigned tx = 0; tx < {b[0]}u; ++tx) {{\n"
+            f"        blockIdx = so_dim3{{bx, by, bz}}; threadIdx = so_dim3{{tx, ty, tz}};\n"
+            f"        {call}\n    }}")

@@ -1,0 +1,93 @@
+"""Legality of a schedule on a CUDA target: bound loops and the device's limits.
+
+Called by :func:`superopt.codegen.lower.lower` on every plan; raises only ``ScheduleError``. On a CPU
+target the only rule is that no loop is bound to a GPU axis. On a ``kind='cuda'`` target:
+
+- a bound loop (``Bind``) is a spatial loop of a root stage, one per grid axis in a stage (each root
+  stage is its own launch, so the stages of a kernel may bind the same axes differently);
+- block and grid extents stay within the device's per-axis limits, threads per block within
+  ``max_threads_per_block`` and registers (tile + a fixed overhead, per thread) within the register file;
+- no ``Parallel`` or ``Vectorize`` (OpenMP / SIMD have no meaning inside a CUDA thread);
+- local (per-thread) buffers within ``max_local_bytes_per_thread``, tensors below 2^31 elements (int
+  indices).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from superopt.schedule.primitives import GPU_AXES
+
+if TYPE_CHECKING:
+    from superopt.codegen.lower import KernelPlan
+
+# registers a thread needs besides its accumulator tile (indices, pointers, loaded operands): an estimate
+REGISTER_OVERHEAD = 32
+
+
+def bound_loops(plan: KernelPlan, stage: str) -> dict[str, tuple[str, int]]:
+    """Axis -> (loop name, extent) of the loops of ``stage`` bound to GPU axes."""
+    return {lp.bind: (lp.name, lp.extent) for lp in plan.stages[stage].loops if lp.bind}
+
+
+def threads_per_block(plan: KernelPlan, stage: str) -> int:
+    return math.prod(n for axis, (_, n) in bound_loops(plan, stage).items() if axis.startswith("thread"))
+
+
+def check_gpu_plan(plan: KernelPlan) -> None:
+    from superopt.codegen.lower import ScheduleError
+
+    gpu = plan.target.gpu if plan.target.kind == "cuda" else None
+    for s in plan.stages.values():
+        seen: dict[str, str] = {}
+        for lp in s.loops:
+            if not lp.bind:
+                continue
+            prim = f"Bind({s.name}, {lp.name}, {lp.bind})"
+            if gpu is None:
+                raise ScheduleError(f"{prim}: loops bind to GPU axes only on a CUDA target (target kind "
+                                    f"{plan.target.kind!r})")
+            if lp.bind not in GPU_AXES:
+                raise ScheduleError(f"{prim}: unknown axis {lp.bind!r} (axes: {', '.join(GPU_AXES)})")
+            if lp.reduce:
+                raise ScheduleError(f"{prim}: a reduction loop cannot be bound (its threads would race on one "
+                                    "accumulator)")
+            if s.attach is not None:
+                raise ScheduleError(f"{prim}: a stage computed at another's loop runs inside one thread")
+            if lp.bind in seen:
+                raise ScheduleError(f"{prim}: axis {lp.bind} is already bound to loop {seen[lp.bind]!r}")
+            seen[lp.bind] = lp.name
+            axis = "xyz".index(lp.bind[-1])
+            limit = (gpu.max_block_dims if lp.bind.startswith("thread") else gpu.max_grid_dims)[axis]
+            if lp.extent > limit:
+                raise ScheduleError(f"{prim}: extent {lp.extent} exceeds the device's limit of {limit} on {lp.bind}")
+    if gpu is None:
+        return
+    for s in plan.stages.values():
+        for lp in s.loops:
+            if lp.parallel or lp.vector:
+                what = "Parallel" if lp.parallel else "Vectorize"
+                raise ScheduleError(f"{what}({s.name}, {lp.name}): not on a CUDA target (bind loops to blocks and "
+                                    "threads instead)")
+        threads = threads_per_block(plan, s.name)
+        if threads > gpu.max_threads_per_block:
+            raise ScheduleError(f"Bind({s.name}): {threads} threads per block exceed the device's "
+                                f"{gpu.max_threads_per_block}")
+        tile = math.prod(lp.extent for lp in s.tile_loops()) if s.stmt.reduce != "=" else 1
+        regs = tile * (2 if plan.types[s.name].dtype in ("float64", "int64") else 1) + REGISTER_OVERHEAD
+        if regs > gpu.max_registers_per_thread:
+            raise ScheduleError(f"CacheWrite({s.name}): a tile of {tile} elements needs about {regs} registers per "
+                                f"thread (the device allows {gpu.max_registers_per_thread})")
+        if regs * threads > gpu.registers_per_block:
+            raise ScheduleError(f"Bind({s.name}): {threads} threads x ~{regs} registers exceed the "
+                                f"{gpu.registers_per_block} registers of a block")
+        if s.attach is not None:
+            size = math.prod(n for d, n in zip(s.stmt.out_dims, s.stmt.out_shape) if d not in s.bound)
+            nbytes = size * plan.types[s.name].np_dtype.itemsize
+            if nbytes > gpu.max_local_bytes_per_thread:
+                raise ScheduleError(f"ComputeAt({s.name}): a per-thread buffer of {nbytes} bytes exceeds the "
+                                    f"device's {gpu.max_local_bytes_per_thread} bytes of local memory per thread")
+    for name, t in plan.types.items():
+        if t.size >= 2**31:
+            raise ScheduleError(f"tensor {name!r} has {t.size} elements: CUDA kernels index with 32-bit ints")
