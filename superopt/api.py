@@ -10,6 +10,7 @@ before it is returned; a mismatch raises :class:`VerificationError` (fast and wr
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,13 @@ class OptimizeConfig:
     # ONNX nodes with no native lowering: False runs them through the ONNX fallback (onnxruntime or
     # onnx.reference, one opaque node each, named in the report); True makes any such node an error
     strict: bool = False
+    # the schedule search before building (``superopt optimize --budget/--trials``): None for both means no
+    # search (database, cost model and default heuristic only); otherwise every kernel the database lacks
+    # is tuned within ``tune_budget_s`` seconds and/or ``tune_trials`` measurements, the records go to
+    # ``database`` (a temporary one when None) and the best schedules are used
+    tune_budget_s: float | None = None
+    tune_trials: int | None = None
+    progress: bool = False  # progress bars on stderr for the long passes
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -67,6 +75,7 @@ class OptimizeReport:
     from_model: int = 0  # compute nodes whose schedule the cost model picked over the default (no measurement)
     fallbacks: list = field(default_factory=list)  # superopt.frontends.onnx_fallback.FallbackNode per ONNX fallback node
     shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
+    tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -326,6 +335,22 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     return schedules, hits, picked
 
 
+def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, database: str | Path, model=None) -> dict:
+    """The schedule search over every kernel of ``graph`` (canonical kernels) that ``database`` lacks for
+    ``target``, within the config's budget; its records are appended to ``database``. Returns a summary."""
+    from costmodel.xgb import XGBModel
+    from search.database import TuningDatabase
+    from search.tune import TuneConfig, tune_graph
+    from superopt.measure import MeasureConfig
+
+    trials = config.tune_trials if config.tune_trials is not None else 10**9
+    tc = TuneConfig(trials=trials, time_s=config.tune_budget_s, seed=config.seed, progress=config.progress)
+    mcfg = MeasureConfig(threads=target.threads, target=target, compiler=config.compiler)
+    report = tune_graph(graph, target, tc, TuningDatabase(database), mcfg, model=model or XGBModel())
+    return {"measured": report.measured, "elapsed_s": report.elapsed_s, "stop_reason": report.stop_reason,
+            "kernels": len(report.kernels)}
+
+
 def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None = None,
              config: OptimizeConfig | None = None) -> OptimizedProgram | OptimizedModel:
     """The whole pipeline: load -> rewrite -> canonicalize kernels -> schedule -> build -> verify.
@@ -358,7 +383,12 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     t1 = time.perf_counter()
     target = config.resolved_target()
     model = load_cost_model(config.cost_model)
-    schedules, hits, picked = schedule_graph(graph, target, config.database, model)  # schedule
+    database, tune = config.database, None
+    with tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
+        if config.tune_budget_s is not None or config.tune_trials is not None:  # schedule search
+            database = database or Path(scratch) / "tuning.jsonl"
+            tune = tune_schedules(graph, target, config, database, model)
+        schedules, hits, picked = schedule_graph(graph, target, database, model)  # schedule
     executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
     t2 = time.perf_counter()
     err = None
@@ -370,13 +400,16 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     t3 = time.perf_counter()
     n_compute = sum(not n.is_extern for n in graph.nodes)
     how = []
-    if config.database is not None:
+    if tune is not None:
+        how.append(f"schedule search: {tune['measured']} measurements in {tune['elapsed_s']:.1f}s "
+                   f"({tune['stop_reason']})")
+    if database is not None:
         how.append(f"{len(hits)} of {n_compute} kernels from the tuning database")
     if model is not None:
         how.append(f"{len(picked)} picked by the cost model with no measurement")
     how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
-                            len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes))
+                            len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune)
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
 
 

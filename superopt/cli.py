@@ -39,16 +39,16 @@ class UsageError(ValueError):
 _TIME_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_time(text: str) -> float:
+def parse_time(text: str, flag: str = "--time") -> float:
     """A wall-clock budget: ``90s``, ``10m``, ``1.5h``, ``1h30m`` or plain seconds (``45``)."""
     t = text.strip().lower()
     parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)", t)
     if not t or re.sub(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)", "", t).strip() or not parts \
             or (len(parts) > 1 and any(not u for _, u in parts)):
-        raise UsageError(f"bad --time {text!r}: give a number with a unit s, m or h (e.g. 90s, 10m, 1h, 1h30m)")
+        raise UsageError(f"bad {flag} {text!r}: give a number with a unit s, m or h (e.g. 90s, 10m, 1h, 1h30m)")
     seconds = sum(float(v) * _TIME_UNITS[u or "s"] for v, u in parts)
     if not seconds > 0 or not math.isfinite(seconds):
-        raise UsageError(f"bad --time {text!r}: the budget must be positive")
+        raise UsageError(f"bad {flag} {text!r}: the budget must be positive")
     return seconds
 
 
@@ -102,7 +102,7 @@ def _optimize_db(args: argparse.Namespace) -> str | None:
     if args.no_db:
         return None
     if args.db is not None:
-        if not Path(args.db).exists():
+        if not Path(args.db).exists() and getattr(args, "budget", None) is None and getattr(args, "trials", None) is None:
             raise FileNotFoundError(f"no such tuning database: {args.db}")
         return args.db
     return DEFAULT_DB if Path(DEFAULT_DB).exists() else None
@@ -135,14 +135,38 @@ def _onnx_shapes(args: argparse.Namespace, path: str) -> dict[str, tuple[int, ..
     return resolve_shapes(_load(path), shapes, dims)
 
 
+def _optimize_target(args: argparse.Namespace):
+    """--target cpu (this machine, --threads threads) or cuda (the GPU backend; a clear error without a GPU)."""
+    from superopt.runtime.compiler import CompilerConfig
+    from superopt.runtime.target import host_target
+
+    if args.threads < 1:
+        raise UsageError(f"bad --threads {args.threads}: at least 1")
+    if args.target == "cuda":
+        try:
+            from superopt.runtime.gpu import require_gpu
+        except ImportError:
+            raise RuntimeError("--target cuda: this build of superopt has no CUDA backend") from None
+        require_gpu()  # raises a one-line error naming what is missing (driver, device, binding)
+        raise RuntimeError("--target cuda: optimizing whole models for the GPU is not supported yet; "
+                           "use benchmarks/gpu_check.sh for GPU kernels")
+    return host_target(args.threads, CompilerConfig().cc)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from superopt.api import OptimizeConfig, optimize, random_inputs
 
-    db = _optimize_db(args)
+    budget = parse_time(args.budget, "--budget") if args.budget is not None else None
+    if args.trials is not None and args.trials < 1:
+        raise UsageError(f"bad --trials {args.trials}: at least 1")
+    target = _optimize_target(args)
+    db = _optimize_db(args)  # with --budget/--trials the search's records go here (a temporary file when None)
     path = _model_file(args.model)
     prog = optimize(path, _onnx_shapes(args, path),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
-                                   cost_model=_cost_model_arg(args), strict=args.strict))
+                                   cost_model=_cost_model_arg(args), strict=args.strict, target=target,
+                                   seed=args.seed, tune_budget_s=budget, tune_trials=args.trials,
+                                   progress=not (args.no_progress or args.json)))
     log = sys.stderr if args.json else sys.stdout
     print(f"optimized {args.model}: {prog.report}", file=log)
     for line in prog.report.fallback_lines():
@@ -435,6 +459,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="write the compiled artifact, optimized.onnx and report.md/json/png to this directory "
                         "(atomically); reload with superopt run OUT or superopt.load(OUT)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (logs on stderr)")
+    p.add_argument("--budget", default=None, metavar="TIME",
+                   help="search schedules for the kernels the database lacks within this wall-clock budget, "
+                        "e.g. 90s, 5m (default: no schedule search)")
+    p.add_argument("--trials", type=int, default=None, help="schedule search: at most this many measurements")
+    p.add_argument("--seed", type=int, default=0, help="seed of the searches and of the verification inputs")
+    p.add_argument("--target", default="cpu", choices=("cpu", "cuda"), help="what to compile for (default: cpu)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(fn=cmd_optimize)
     t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
                                     "the tuning database",

@@ -114,3 +114,34 @@ def test_exit_codes(artifact, model_path, tmp_path, capsys, monkeypatch):
     assert main(["explain", str(artifact)]) == EXIT_INTERNAL
     line = capsys.readouterr().err.strip()
     assert line.startswith("superopt explain: internal error: KeyError") and "\n" not in line
+
+
+def test_bad_budget_trials_and_target_are_clear_usage_errors(model_path, capsys):
+    for argv, needle in ((["--budget", "soon"], "bad --budget 'soon'"), (["--budget", "0s"], "must be positive"),
+                         (["--trials", "0"], "bad --trials 0"), (["--threads", "0"], "bad --threads 0")):
+        assert main(["optimize", str(model_path), "--no-db", *argv]) == EXIT_USAGE
+        err = capsys.readouterr().err.strip()
+        assert needle in err and "\n" not in err
+    with pytest.raises(SystemExit) as e:
+        main(["optimize", str(model_path), "--target", "tpu"])
+    assert e.value.code == EXIT_USAGE and "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_target_cuda_without_a_gpu_names_the_missing_piece(model_path, capsys):
+    assert main(["optimize", str(model_path), "--target", "cuda", "--no-db"]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("superopt optimize: error:") and "\n" not in err
+    assert any(w in err.lower() for w in ("cuda", "gpu", "driver"))
+
+
+def test_optimize_with_a_trial_budget_searches_schedules_and_records_them(model_path, tmp_path, capsys):
+    from search.database import TuningDatabase
+
+    db = tmp_path / "tuning.jsonl"
+    assert main(["optimize", str(model_path), "--trials", "6", "--seed", "3", "--db", str(db), "--threads", "1",
+                 "--no-cost-model", "--json", "--repeat", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    tune = doc["report"]["tune"]
+    assert tune["measured"] >= 1 and tune["stop_reason"]
+    assert "schedule search" in doc["report"]["stop_reason"] and doc["report"]["max_error"] < 1e-4
+    assert len(TuningDatabase(db).records()) >= tune["measured"]
