@@ -39,8 +39,8 @@ class Constant:
     def digest(self) -> str:
         return self._digest
 
-    @property
-    def type(self) -> TensorType:
+    @cached_property
+    def type(self) -> TensorType:  # cached: Graph.validate reads it for every constant of every rewritten graph
         return TensorType(self.array.shape, dtype_name(self.array.dtype))
 
     def __eq__(self, other: object) -> bool:
