@@ -145,3 +145,24 @@ def test_optimize_with_a_trial_budget_searches_schedules_and_records_them(model_
     assert tune["measured"] >= 1 and tune["stop_reason"]
     assert "schedule search" in doc["report"]["stop_reason"] and doc["report"]["max_error"] < 1e-4
     assert len(TuningDatabase(db).records()) >= tune["measured"]
+
+
+def test_run_rejects_wrong_shape_dtype_and_names_and_propagates_nan(artifact, model_path, tmp_path, capsys):
+    cases = {"shape": {"x": np.zeros((3, 16), np.float32)}, "dtype": {"x": np.zeros((4, 16), np.int64)},
+             "name": {"y": np.zeros((4, 16), np.float32)}}
+    needles = {"shape": "has shape (3, 16)", "dtype": "has dtype int64", "name": "lack x"}
+    for what, arrays in cases.items():
+        np.savez(tmp_path / f"{what}.npz", **arrays)
+        assert main(["run", str(artifact), "--inputs", str(tmp_path / f"{what}.npz"),
+                     "--output", str(tmp_path / f"{what}_out.npz")]) == EXIT_USER_ERROR
+        err = capsys.readouterr().err.strip()
+        assert needles[what] in err and "\n" not in err
+        assert not (tmp_path / f"{what}_out.npz").exists()
+    x = np.random.default_rng(4).standard_normal((4, 16)).astype(np.float32)
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    np.savez(tmp_path / "special.npz", x=x)
+    assert main(["run", str(artifact), "--inputs", str(tmp_path / "special.npz"), "--output",
+                 str(tmp_path / "special_out.npz")]) == 0
+    got = np.load(tmp_path / "special_out.npz")
+    (want,) = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[list(got.keys())[0]], want, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -162,7 +162,7 @@ def _c_op(v: Op) -> str:
             "rsqrt": f"({one} / sqrt{suf}({x}))",
             "sigmoid": f"so_sigmoid{suf}({x})",
             "neg": f"(-({x}))",
-            "relu": f"SO_MAX({x}, 0)",
+            "relu": f"(({x}) < 0 ? 0 : ({x}))",  # NaN stays NaN, as numpy's maximum(x, 0)
             "reciprocal": f"({one} / ({x}))",
             "not": f"(!({x}))",
             "sign": f"(({x}) > 0 ? 1 : (({x}) < 0 ? -1 : 0))",

@@ -29,7 +29,7 @@ void conv_bias_relu_epilogue(void **args) {
                     #pragma omp simd
                     for (int co = 0; co < 32; ++co) {
                         /* epilogue: O[n,co,y,x] = relu((P[n,co,y,x] + B[co]))  over(n:1 co:32 y:10 x:10) */
-                        O[100*co + 10*n_y + x_i + 5*x_o] = SO_MAX((acc[co + 32*x_i] + B[co]), 0);
+                        O[100*co + 10*n_y + x_i + 5*x_o] = (((acc[co + 32*x_i] + B[co])) < 0 ? 0 : ((acc[co + 32*x_i] + B[co])));
                     }
                 }
             }
