@@ -184,16 +184,17 @@ def test_vectorized_max_min_and_exp_keep_ieee_special_values(kernel_cache):
 
 
 def test_relu_keeps_nan_inline_and_in_a_contraction_epilogue(kernel_cache):
-    """relu(NaN) is NaN, as numpy's maximum(x, 0) and onnxruntime (a NaN input row must not come out as 0)."""
-    src = "T[i,j] += X[i,k] * W[k,j]\nO[i,j] = relu(T[i,j])\nR[i,j] = relu(X[i,j])"
-    c = compile_op(src, {"X": (4, 16), "W": (16, 8)}, outputs=["O", "R"])
+    """relu(NaN) and sign(NaN) are NaN, as numpy's maximum(x, 0) and onnxruntime (a NaN input row must not come out as 0)."""
+    src = "T[i,j] += X[i,k] * W[k,j]\nO[i,j] = relu(T[i,j])\nR[i,j] = relu(X[i,j])\nS[i,j] = sign(X[i,j])"
+    c = compile_op(src, {"X": (4, 16), "W": (16, 8)}, outputs=["O", "R", "S"])
     X = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
     X[0, 0], X[2, 3] = np.nan, -np.inf
     W = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
     want_o, want_r = np.maximum(X.astype(np.float64) @ W, 0), np.maximum(X, 0)
     for trace in (default_schedule(c), []):
-        O, R = build_kernel(c, trace, kernel_cache)(X, W)
-        assert np.isnan(O[0]).all() and np.isnan(R[0, 0])
+        O, R, S = build_kernel(c, trace, kernel_cache)(X, W)
+        assert np.isnan(O[0]).all() and np.isnan(R[0, 0]) and np.isnan(S[0, 0])
+        np.testing.assert_array_equal(S, np.sign(X))
         np.testing.assert_allclose(O, want_o, rtol=1e-5, atol=1e-5, equal_nan=True)
         np.testing.assert_array_equal(R, want_r)
 

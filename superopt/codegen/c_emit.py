@@ -165,7 +165,7 @@ def _c_op(v: Op) -> str:
             "relu": f"(({x}) < 0 ? 0 : ({x}))",  # NaN stays NaN, as numpy's maximum(x, 0)
             "reciprocal": f"({one} / ({x}))",
             "not": f"(!({x}))",
-            "sign": f"(({x}) > 0 ? 1 : (({x}) < 0 ? -1 : 0))",
+            "sign": f"(({x}) > 0 ? 1 : (({x}) < 0 ? -1 : ({x})))",  # 0 and NaN are their own sign
         }[op]
     a, b = args
     if op in ("+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!="):
