@@ -44,8 +44,14 @@ __device__ __forceinline__ float so_expf(float x) { return expf(x); }
 __device__ __forceinline__ float so_erff(float x) { return erff(x); }
 __device__ __forceinline__ float so_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-__device__ __forceinline__ float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-__device__ __forceinline__ double so_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ float so_modf(float a, float b) {
+    float r = fmodf(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ double so_mod(double a, double b) {
+    double r = fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 __device__ __forceinline__ int64_t so_modl(int64_t a, int64_t b) {
     if (b == 0) return 0;
     int64_t r = a % b;
@@ -234,27 +240,26 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
     ``NAME_pack_T``; returns (text, launches, pack launches by input)."""
     parts: list[str] = []
     launches: list[Launch] = []
-    for stage in nest.body:
-        group: list[Node] = []
 
-        def flush() -> None:
-            if not group:
-                return
+    def flush(stage: StageNest, group: list[Node]) -> None:
+        if group:
             kname = f"{name}_{len(launches)}"
             grid, block = _launch_dims(tuple(group))
             parts.append(f"/* {stage.text} */\n" + _CudaPrinter().kernel_of(nest, kname, tuple(group)))
             launches.append(Launch(kname, grid, block))
             group.clear()
 
+    for stage in nest.body:
+        group: list[Node] = []
         for n in stage.body:
             if isinstance(n, Fill):  # a root-level fill must finish on every block before any accumulates
-                flush()
+                flush(stage, group)
                 text, launch = _fill_kernel(nest, f"{name}_{len(launches)}", n)
                 parts.append(text)
                 launches.append(launch)
             else:
                 group.append(n)
-        flush()
+        flush(stage, group)
     pack_launches = {}
     for p in nest.packs:
         text, launch = _pack_kernel(p, name)

@@ -1,0 +1,224 @@
+"""GPU sketches and the default GPU schedule: loops bound to blocks and threads, reductions per thread.
+
+Sketches (most aggressive first; the first that lowers legally is the default):
+
+- ``gpu-tiled``: a two-operand contraction (``O[...] += A[...] * B[...]``) as an SSSRRSRS-like
+  multi-level tiling. The output dims are fused into a column loop N (a suffix of the output dims,
+  contiguous in memory) and a row loop M (the rest); each is split into block x register x thread
+  (``n = n_blk*(Tn*Rn) + n_reg*Tn + n_thr``: the threads of a warp touch consecutive columns, so loads of
+  the column operand and stores coalesce). Loop order: blocks (``block_y``, ``block_x``), threads
+  (``thread_y``, ``thread_x``), the reductions, then the Rm x Rn register tile (CacheWrite, unrolled).
+  Elementwise consumers reading the contraction at its own index run at the tile's write-back (Epilogue).
+- ``gpu-simple``: every stage with its output dims fused and split into blocks of ``threads`` threads,
+  its reductions serial per thread (a scalar accumulator).
+
+Knobs (named ``<stage>.<role>`` as on the CPU): ``tm``, ``tn`` (threads), ``rm``, ``rn`` (register tile),
+``n_min`` (how many columns the column loop gathers), ``threads`` (gpu-simple). Elementwise temporaries
+are inlined into their consumers (never stored), except padded copies that feed a window.
+"""
+
+from __future__ import annotations
+
+from superopt.ir.compute import Compute
+from superopt.ir.statement import Statement
+from superopt.runtime.target import Target
+from superopt.schedule.default import _product_accesses
+from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.primitives import Bind, CacheWrite, Epilogue, Fuse, Inline, Primitive, Reorder, Split, Unroll
+
+GPU_TILED, GPU_SIMPLE = "gpu-tiled", "gpu-simple"
+
+
+def gpu_sketch_names(compute: Compute, target: Target) -> list[str]:
+    """The GPU sketches that apply to ``compute``, most aggressive first."""
+    tiled = any(st.reduce == "+=" and len(set(_product_accesses(st.expr) or [])) == 2 and st.out_dims
+                for st in compute.statements)
+    return ([GPU_TILED] if tiled else []) + [GPU_SIMPLE]
+
+
+def _pow2_at_least(n: int, cap: int) -> int:
+    p = 1
+    while p < n and p < cap:
+        p *= 2
+    return p
+
+
+def _outer_blocks(s: str, dims: list[str], ext: dict[str, int], free_axes: list[str], gpu_limit: int
+                  ) -> tuple[list[Primitive], list[str], list[str], list[Primitive]]:
+    """Bind untouched outer output dims (outer first) to the free block axes (innermost dim on the first free
+    axis), fusing adjacent pairs when there are more dims than axes; what is left runs serially, outermost.
+    Returns (fuse prims, serial loops, block loops in order, bind prims)."""
+    loops = [(d, ext[d]) for d in dims]
+    prims: list[Primitive] = []
+    i = 0
+    while len(loops) > len(free_axes) and i + 1 < len(loops):  # fuse pairs of plain dims (a fused loop is never refused)
+        (a, na), (b, nb) = loops[i], loops[i + 1]
+        prims.append(Fuse(s, a, b))
+        loops[i:i + 2] = [(f"{a}_{b}", na * nb)]
+        i += 1
+    serial: list[str] = []
+    blocks: list[str] = []
+    binds: list[Primitive] = []
+    axes = list(free_axes)
+    for name, n in reversed(loops):
+        axis = next((a for a in axes if n <= (2**31 - 1 if a == "block_x" else gpu_limit)), None)
+        if axis is None or n == 1:
+            serial.insert(0, name)
+            continue
+        axes.remove(axis)
+        blocks.insert(0, name)
+        binds.append(Bind(s, name, axis))
+    return prims, serial, blocks, binds
+
+
+def simple_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """The innermost output dims over the threads of a block (x, then y), the rest over blocks; reductions
+    serial in each thread."""
+    kn = knobs or KnobRecorder()
+    s, ext = st.out, dict(st.extent)
+    dims = list(st.out_dims)
+    prims: list[Primitive] = [Reorder(s, tuple(dims + list(st.reduce_dims)))] if st.reduce_dims else []
+    if not dims:
+        return prims  # a scalar: one thread
+    cap = target.gpu.max_threads_per_block if target.gpu else 1024
+    ylimit = target.gpu.max_grid_dims[1] if target.gpu else 65535
+    threads = min(cap, kn.get(f"{s}.threads", 256, (32, 64, 128, 256, 512, 1024)))
+    thread_loops: list[tuple[str, str]] = []
+    block_parts: list[str] = []  # outer parts of split dims, innermost first
+    splits: list[Primitive] = []
+    budget = threads
+    used = 0
+    for d, axis in zip(reversed(dims), ("thread_x", "thread_y")):
+        if budget < 2 or (axis == "thread_y" and ext[dims[-1]] >= threads):
+            break
+        used += 1
+        if ext[d] > budget:
+            splits.append(Split(s, d, budget))
+            thread_loops.append((f"{d}_i", axis))
+            block_parts.append(f"{d}_o")
+            break
+        thread_loops.append((d, axis))
+        budget //= _pow2_at_least(ext[d], budget)
+    rest = dims[:len(dims) - used]
+    free = [a for a in ("block_x", "block_y", "block_z")][len(block_parts):]
+    fprims, serial, blocks, binds = _outer_blocks(s, rest, ext, free, ylimit)
+    binds += [Bind(s, b, ax) for b, ax in zip(block_parts, ("block_x", "block_y"))]
+    order = serial + blocks + list(reversed(block_parts)) + [t for t, _ in reversed(thread_loops)] + list(st.reduce_dims)
+    return prims + fprims + splits + [Reorder(s, tuple(order))] + binds + [Bind(s, t, a) for t, a in thread_loops]
+
+
+def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """Blocks x threads x register tile for a two-operand contraction (see the module docstring)."""
+    kn = knobs or KnobRecorder()
+    s, ext = st.out, dict(st.extent)
+    accs = _product_accesses(st.expr)
+    if st.reduce != "+=" or not accs or len(set(accs)) != 2 or not st.reduce_dims or not st.out_dims:
+        raise ValueError("not a two-operand contraction")
+    out = list(st.out_dims)
+    ylimit = target.gpu.max_grid_dims[1] if target.gpu else 65535
+    prims: list[Primitive] = [Reorder(s, tuple(out + list(st.reduce_dims)))]
+    # the column loop N: the last output dim, fused with the one before when narrow (capsule's q: 4)
+    n_min = kn.get(f"{s}.n_min", 16, (8, 16, 32, 64))
+    groups: list[tuple[str, int, int]] = []  # (loop, extent, extent of its inner fused dim or 1)
+    k = len(out)
+    for _ in range(2):  # N, then M
+        if k == 0:
+            break
+        d = out[k - 1]
+        if ext[d] < n_min and k >= 2 and ext[out[k - 2]] > 1:
+            prims.append(Fuse(s, out[k - 2], d))
+            groups.append((f"{out[k - 2]}_{d}", ext[out[k - 2]] * ext[d], ext[d]))
+            k -= 2
+        else:
+            groups.append((d, ext[d], 1))
+            k -= 1
+    rest = out[:k]
+    (n_loop, n_ext, n_unit), m = groups[0], (groups[1] if len(groups) > 1 else None)
+    tn = kn.get(f"{s}.tn", min(32, _pow2_at_least(n_ext, 32)), (4, 8, 16, 32, 64))
+    rn = kn.get(f"{s}.rn", 4 if n_ext >= 4 * tn else 1, (1, 2, 4, 8))
+    m_ext = m[1] if m else 1
+    tm = kn.get(f"{s}.tm", min(8, _pow2_at_least(m_ext, 8)), (1, 2, 4, 8, 16, 32))
+    rm = kn.get(f"{s}.rm", 4 if m_ext >= 4 * tm else 1, (1, 2, 4, 8))
+    blocks: list[tuple[str, str]] = []
+    threads: list[str] = []
+    regs: list[str] = []
+    binds: list[Primitive] = []
+    for loop, n, unit, t, r, ax in ((*(m or (None, 1, 1)), tm, rm, "y"), (n_loop, n_ext, n_unit, tn, rn, "x")):
+        if loop is None:
+            continue
+        t = min(t, n)
+        if unit > 1:  # a fused loop splits by multiples of its inner dim's extent
+            t = max(unit, t // unit * unit)
+        r = max(1, min(r, n // t))
+        if n > t * r:
+            prims.append(Split(s, loop, t * r))
+            blocks.append((f"{loop}_o", f"block_{ax}"))
+            inner = f"{loop}_i"
+        else:
+            inner = loop
+            r = 1 if n <= t else r
+        if r > 1 and n > t:
+            prims.append(Split(s, inner, t))
+            regs.append(f"{inner}_o")
+            inner = f"{inner}_i"
+        threads.append(inner)
+        binds.append(Bind(s, inner, f"thread_{ax}"))
+    binds += [Bind(s, b, a) for b, a in blocks]
+    free = [a for a in ("block_x", "block_y", "block_z") if a not in {a for _, a in blocks}]
+    fprims, serial, outer_blocks, obinds = _outer_blocks(s, rest, ext, free, ylimit)
+    red = list(st.reduce_dims)
+    order = serial + outer_blocks + [b for b, _ in blocks] + threads + red + regs
+    prims += fprims + [Reorder(s, tuple(order)), CacheWrite(s, red[0])]
+    return prims + [Unroll(s, r) for r in regs] + binds + obinds
+
+
+def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], sketch: str,
+                     knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """The trace of GPU ``sketch`` with ``knobs`` (the heuristic's values where not overridden)."""
+    if target.kind != "cuda":
+        raise ValueError(f"GPU sketch {sketch!r} on a {target.kind!r} target")
+    kn = knobs or KnobRecorder()
+    stmts = list(compute.statements)
+    trace: list[Primitive] = []
+    inlined: set[str] = set()
+    reads: dict[str, set[str]] = {}
+    tiled: set[str] = set()
+    for st in stmts:
+        reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
+        if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
+            consumers = [c for c in stmts if st.out in c.inputs()]
+            padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
+            if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
+                trace.append(Inline(st.out))
+                inlined.add(st.out)
+                continue
+        if sketch == GPU_TILED and st.reduce == "+=":
+            try:
+                trace += tiled_gpu_schedule(st, target, kn)
+                tiled.add(st.out)
+                continue
+            except ValueError:
+                pass
+        producers = sorted(reads[st.out] & tiled)
+        if sketch == GPU_TILED and st.reduce == "=" and len(producers) == 1:
+            trace.append(Epilogue(st.out, producers[0]))
+            continue
+        trace += simple_gpu_schedule(st, target, kn)
+    return trace
+
+
+def gpu_default_schedule(compute: Compute, target: Target, constant_inputs: frozenset[str] | None = None
+                         ) -> list[Primitive]:
+    """The first GPU sketch that lowers legally on ``target`` (a ``kind='cuda'`` target)."""
+    from superopt.codegen.lower import ScheduleError, lower
+
+    consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
+    errors = []
+    for sketch in gpu_sketch_names(compute, target):
+        try:
+            trace = build_gpu_sketch(compute, target, consts, sketch)
+            lower(compute, trace, target)
+            return trace
+        except (ScheduleError, ValueError, KeyError) as e:
+            errors.append(f"{sketch}: {e}")
+    raise ScheduleError(f"no GPU sketch fits: {'; '.join(errors)}")
