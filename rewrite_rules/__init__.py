@@ -54,6 +54,11 @@ class RewriteReport:
     stop_reason: str
 
 
+# families whose rules grow the graph or undo each other (a layout conversion and its inverse): moves
+# for the graph search only, never given to a greedy driver (which would not terminate or would undo itself)
+EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration")
+
+
 def fresh_name(base: str, used: set[str]) -> str:
     """``base``, or ``base2``, ``base3``... whichever ``used`` lacks first; the name is added to ``used``."""
     name, k = base, 2
@@ -95,4 +100,5 @@ def _registry() -> list[Rule]:
 
 RULES: list[Rule] = _registry()
 
-__all__ = ["RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named", "rewrite_greedy"]
+__all__ = ["EXPLORATION_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named",
+           "rewrite_greedy"]
