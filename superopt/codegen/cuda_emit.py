@@ -277,32 +277,41 @@ def emit_cuda(plan: KernelPlan | LoopNest, name: str = "kernel") -> CudaSource:
 
 
 def emulation_source(sources: list[CudaSource]) -> str:
-    """C++ for g++: the kernels of ``sources`` plus, per source, ``void NAME_emulate(void **args)`` that runs
-    its launches as loops over blocks and threads (args: the launch arguments in order), and
+    """C++ for g++: the kernels of ``sources``; per launched kernel ``void so_launch_K(void **args, const unsigned
+    *dims)`` running its blocks and threads as loops (dims: grid x, y, z then block x, y, z); per source
+    ``void NAME_emulate(void **args)`` running its launches in order (args: the launch arguments), and
     ``void NAME_emulate_pack_T(const void *src, void *dst)`` per packed input."""
     out = [EMULATION_PRELUDE, CUDA_PRELUDE]
     for src in sources:
         out.append(src.code)
-        lines = [f'extern "C" void {src.name}_emulate(void **args) {{']
+        lines = []
         cast = ", ".join(f"({t})args[{i}]" for i, t in enumerate(src.arg_types))
         for ln in src.launches:
-            lines.append(_emulated_launch(ln, f"{ln.kernel}({cast});"))
-        lines.append("}")
+            lines.append(_launcher(ln.kernel, f"{ln.kernel}({cast});"))
         for t, ln in src.pack_launches.items():
             ct = ctype(dict(src.params)[t])
+            lines.append(_launcher(ln.kernel, f"{ln.kernel}((const {ct} *)args[0], ({ct} *)args[1]);"))
+        lines.append(f'extern "C" void {src.name}_emulate(void **args) {{')
+        for ln in src.launches:
+            lines.append(f"    {{ const unsigned d[6] = {{{', '.join(f'{x}u' for x in (*ln.grid, *ln.block))}}}; "
+                         f"so_launch_{ln.kernel}(args, d); }}")
+        lines.append("}")
+        for t, ln in src.pack_launches.items():
             lines.append(f'extern "C" void {src.name}_emulate_pack_{t}(const void *src, void *dst) {{')
-            lines.append(_emulated_launch(ln, f"{ln.kernel}((const {ct} *)src, ({ct} *)dst);"))
+            lines.append(f"    void *args[2] = {{(void *)src, dst}};")
+            lines.append(f"    const unsigned d[6] = {{{', '.join(f'{x}u' for x in (*ln.grid, *ln.block))}}}; "
+                         f"so_launch_{ln.kernel}(args, d);")
             lines.append("}")
         out.append("\n".join(lines))
     return "\n".join(out) + "\n"
 
 
-def _emulated_launch(ln: Launch, call: str) -> str:
-    g, b = ln.grid, ln.block
-    return (f"    gridDim = so_dim3{{{g[0]}u, {g[1]}u, {g[2]}u}}; blockDim = so_dim3{{{b[0]}u, {b[1]}u, {b[2]}u}};\n"
-            f"    for (unsigned bz = 0; bz < {g[2]}u; ++bz) for (unsigned by = 0; by < {g[1]}u; ++by) "
-            f"for (unsigned bx = 0; bx < {g[0]}u; ++bx)\n"
-            f"    for (unsigned tz = 0; tz < {b[2]}u; ++tz) for (unsigned ty = 0; ty < {b[1]}u; ++ty) "
-            f"for (unsigned tx = 0; tx < {b[0]}u; ++tx) {{\n"
-            f"        blockIdx = so_dim3{{bx, by, bz}}; threadIdx = so_dim3{{tx, ty, tz}};\n"
-            f"        {call}\n    }}")
+def _launcher(kernel: str, call: str) -> str:
+    return (f'extern "C" void so_launch_{kernel}(void **args, const unsigned *d) {{\n'
+            "    gridDim = so_dim3{d[0], d[1], d[2]}; blockDim = so_dim3{d[3], d[4], d[5]};\n"
+            "    for (unsigned bz = 0; bz < d[2]; ++bz) for (unsigned by = 0; by < d[1]; ++by) "
+            "for (unsigned bx = 0; bx < d[0]; ++bx)\n"
+            "    for (unsigned tz = 0; tz < d[5]; ++tz) for (unsigned ty = 0; ty < d[4]; ++ty) "
+            "for (unsigned tx = 0; tx < d[3]; ++tx) {\n"
+            "        blockIdx = so_dim3{bx, by, bz}; threadIdx = so_dim3{tx, ty, tz};\n"
+            f"        {call}\n    }}\n}}")
