@@ -93,9 +93,9 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import algebraic, fusion, layout
+    from rewrite_rules import algebraic, folding, fusion, layout, merging, movement
 
-    return [*algebraic.RULES, *fusion.RULES, *layout.RULES]
+    return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES]
 
 
 RULES: list[Rule] = _registry()
