@@ -10,8 +10,8 @@
 
 Bindings are tried in the order of :data:`BINDINGS` (pycuda where it imports, then NVIDIA's
 ``cuda-bindings``, then CuPy); ``SUPEROPT_GPU_BINDING`` picks one, or ``emulator``: the CPU stand-in
-of ``_emulator.py`` (g++-emulated kernels, host memory) that runs this whole interface without a GPU. Without a driver or a device the
-error is one line naming what is missing (``GpuUnavailable: no CUDA driver (libcuda.so.1) ...``).
+of ``_emulator.py`` (g++-emulated kernels, host memory) that runs this whole interface without a GPU.
+Without a driver or a device the error is one line naming what is missing (``GpuUnavailable: no CUDA driver (libcuda.so.1) ...``).
 """
 
 from __future__ import annotations
@@ -143,21 +143,21 @@ def _open(name: str) -> Binding:
     return mod.open_binding()
 
 
-_DEVICE: GpuDevice | None = None
+_DEVICES: dict[str, GpuDevice] = {}  # binding name (or "auto") -> the device opened through it
 
 
 def require_gpu(binding: str | None = None) -> GpuDevice:
-    """The GPU (device 0) through the first binding that works, opened once per process.
+    """The GPU (device 0) through the first binding that works, opened once per process and binding.
 
-    ``binding`` (or ``$SUPEROPT_GPU_BINDING``) picks one of :data:`BINDINGS`. Raises
+    ``binding`` (or ``$SUPEROPT_GPU_BINDING``) picks one of :data:`BINDINGS` (or ``emulator``). Raises
     :class:`GpuUnavailable` with a one-line reason: no driver, no device, or no binding that imports."""
-    global _DEVICE
     want = binding or os.environ.get("SUPEROPT_GPU_BINDING") or None
-    if _DEVICE is not None and want in (None, _DEVICE.binding):
-        return _DEVICE
+    key = want or "auto"
+    if key in _DEVICES:
+        return _DEVICES[key]
     if want == "emulator":  # the CPU stand-in: no driver needed (tests, dry runs)
-        _DEVICE = GpuDevice(_open(want))
-        return _DEVICE
+        _DEVICES[key] = GpuDevice(_open(want))
+        return _DEVICES[key]
     _driver_present()
     reasons = []
     for name in ([want] if want else BINDINGS):
@@ -171,7 +171,7 @@ def require_gpu(binding: str | None = None) -> GpuDevice:
         except Exception as e:  # a binding that imports but cannot open the device
             reasons.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             continue
-        _DEVICE = dev
+        _DEVICES[key] = dev
         return dev
     raise GpuUnavailable("no usable CUDA binding: " + "; ".join(reasons) + " (install pycuda, cuda-bindings or "
                          "cupy-cuda13x)")
