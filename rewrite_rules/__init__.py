@@ -100,5 +100,14 @@ def _registry() -> list[Rule]:
 
 RULES: list[Rule] = _registry()
 
+
+def __getattr__(name: str):  # ALL_RULES = RULES + GENERATED_RULES (rewrite_rules/generated.json), loaded on first use
+    if name == "ALL_RULES":
+        from rewrite_rules.generated import GENERATED_RULES
+
+        globals()["ALL_RULES"] = [*RULES, *GENERATED_RULES]
+        return globals()["ALL_RULES"]
+    raise AttributeError(f"module 'rewrite_rules' has no attribute {name!r}")
+
 __all__ = ["EXPLORATION_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named",
            "rewrite_greedy"]
