@@ -1,0 +1,460 @@
+"""Layout choice rules: NCHW activations as blocked NCHWc tensors, conversions that cancel.
+
+A blocked tensor is just another tensor: ``X_c[n, cb, y, x, c]`` holds ``X[n, B*cb + c, y, x]`` (B, the
+block, is 8 or 16: one or two float32 vectors). Conversions are compute ops (``to_blocked``:
+``O[n,cb,y,x,c] = X[n,B*cb+c,y,x]``; ``from_blocked``: the transpose ``O[n,cb,c,y,x] = X_c[n,cb,y,x,c]``
+followed by a reshape alias to ``[n, C, y, x]``). A compute node is *blocked* by splitting every dim that
+indexes the channel axis of an activation (``c = B*c_b + c_l``) and rewriting its statements over the
+blocked tensors; constant weights indexed by split dims are re-laid out ahead of time (a conv's
+``W[co,ci,kh,kw]`` becomes ``W_c[cob,cib,kh,kw,ci_l,co_l]``, the output channel lane innermost, the
+natural fit for a vector FMA). Elementwise ops, residual adds, pooling and concat take the blocked
+layout the same way, so after ``cancel_conversions`` nothing is converted between blocked nodes.
+
+``block_node`` grows the graph (it inserts conversions) and ``block_node`` then ``cancel_conversions``
+moves conversions around: these rules are for the layout pass and the graph search, never for the
+greedy driver (family ``layout_choice``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
+from superopt.builder import GraphBuilder
+from superopt.ir.compute import Compute
+from superopt.ir.expr import Access, Affine, map_expr
+from superopt.ir.graph import Constant, Extern, Graph, Node
+from superopt.ir.prune import prune_graph
+from superopt.ir.statement import Statement
+from superopt.ir.types import TensorType
+
+FAMILY = "layout_choice"
+BLOCKS = (8, 16)
+
+
+# ---- conversions ------------------------------------------------------------------------------------
+
+def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """``(N, C, *spatial)`` -> ``(N, C/B, *spatial, B)``."""
+    return (shape[0], shape[1] // block, *shape[2:], block)
+
+
+def _spatial(rank: int) -> tuple[str, ...]:
+    return tuple(f"s{i}" for i in range(rank - 2))
+
+
+def to_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float32") -> Compute:
+    """``O[n,cb,s..,c] = X[n, B*cb + c, s..]``."""
+    sp = _spatial(len(shape))
+    idx = (Affine.dim("n"), Affine.of({"cb": block, "c": 1}), *(Affine.dim(d) for d in sp))
+    st = Statement("O", ("n", "cb", *sp, "c"), "=", Access("X", idx),
+                   (("n", shape[0]), ("cb", shape[1] // block), *zip(sp, shape[2:]), ("c", block)))
+    return Compute(("X",), ("O",), (st,), (("X", TensorType(tuple(shape), dtype)),
+                                           ("O", TensorType(blocked_shape(tuple(shape), block), dtype))))
+
+
+def from_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float32") -> Compute:
+    """``O[n,cb,c,s..] = X_c[n,cb,s..,c]`` (then a reshape alias merges cb and c into the channel axis)."""
+    sp = _spatial(len(shape))
+    bshape = blocked_shape(tuple(shape), block)
+    st = Statement("O", ("n", "cb", "c", *sp), "=", Access("X", tuple(Affine.dim(d) for d in ("n", "cb", *sp, "c"))),
+                   (("n", shape[0]), ("cb", shape[1] // block), ("c", block), *zip(sp, shape[2:])))
+    split = (shape[0], shape[1] // block, block, *shape[2:])
+    return Compute(("X",), ("O",), (st,), (("X", TensorType(bshape, dtype)), ("O", TensorType(split, dtype))))
+
+
+def conversion_kind(graph: Graph, node: Node) -> tuple[str, int] | None:
+    """``("to", B)`` for a to_blocked node, ``("from", B)`` for a from_blocked transpose, else None."""
+    if node.is_extern or len(node.inputs) != 1 or len(node.outputs) != 1:
+        return None
+    src, dst = graph.type_of[node.inputs[0]], graph.type_of[node.outputs[0]]
+    for block in BLOCKS:
+        if src.rank >= 3 and src.shape[1] % block == 0 and dst.shape == blocked_shape(src.shape, block) \
+                and node.op == to_blocked_compute(src.shape, block, src.dtype):
+            return "to", block
+        if dst.rank >= 4 and dst.shape[2] == block and src.rank == dst.rank:
+            shape = (dst.shape[0], dst.shape[1] * block, *dst.shape[3:])
+            if node.op == from_blocked_compute(shape, block, src.dtype):
+                return "from", block
+    return None
+
+
+def conversions(graph: Graph) -> list[Node]:
+    """The layout conversion nodes of ``graph``."""
+    return [n for n in graph.nodes if conversion_kind(graph, n) is not None]
+
+
+# ---- blocking one compute op ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WeightLayout:
+    """A constant re-laid out: axes ``split`` (each split into outer x lane), lanes moved last in ``lanes`` order."""
+
+    split: tuple[int, ...]
+    lanes: tuple[int, ...]  # original axis of each trailing lane axis, in order
+    block: int
+
+    def apply(self, a: np.ndarray) -> np.ndarray:
+        shape: list[int] = []
+        for i, n in enumerate(a.shape):
+            shape += [n // self.block, self.block] if i in self.split else [n]
+        pos, outer, lane_at = 0, [], {}
+        for i in range(a.ndim):
+            outer.append(pos)
+            if i in self.split:
+                lane_at[i] = pos + 1
+                pos += 2
+            else:
+                pos += 1
+        return np.ascontiguousarray(a.reshape(shape).transpose(outer + [lane_at[i] for i in self.lanes]))
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(n // self.block if i in self.split else n for i, n in enumerate(shape)) + (self.block,) * len(self.lanes)
+
+
+class NotBlockable(ValueError):
+    """The compute op cannot take the blocked layout (a channel axis read through a window, a reshape...)."""
+
+
+def _channel_dim(ix: Affine, block: int) -> tuple[str, int]:
+    """``d + k*B`` -> (d, k); NotBlockable for any other channel index."""
+    if len(ix.terms) == 1 and ix.terms[0][1] == 1 and isinstance(ix.terms[0][0], str) and ix.const % block == 0:
+        return ix.terms[0][0], ix.const // block
+    raise NotBlockable(f"channel index {ix} is not a dim plus a multiple of {block}")
+
+
+def _block_statement(st: Statement, blocked: set[str], weights: set[str], types: dict[str, TensorType], block: int
+                     ) -> tuple[Statement, dict[str, WeightLayout]]:
+    split: list[str] = []
+
+    def add(d: str) -> None:
+        if d not in split:
+            split.append(d)
+
+    if st.out in blocked:
+        add(st.out_dims[1])
+    for a in st.expr.accesses():
+        if a.tensor in blocked:
+            add(_channel_dim(a.index[1], block)[0])
+    ext = st.extent
+    for d in split:
+        if ext[d] % block:
+            raise NotBlockable(f"dim {d} of {st.out} has extent {ext[d]}, not a multiple of {block}")
+    if st.out not in blocked and any(d in split for d in st.out_dims):
+        raise NotBlockable(f"{st.out} is not blocked but its channel dim is split")
+    names = {d for d, _ in st.extents}
+    outer, lane = {}, {}
+    for d in split:
+        outer[d] = fresh_name(f"{d}_b", names)
+        lane[d] = fresh_name(f"{d}_l", names)
+    sub = {d: Affine.of({outer[d]: block, lane[d]: 1}) for d in split}
+    layouts: dict[str, WeightLayout] = {}
+    weight_reads = {a.tensor: a for a in st.expr.accesses() if a.tensor in weights}
+    for w, acc in weight_reads.items():
+        plain = all(ix.is_plain_dim for ix in acc.index)
+        axes = [i for i, ix in enumerate(acc.index) if ix.is_plain_dim and ix.dims[0] in split]
+        uses = {a.index for a in st.expr.accesses() if a.tensor == w}
+        if plain and axes and len(uses) == 1:
+            dims = [acc.index[i].dims[0] for i in axes]
+            # lanes of reduction dims first, the output's lanes innermost (in output order)
+            order = sorted(axes, key=lambda i: (dims[axes.index(i)] in st.out_dims,
+                                               st.out_dims.index(dims[axes.index(i)]) if dims[axes.index(i)] in st.out_dims
+                                               else 0))
+            layouts[w] = WeightLayout(tuple(axes), tuple(order), block)
+
+    def rewrite(e):
+        if not isinstance(e, Access):
+            return e
+        if e.tensor in blocked:
+            for k, ix in enumerate(e.index):
+                if k != 1 and any(d in split for d in ix.dims):
+                    raise NotBlockable(f"{e} reads a split channel dim on a non-channel axis")
+            d, shift = _channel_dim(e.index[1], block)
+            return Access(e.tensor, (e.index[0], Affine.of({outer[d]: 1}, shift), *e.index[2:], Affine.dim(lane[d])))
+        if e.tensor in layouts:
+            lay = layouts[e.tensor]
+            idx = [Affine.dim(outer[ix.dims[0]]) if i in lay.split else ix for i, ix in enumerate(e.index)]
+            return Access(e.tensor, (*idx, *(Affine.dim(lane[e.index[i].dims[0]]) for i in lay.lanes)))
+        return Access(e.tensor, tuple(ix.substitute(sub) for ix in e.index))
+
+    expr = map_expr(st.expr, rewrite)
+    if st.out in blocked:
+        c = st.out_dims[1]
+        out_dims = (st.out_dims[0], outer[c], *st.out_dims[2:], lane[c])
+    else:
+        out_dims = st.out_dims
+    new_ext = {**{outer[d]: ext[d] // block for d in split}, **{lane[d]: block for d in split}, **ext}
+    extents = [(d, new_ext[d]) for d in out_dims]
+    red = [d for d in st.reduce_dims]
+    extents += [(outer.get(d, d), new_ext[outer.get(d, d)]) for d in red]
+    extents += [(lane[d], block) for d in red if d in split]
+    return Statement(st.out, out_dims, st.reduce, expr, tuple(extents), st.padding), layouts
+
+
+def block_compute(c: Compute, activations: set[str], weights: set[str], block: int
+                  ) -> tuple[Compute, set[str], dict[str, WeightLayout]]:
+    """``c`` over blocked tensors: every local in ``activations`` (rank >= 3, channels a multiple of the block)
+    becomes ``[n, C/B, s.., B]``; constants in ``weights`` indexed by split dims are re-laid out.
+    Returns the new op, the locals blocked and the weight layouts (NotBlockable when it cannot)."""
+    types = c.type_of
+    blocked = {t for t in activations if types[t].rank >= 3 and types[t].shape[1] % block == 0}
+    if not blocked:
+        raise NotBlockable("no activation with channels a multiple of the block")
+    statements, layouts = [], {}
+    for st in c.statements:
+        new, lay = _block_statement(st, blocked, weights, types, block)
+        for w, wl in lay.items():
+            if layouts.setdefault(w, wl) != wl:
+                raise NotBlockable(f"weight {w} is read in two layouts")
+        statements.append(new)
+    new_types = []
+    for name, t in c.types:
+        if name in blocked:
+            t = TensorType(blocked_shape(t.shape, block), t.dtype)
+        elif name in layouts:
+            t = TensorType(layouts[name].shape(t.shape), t.dtype)
+        new_types.append((name, t))
+    return Compute(c.inputs, c.outputs, tuple(statements), tuple(new_types)), blocked, layouts
+
+
+def activation_locals(graph: Graph, node: Node) -> tuple[set[str], set[str]]:
+    """(locals that are activations: non-constant rank >= 3 tensors; locals bound to graph constants)."""
+    c = node.op
+    consts = {local for local, g in zip(c.inputs, node.inputs) if g in graph.constant}
+    acts = {n for n, t in c.types if t.rank >= 3 and n not in consts and t.dtype.startswith("float")}
+    return acts, consts
+
+
+def blockable(graph: Graph, node: Node, block: int) -> bool:
+    if node.is_extern or conversion_kind(graph, node) is not None:
+        return False
+    acts, consts = activation_locals(graph, node)
+    try:
+        _, blocked, _ = block_compute(node.op, acts, consts, block)
+    except NotBlockable:
+        return False
+    ext = set(node.op.inputs) | set(node.op.outputs)
+    return bool(blocked & ext)
+
+
+# ---- graph surgery ----------------------------------------------------------------------------------
+
+def _insert(nodes: list[Node], before: Node, new: list[Node]) -> list[Node]:
+    k = nodes.index(before)
+    return nodes[:k] + new + nodes[k:]
+
+
+def block_node_in(graph: Graph, name: str, block: int) -> Graph:
+    """The graph with node ``name`` computing on blocked tensors, conversions inserted around it
+    (an existing to_blocked conversion of an input is reused)."""
+    node = node_named(graph, name)
+    if node.is_extern or conversion_kind(graph, node) is not None:
+        raise RuleNotApplicable(f"node {name!r} is not a blockable compute op")
+    acts, consts = activation_locals(graph, node)
+    try:
+        op, blocked, layouts = block_compute(node.op, acts, consts, block)
+    except NotBlockable as e:
+        raise RuleNotApplicable(f"node {name!r}: {e}") from None
+    if not blocked & (set(node.op.inputs) | set(node.op.outputs)):
+        raise RuleNotApplicable(f"node {name!r} has no blocked input or output")
+    types = dict(graph.types)
+    used_t = set(types) | {n.name for n in graph.nodes}
+    used_n = {n.name for n in graph.nodes}
+    constants = dict(graph.constants)
+    nodes = list(graph.nodes)
+    existing_to = {n.inputs[0]: n.outputs[0] for n in graph.nodes if conversion_kind(graph, n) == ("to", block)}
+    before: list[Node] = []
+    new_inputs = []
+    for local, g in zip(node.op.inputs, node.inputs):
+        if local in blocked:
+            if g not in existing_to:
+                t = types[g]
+                out = fresh_name(f"{g}_nchw{block}c", used_t)
+                types[out] = TensorType(blocked_shape(t.shape, block), t.dtype)
+                before.append(Node(fresh_name(f"to_nchw{block}c", used_n), to_blocked_compute(t.shape, block, t.dtype),
+                                   (g,), (out,)))
+                existing_to[g] = out
+            new_inputs.append(existing_to[g])
+        elif local in layouts:
+            key = f"{g}_nchw{block}c_{''.join(map(str, layouts[local].split))}_{''.join(map(str, layouts[local].lanes))}"
+            if key not in constants:
+                arr = layouts[local].apply(graph.constant[g].array)
+                constants[key] = Constant(arr)
+                types[key] = constants[key].type
+                used_t.add(key)
+            new_inputs.append(key)
+        else:
+            new_inputs.append(g)
+    after: list[Node] = []
+    new_outputs = []
+    for local, g in zip(node.op.outputs, node.outputs):
+        if local not in blocked:
+            new_outputs.append(g)
+            continue
+        t = types[g]
+        bout = fresh_name(f"{g}_nchw{block}c", used_t)
+        types[bout] = TensorType(blocked_shape(t.shape, block), t.dtype)
+        split = fresh_name(f"{g}_split", used_t)
+        types[split] = TensorType((t.shape[0], t.shape[1] // block, block, *t.shape[2:]), t.dtype)
+        after.append(Node(fresh_name(f"from_nchw{block}c", used_n), from_blocked_compute(t.shape, block, t.dtype),
+                          (bout,), (split,)))
+        after.append(Node(fresh_name("reshape", used_n), Extern.of("reshape", shape=tuple(t.shape)), (split,), (g,)))
+        new_outputs.append(bout)
+    k = nodes.index(node)
+    nodes = nodes[:k] + before + [replace(node, op=op, inputs=tuple(new_inputs), outputs=tuple(new_outputs))] \
+        + after + nodes[k + 1:]
+    names = set(types)
+    return replace(graph, nodes=tuple(nodes), types=tuple(types.items()),
+                   constants=tuple((n, c) for n, c in constants.items() if n in names))
+
+
+def cancel_sites(graph: Graph) -> Iterator[Site]:
+    """to_blocked nodes whose input is a from_blocked conversion (through its reshape) of the same block."""
+    for n in graph.nodes:
+        kind = conversion_kind(graph, n)
+        if kind is None or kind[0] != "to":
+            continue
+        r = graph.producer.get(n.inputs[0])
+        if r is None or not r.is_extern or r.op.kind != "reshape":
+            continue
+        f = graph.producer.get(r.inputs[0])
+        if f is not None and conversion_kind(graph, f) == ("from", kind[1]):
+            yield (n.name,)
+
+
+def cancel_at(graph: Graph, site: Site) -> Graph:
+    node = node_named(graph, site[0])
+    if (site[0],) not in set(cancel_sites(graph)):
+        raise RuleNotApplicable(f"{site[0]!r} does not convert back a from_blocked conversion")
+    source = graph.producer[graph.producer[node.inputs[0]].inputs[0]].inputs[0]
+    target = node.outputs[0]
+
+    def ren(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(source if x == target else x for x in names)
+
+    nodes = tuple(replace(n, inputs=ren(n.inputs)) for n in graph.nodes if n is not node)
+    g = replace(graph, nodes=nodes, outputs=ren(graph.outputs))
+    return prune_graph(g) if target not in graph.outputs else g
+
+
+def cancel_all(graph: Graph) -> Graph:
+    while True:
+        site = next(iter(cancel_sites(graph)), None)
+        if site is None:
+            return graph
+        graph = cancel_at(graph, site)
+
+
+# ---- rules ------------------------------------------------------------------------------------------
+
+def _block_sites(block: int):
+    def sites(graph: Graph) -> Iterator[Site]:
+        for n in graph.nodes:
+            if blockable(graph, n, block):
+                yield (n.name,)
+    return sites
+
+
+def _block_apply(block: int):
+    def apply(graph: Graph, site: Site) -> Graph:
+        return block_node_in(graph, site[0], block)
+    return apply
+
+
+def _sink_sites(block: int):
+    """Blockable non-contraction nodes whose every activation input comes out of a from_blocked conversion."""
+    def sites(graph: Graph) -> Iterator[Site]:
+        for n in graph.nodes:
+            if n.is_extern or any(st.reduce == "+=" and st.reduce_dims for st in n.op.statements):
+                continue
+            acts, _ = activation_locals(graph, n)
+            ins = [g for local, g in zip(n.op.inputs, n.inputs) if local in acts]
+            if not ins or not blockable(graph, n, block):
+                continue
+            if all((r := graph.producer.get(g)) is not None and r.is_extern and r.op.kind == "reshape"
+                   and (f := graph.producer.get(r.inputs[0])) is not None
+                   and conversion_kind(graph, f) == ("from", block) for g in ins):
+                yield (n.name,)
+    return sites
+
+
+def _sink_apply(block: int):
+    def apply(graph: Graph, site: Site) -> Graph:
+        if site not in set(_sink_sites(block)(graph)):
+            raise RuleNotApplicable(f"{site[0]!r} does not read only from_blocked conversions")
+        return cancel_all(block_node_in(graph, site[0], block))
+    return apply
+
+
+def _conv_graph(name: str, cin: int, cout: int, hw: int, k: int, seed: int) -> tuple[GraphBuilder, str]:
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(name)
+    x = b.input("x", (1, cin, hw, hw))
+    w = b.constant(rng.standard_normal((cout, cin, k, k)).astype(np.float32), "w")
+    bias = b.constant(rng.standard_normal(cout).astype(np.float32), "bias")
+    pad = (k - 1) // 2
+    y = b.compute1(f"P[n,co,y,x] += X[n,ci,y+kh-{pad},x+kw-{pad}] * W[co,ci,kh,kw]\nO[n,co,y,x] = relu(P[n,co,y,x] + Bi[co])",
+                   {"X": x, "W": w, "Bi": bias}, "conv", extents={"y": hw, "x": hw},
+                   padding={"X": 0.0} if pad else None, outputs=["O"])
+    return b, y
+
+
+def _block_examples(block: int):
+    def examples() -> list[Graph]:
+        out = []
+        for cin, cout, hw, k in ((block, 2 * block, 5, 3), (2 * block, block, 4, 1), (3, block, 6, 3)):
+            b, y = _conv_graph(f"conv{cin}_{cout}_{k}", cin, cout, hw, k, cin + cout)
+            out.append(b.build([y]))
+        b = GraphBuilder("max_pool")
+        x = b.input("x", (1, block, 7, 7))
+        out.append(b.build([b.compute1("O[n,c,y,x] max= X[n,c,2*y+k0-1,2*x+k1-1]", {"X": x}, "pool",
+                                       extents={"k0": 3, "k1": 3, "y": 4, "x": 4}, padding={"X": float("-inf")})]))
+        return out
+    return examples
+
+
+def _chain_examples() -> list[Graph]:
+    """conv -> conv (+ residual add), each node already blocked: conversions between them."""
+    out = []
+    for block, hw, seed in ((8, 5, 1), (16, 4, 2)):
+        b, y = _conv_graph("conv_chain", block, block, hw, 3, seed)
+        rng = np.random.default_rng(seed)
+        w2 = b.constant(rng.standard_normal((block, block, 1, 1)).astype(np.float32), "w2")
+        z = b.compute1("P[n,co,y,x] += X[n,ci,y+kh,x+kw] * W[co,ci,kh,kw]\nO[n,co,y,x] = P[n,co,y,x] + R[n,co,y,x]",
+                       {"X": y, "W": w2, "R": y}, "conv2", outputs=["O"])
+        g = b.build([z])
+        for n in [n.name for n in g.nodes]:
+            g = block_node_in(g, n, block)
+        out.append(g)
+    return out
+
+
+def _sink_examples(block: int):
+    def examples() -> list[Graph]:
+        out = []
+        for hw in (6, 5):
+            b, y = _conv_graph("conv_pool", block, block, hw, 3, hw)
+            z = b.compute1("O[n,c,y,x] max= X[n,c,2*y+k0,2*x+k1]", {"X": y}, "pool",
+                           extents={"k0": 2, "k1": 2, "y": hw // 2, "x": hw // 2})
+            w = b.compute1("O[n,c,y,x] = X[n,c,y,x] * 0.5", {"X": z}, "half")
+            g = b.build([w])
+            out.append(block_node_in(g, "conv", block))
+        return out
+    return examples
+
+
+CANCEL_CONVERSIONS = Rule("cancel_conversions", FAMILY, "to_nchwBc(from_nchwBc(X_c)) = X_c", cancel_sites, cancel_at,
+                          _chain_examples)
+RULES: list[Rule] = [CANCEL_CONVERSIONS]
+for _b in BLOCKS:
+    RULES += [
+        Rule(f"block_node_nchw{_b}c", FAMILY,
+             f"f(X) = from_nchw{_b}c(f_c(to_nchw{_b}c(X))), f_c reading X_c[n,cb,y,x,c] = X[n,{_b}cb+c,y,x]",
+             _block_sites(_b), _block_apply(_b), _block_examples(_b)),
+        Rule(f"sink_conversion_nchw{_b}c", FAMILY,
+             f"f(from_nchw{_b}c(X_c)) = from_nchw{_b}c(f_c(X_c)) for f elementwise or pooling",
+             _sink_sites(_b), _sink_apply(_b), _sink_examples(_b)),
+    ]

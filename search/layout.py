@@ -1,0 +1,166 @@
+"""The global layout choice: per tensor NCHW or blocked NCHWc (8 or 16 channels), for the whole graph.
+
+Candidates: the graph as it is (NCHW), and for each block B the graph where every conv (a compute node
+with a contraction over the channel axis of an activation) is blocked, conversions are then pushed
+through the ops that can take the blocked layout (elementwise, residual adds, pooling, concat: the
+``sink_conversion`` rule) and cancelled (``cancel_conversions``) until no pair is left. Conversions
+remain only at the graph's edges and around ops that cannot take the layout (a reshape into a gemm,
+LRN's window across channels, a channel count that is no multiple of B). Each candidate is costed by
+``cost`` (a callable Graph -> seconds; by default :func:`layout_cost`) and the cheapest wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rewrite_rules import RuleNotApplicable
+from rewrite_rules.layout_choice import (
+    BLOCKS,
+    activation_locals,
+    block_node_in,
+    blockable,
+    cancel_all,
+    conversion_kind,
+    conversions,
+)
+from superopt.ir.flops import flop_count
+from superopt.ir.graph import Graph, Node
+from superopt.runtime.target import Target
+
+LAYOUTS = ("auto", "nchw", "nchw8c", "nchw16c")
+
+
+@dataclass(frozen=True)
+class LayoutReport:
+    chosen: str  # "nchw", "nchw8c" or "nchw16c"
+    costs: tuple[tuple[str, float], ...]  # candidate -> estimated seconds
+    blocked_nodes: tuple[str, ...]  # compute nodes running on blocked tensors
+    conversions: int  # conversion nodes left in the chosen graph
+    conversions_at: tuple[str, ...]  # what each remaining conversion connects: "input x", "node -> node"
+    stop_reason: str
+
+
+def is_conv(graph: Graph, node: Node) -> bool:
+    """A compute node with a contraction that reduces over the channel axis of an activation."""
+    if node.is_extern:
+        return False
+    acts, _ = activation_locals(graph, node)
+    for st in node.op.statements:
+        if st.reduce != "+=" or not st.reduce_dims:
+            continue
+        for a in st.expr.accesses():
+            if a.tensor in acts and len(a.index) >= 3 and a.index[1].is_plain_dim and a.index[1].dims[0] in st.reduce_dims:
+                return True
+    return False
+
+
+def _reads_only_conversions(graph: Graph, node: Node, block: int) -> bool:
+    acts, _ = activation_locals(graph, node)
+    ins = [g for local, g in zip(node.op.inputs, node.inputs) if local in acts]
+    if not ins:
+        return False
+    for g in ins:
+        r = graph.producer.get(g)
+        if r is None or not r.is_extern or r.op.kind != "reshape":
+            return False
+        f = graph.producer.get(r.inputs[0])
+        if f is None or conversion_kind(graph, f) != ("from", block):
+            return False
+    return True
+
+
+def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
+    """Every conv blocked, conversions pushed through what follows and cancelled; the blocked nodes."""
+    done: list[str] = []
+    for name in [n.name for n in graph.nodes if is_conv(graph, n)]:
+        node = next(n for n in graph.nodes if n.name == name)
+        if blockable(graph, node, block):
+            graph = block_node_in(graph, name, block)
+            done.append(name)
+    graph = cancel_all(graph)
+    changed = True
+    while changed:
+        changed = False
+        for node in graph.nodes:
+            if node.name in done or node.is_extern or conversion_kind(graph, node) is not None:
+                continue
+            if _reads_only_conversions(graph, node, block) and blockable(graph, node, block):
+                try:
+                    graph = cancel_all(block_node_in(graph, node.name, block))
+                except RuleNotApplicable:
+                    continue
+                done.append(node.name)
+                changed = True
+                break
+    return graph, done
+
+
+def _bytes(graph: Graph, names) -> int:
+    return sum(graph.type_of[n].nbytes for n in names)
+
+
+def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = None) -> Callable[[Graph], float]:
+    """A roofline over kernels that sees layouts: max(flops / ceiling, bytes / bandwidth) per compute node,
+    where a conv reaches the FMA ceiling only on blocked tensors (its vector loop over output-channel lanes
+    then loads and stores contiguously) and half of it on NCHW (the output tile is stored transposed, with
+    a stride of H*W, and the epilogue reads residuals the same way); pooling and elementwise ops on NCHW
+    vectorize along a row (strided for a stride-2 window) and are counted at the bandwidth. Conversions
+    move their bytes twice."""
+    lanes = target.lanes("float32")
+    ceiling = peak if peak is not None else 2 * 2 * lanes * 3e9 * target.threads
+
+    def cost(graph: Graph) -> float:
+        total = 0.0
+        for n in graph.nodes:
+            if n.is_extern:
+                continue
+            io = _bytes(graph, n.inputs) + _bytes(graph, n.outputs)
+            if conversion_kind(graph, n) is not None:
+                total += 2 * io / bandwidth
+                continue
+            flops = flop_count(n.op)
+            blocked = any(graph.type_of[o].rank >= 4 and graph.type_of[o].shape[-1] in BLOCKS and "nchw" in o
+                          for o in n.outputs)
+            eff = 1.0 if blocked or not is_conv(graph, n) else 0.5
+            total += max(flops / (ceiling * eff), io / bandwidth)
+        return total
+
+    return cost
+
+
+def _describe(graph: Graph, node: Node) -> str:
+    src = node.inputs[0]
+    p = graph.producer.get(src)
+    if conversion_kind(graph, node)[0] == "from":
+        outs = [c.name for r in graph.consumers.get(node.outputs[0], []) for c in graph.consumers.get(r.outputs[0], [])]
+        ends = [o for r in graph.consumers.get(node.outputs[0], []) for o in r.outputs if o in graph.outputs]
+        return f"{p.name if p else src} -> {', '.join(outs + [f'output {e}' for e in ends]) or 'nothing'}"
+    return f"{'input ' + src if p is None else p.name} -> {', '.join(c.name for c in graph.consumers.get(node.outputs[0], []))}"
+
+
+def choose_layouts(graph: Graph, target: Target, cost: Callable[[Graph], float] | None = None,
+                   layout: str = "auto") -> tuple[Graph, LayoutReport]:
+    """The graph with its layouts chosen (``layout``: "auto" picks the cheapest candidate under ``cost``;
+    "nchw", "nchw8c", "nchw16c" force one) and a report. Inputs and outputs keep their NCHW layout."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
+    cost = cost or layout_cost(target)
+    candidates: dict[str, tuple[Graph, list[str]]] = {"nchw": (graph, [])}
+    blocks = BLOCKS if layout == "auto" else tuple(int(layout[4:-1]) for _ in [0] if layout != "nchw")
+    for b in blocks:
+        candidates[f"nchw{b}c"] = blocked_graph(graph, b)
+    costs = {name: cost(g) for name, (g, _) in candidates.items()}
+    if layout == "auto":
+        # ties: no change first, then the block of two vectors (the default register tile's width)
+        prefer = ["nchw", f"nchw{2 * target.lanes('float32')}c"]
+        chosen = min(costs, key=lambda k: (costs[k], prefer.index(k) if k in prefer else len(prefer)))
+        reason = f"cheapest of {len(costs)} candidates under the cost"
+    else:
+        chosen, reason = layout, f"layout {layout} requested"
+    g, done = candidates[chosen]
+    conv = conversions(g)
+    report = LayoutReport(chosen, tuple((k, v) for k, v in costs.items() if math.isfinite(v)), tuple(done), len(conv),
+                          tuple(_describe(g, n) for n in conv), reason)
+    return g, report
