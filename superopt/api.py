@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rewrite_rules import RULES, rewrite_greedy
+from rewrite_rules import EXPLORATION_FAMILIES, RULES, rewrite_greedy
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize_kernels
@@ -290,7 +290,8 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
     graph = prune_graph(graph)
     if not config.fuse:
         return graph, ()
-    rules = [r for r in RULES if config.rules is None or r.name in config.rules]
+    rules = [r for r in RULES if r.name in config.rules] if config.rules is not None else \
+        [r for r in RULES if r.family not in EXPLORATION_FAMILIES]  # (layout moves are for the search and the layout pass)
     graph, report = rewrite_greedy(graph, rules)
     return graph, report.applied
 
