@@ -93,9 +93,10 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import algebraic, folding, fusion, layout, merging, movement
+    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement
 
-    return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES]
+    return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
+            *layout_choice.RULES]
 
 
 RULES: list[Rule] = _registry()

@@ -221,10 +221,11 @@ def block_compute(c: Compute, activations: set[str], weights: set[str], block: i
 
 
 def activation_locals(graph: Graph, node: Node) -> tuple[set[str], set[str]]:
-    """(locals that are activations: non-constant rank >= 3 tensors; locals bound to graph constants)."""
+    """(locals that are activations: non-constant float NCHW tensors; locals bound to graph constants)."""
     c = node.op
     consts = {local for local, g in zip(c.inputs, node.inputs) if g in graph.constant}
-    acts = {n for n, t in c.types if t.rank >= 3 and n not in consts and t.dtype.startswith("float")}
+    # rank 4 only (NCHW): a blocked tensor has rank 5, so a blocked node is never blocked again
+    acts = {n for n, t in c.types if t.rank == 4 and n not in consts and t.dtype.startswith("float")}
     return acts, consts
 
 
