@@ -7,7 +7,9 @@ model tests and ``benchmarks/exported_models.py``:
   the past keys/values), a causal mask (Trilu + Where) and a SiLU-gated MLP;
 - ``detection_head``: conv features -> per-anchor scores, TopK of the best anchors, ArgMax over classes
   and GatherElements of their boxes;
-- ``lstm_tagger``: token embedding (Gather) -> LSTM -> per-token log-softmax tags.
+- ``lstm_tagger``: token embedding (Gather) -> LSTM -> per-token log-softmax tags;
+- ``bert_encoder``: a BERT-style encoder layer: separate Q/K/V Linear projections, 4-head softmax attention,
+  output projection, residual + LayerNorm, a bias + GELU FFN, residual + LayerNorm.
 
 ``export_model(name)`` returns the ONNX ModelProto (exported with ``torch.onnx.export(dynamo=True)`` at
 :data:`EXPORT_OPSET`, the legacy exporter when the dynamo one fails) and its example inputs.
@@ -158,8 +160,36 @@ def _lstm_tagger():
     return Tagger(), (torch.randint(0, vocab, (1, t)),)
 
 
+def _bert_encoder():
+    torch = _torch()
+    nn, F = torch.nn, torch.nn.functional
+    batch, seq, d, heads, ffn = 2, 16, 64, 4, 128
+    hd = d // heads
+
+    class EncoderLayer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)  # separate Q/K/V projections
+            self.out = nn.Linear(d, d)
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.ff1, self.ff2 = nn.Linear(d, ffn), nn.Linear(ffn, d)
+            with torch.no_grad():  # LayerNorm starts at scale 1, shift 0: make them matter
+                for ln in (self.ln1, self.ln2):
+                    ln.weight.add_(0.1 * torch.randn(d))
+                    ln.bias.add_(0.1 * torch.randn(d))
+
+        def forward(self, x):
+            b = x.shape[0]
+            q, k, v = (z(x).reshape(b, seq, heads, hd).transpose(1, 2) for z in (self.q, self.k, self.v))
+            a = F.softmax(q @ k.transpose(-1, -2) / hd ** 0.5, -1) @ v
+            x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, seq, d)))  # residual + LayerNorm
+            return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))  # FFN with bias + GELU, residual + LayerNorm
+
+    return EncoderLayer(), (torch.randn(batch, seq, d),)
+
+
 MODELS: dict[str, Callable] = {"unet": _unet, "gpt_block": _gpt_block, "detection_head": _detection_head,
-                               "lstm_tagger": _lstm_tagger}
+                               "lstm_tagger": _lstm_tagger, "bert_encoder": _bert_encoder}
 
 
 def export_model(name: str, seed: int = 0, opset: int = EXPORT_OPSET, dynamic_batch: bool = False):
