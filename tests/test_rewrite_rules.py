@@ -87,12 +87,16 @@ def test_an_error_below_float_tolerance_is_caught_exactly_over_the_field():
         verify_rule(TINY_ERROR, checks=("field",))
 
 
-def test_a_rule_claiming_polynomial_over_a_comparison_is_reported():
-    relu_rule = _one_node_rule("planted_relu_claims_polynomial", "O[i,j] = relu(A[i,j])", "O[i,j] = max(A[i,j], 0.0)",
-                               {"A": (2, 3)}, True)
-    verify_rule(relu_rule, checks=("float64",))  # true in the reals
-    with pytest.raises(RuleVerificationError, match="planted_relu_claims_polynomial.*does not evaluate over the finite"):
-        verify_rule(relu_rule, checks=("field",))
+def test_the_field_check_treats_non_polynomial_ops_as_uninterpreted_functions():
+    # tanh and relu are deterministic but arbitrary functions over the field: a rule moving data around them passes,
+    # dropping one fails (float64 agrees on both)
+    reordered = _one_node_rule("planted_reordered", "O[i,j] = tanh(A[j,i]) + relu(B[i,j])",
+                               "O[i,j] = relu(B[i,j]) + tanh(A[j,i])", {"A": (3, 2), "B": (2, 3)}, True)
+    assert verify_rule(reordered).field_evaluations == 2
+    dropped = _one_node_rule("planted_dropped_relu", "O[i,j] = relu(A[i,j]) + B[i,j]", "O[i,j] = A[i,j] + B[i,j]",
+                             {"A": (2, 3), "B": (2, 3)}, True)
+    with pytest.raises(RuleVerificationError, match="planted_dropped_relu.*finite-field check failed"):
+        verify_rule(dropped, checks=("field",))
 
 
 def test_a_rule_that_changes_nothing_or_the_interface_is_refused():

@@ -1,0 +1,282 @@
+"""The core op set the generator enumerates over, each op in four views.
+
+- symbolic: its result shape from symbolic input shapes (:mod:`.dims`), and the attribute choices to
+  enumerate (concat axis, slice bounds, reshape factors);
+- numeric: a numpy function for fingerprints (float64, and int64 modulo a small prime for polynomial ops);
+- building: the op function of :mod:`superopt.ops` that frontends use, so a rule's right-hand side is
+  built exactly as a frontend would build it;
+- recognition: :func:`classify` tells which core op (and concrete attributes) a real graph node is,
+  by rebuilding the op with the op function at the node's own shapes and comparing canonical forms
+  (:func:`superopt.ir.canonical.canonicalize`), so a node written by hand in index notation, by the
+  ONNX or the torch frontend is recognised alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rewrite_rules.generator import dims
+from superopt import ops
+from superopt.builder import GraphBuilder
+from superopt.ir.canonical import canonicalize
+from superopt.ir.expr import Access
+from superopt.ir.graph import Graph, Node
+from superopt.ir.types import TensorType
+
+Shape = tuple[str, ...]
+Attrs = dict[str, Any]
+
+
+def concrete_attrs(attrs: Mapping[str, Any], binding: Mapping[str, int]) -> Attrs:
+    """Symbolic attributes (extent strings) evaluated under ``binding``."""
+    out: Attrs = {}
+    for k, v in attrs.items():
+        if isinstance(v, str):
+            out[k] = dims.value(v, binding)
+        elif isinstance(v, (list, tuple)):
+            out[k] = tuple(dims.value(x, binding) if isinstance(x, str) else int(x) for x in v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class CoreOp:
+    name: str
+    arity: int
+    polynomial: bool
+    shape: Callable[[list[Shape], Attrs], Shape | None] = field(repr=False)
+    numpy: Callable[[list[np.ndarray], Attrs], np.ndarray] = field(repr=False)
+    build: Callable[[GraphBuilder, list[str], Attrs], str] = field(repr=False)
+    candidates: Callable[[Graph, Node], list[Attrs]] = field(repr=False)  # concrete attrs a node may have
+    attr_choices: Callable[[list[Shape]], list[Attrs]] = field(repr=False, default=lambda shapes: [{}])
+    commutative: bool = False
+    elementwise: bool = False
+    extern: bool = False
+
+
+def _same(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    return shapes[0] if all(s == shapes[0] for s in shapes) else None
+
+
+def _compute(node: Node, n_in: int) -> bool:
+    return not node.is_extern and len(node.inputs) == n_in and len(node.outputs) == 1 and len(node.op.statements) == 1
+
+
+def _shapes(graph: Graph, node: Node) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+    t = graph.type_of
+    return [t[i].shape for i in node.inputs], t[node.outputs[0]].shape
+
+
+def _ewise_candidates(n_in: int):
+    def cands(graph: Graph, node: Node) -> list[Attrs]:
+        if not _compute(node, n_in):
+            return []
+        ins, out = _shapes(graph, node)
+        return [{}] if all(s == out for s in ins) and out else []
+    return cands
+
+
+def _matmul_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    a, b = shapes
+    return (a[0], b[1]) if len(a) == 2 and len(b) == 2 and a[1] == b[0] else None
+
+
+def _matmul_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 2):
+        return []
+    (a, b), _ = _shapes(graph, node)
+    return [{}] if len(a) == 2 and len(b) == 2 and a[1] == b[0] else []
+
+
+def _transpose_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    return (shapes[0][1], shapes[0][0]) if len(shapes[0]) == 2 else None
+
+
+def _transpose_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 1):
+        return []
+    (a,), out = _shapes(graph, node)
+    return [{}] if len(a) == 2 and out == a[::-1] else []
+
+
+def _concat_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    a, b = shapes
+    ax = attrs["axis"]
+    if len(a) != len(b) or ax >= len(a) or any(a[k] != b[k] for k in range(len(a)) if k != ax):
+        return None
+    return a[:ax] + (dims.add(a[ax], b[ax]),) + a[ax + 1:]
+
+
+def _concat_choices(shapes: list[Shape]) -> list[Attrs]:
+    return [{"axis": ax} for ax in range(min(2, len(shapes[0])))]
+
+
+def _concat_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 2):
+        return []
+    (a, b), out = _shapes(graph, node)
+    if len(a) != len(b) or len(out) != len(a):
+        return []
+    return [{"axis": ax} for ax in range(len(a)) if out[ax] == a[ax] + b[ax]
+            and all(a[k] == b[k] == out[k] for k in range(len(a)) if k != ax)]
+
+
+def _slice_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    (a,) = shapes
+    ax = attrs["axis"]
+    return a[:ax] + (attrs["size"],) + a[ax + 1:] if ax < len(a) else None
+
+
+def _slice_choices(shapes: list[Shape]) -> list[Attrs]:
+    """Slices at the seams of a symbolic sum (what a split of a concatenation would cut)."""
+    (a,) = shapes
+    out = []
+    for ax in range(min(2, len(a))):
+        parts = dims.units(a[ax])
+        for k in range(1, len(parts)):
+            head, tail = "+".join(parts[:k]), "+".join(parts[k:])
+            out.append({"axis": ax, "start": "0", "size": dims.canon(head)})
+            out.append({"axis": ax, "start": dims.canon(head), "size": dims.canon(tail)})
+    return out
+
+
+def _slice_numpy(xs: list[np.ndarray], a: Attrs) -> np.ndarray:
+    ix = [slice(None)] * xs[0].ndim
+    ix[a["axis"]] = slice(a["start"], a["start"] + a["size"])
+    return xs[0][tuple(ix)]
+
+
+def _slice_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 1):
+        return []
+    (a,), out = _shapes(graph, node)
+    diff = [k for k in range(len(a)) if len(out) == len(a) and out[k] != a[k]]
+    if len(diff) != 1:
+        return []
+    expr = node.op.statements[0].expr
+    if not isinstance(expr, Access):
+        return []
+    ax = diff[0]
+    return [{"axis": ax, "start": expr.index[ax].const, "size": out[ax]}]
+
+
+def _conv_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    x, w = shapes
+    if len(x) != 4 or len(w) != 4 or x[1] != w[1] or w[2:] != ("3", "3") or "3" in x[2:]:
+        return None  # (images have symbolic spatial extents: a weight is not convolved as an image)
+    return (x[0], w[0], x[2], x[3])
+
+
+def _conv_numpy(xs: list[np.ndarray], a: Attrs) -> np.ndarray:
+    x, w = xs
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", win, w)
+
+
+def _conv_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 2):
+        return []
+    (x, w), out = _shapes(graph, node)
+    return [{}] if len(x) == 4 and len(w) == 4 and w[2:] == (3, 3) and x[1] == w[1] else []
+
+
+def _reshape_candidates(rank_in: int, rank_out: int):
+    def cands(graph: Graph, node: Node) -> list[Attrs]:
+        if not node.is_extern or node.op.kind != "reshape" or len(node.inputs) != 1:
+            return []
+        (a,), out = _shapes(graph, node)
+        if len(a) != rank_in or len(out) != rank_out:
+            return []
+        return [{"shape": out}] if rank_out == 2 else [{}]
+    return cands
+
+
+def _unflatten_choices(shapes: list[Shape]) -> list[Attrs]:
+    (a,) = shapes
+    return [{"shape": [f, g]} for f, g in dims.factor_pairs(a[0])] if len(a) == 1 else []
+
+
+def _unflatten_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    (a,) = shapes
+    s = tuple(attrs["shape"])
+    return s if len(a) == 1 and dims.mul(s[0], s[1]) == a[0] else None
+
+
+CORE_OPS: dict[str, CoreOp] = {op.name: op for op in [
+    CoreOp("add", 2, True, _same, lambda xs, a: xs[0] + xs[1], lambda b, xs, a: ops.add(b, *xs),
+           _ewise_candidates(2), commutative=True, elementwise=True),
+    CoreOp("mul", 2, True, _same, lambda xs, a: xs[0] * xs[1], lambda b, xs, a: ops.mul(b, *xs),
+           _ewise_candidates(2), commutative=True, elementwise=True),
+    CoreOp("relu", 1, False, _same, lambda xs, a: np.maximum(xs[0], 0), lambda b, xs, a: ops.relu(b, *xs),
+           _ewise_candidates(1), elementwise=True),
+    CoreOp("matmul", 2, True, _matmul_shape, lambda xs, a: xs[0] @ xs[1], lambda b, xs, a: ops.matmul(b, *xs),
+           _matmul_candidates),
+    CoreOp("transpose", 1, True, _transpose_shape, lambda xs, a: xs[0].T,
+           lambda b, xs, a: ops.transpose(b, xs[0], (1, 0)), _transpose_candidates),
+    CoreOp("concat", 2, True, _concat_shape, lambda xs, a: np.concatenate(xs, axis=a["axis"]),
+           lambda b, xs, a: ops.concat(b, list(xs), a["axis"]), _concat_candidates, _concat_choices),
+    CoreOp("slice", 1, True, _slice_shape, _slice_numpy,
+           lambda b, xs, a: ops.slice_(b, xs[0], [a["start"]], [a["start"] + a["size"]], [a["axis"]]),
+           _slice_candidates, _slice_choices),
+    CoreOp("conv3x3", 2, True, _conv_shape, _conv_numpy,
+           lambda b, xs, a: ops.conv2d(b, xs[0], xs[1], pads=(1, 1, 1, 1)), _conv_candidates),
+    CoreOp("flatten", 1, True, lambda s, a: (dims.mul(*s[0]),) if len(s[0]) == 2 else None,
+           lambda xs, a: xs[0].reshape(-1), lambda b, xs, a: ops.reshape(b, xs[0], [-1]),
+           _reshape_candidates(2, 1), extern=True),
+    CoreOp("unflatten", 1, True, _unflatten_shape, lambda xs, a: xs[0].reshape(a["shape"]),
+           lambda b, xs, a: ops.reshape(b, xs[0], list(a["shape"])), _reshape_candidates(1, 2), _unflatten_choices,
+           extern=True),
+]}
+
+
+# ---- recognising real nodes ----------------------------------------------------------------------------------------
+
+_TEMPLATES: dict[tuple, str | None] = {}
+_CLASSIFIED: dict[tuple, tuple[Any, list[tuple[str, Attrs]]]] = {}
+
+
+def _template_digest(op: CoreOp, in_types: tuple[TensorType, ...], attrs: Attrs) -> str | None:
+    """Canonical digest of the single node ``op`` builds at these input types (None: not one compute node)."""
+    key = (op.name, in_types, tuple(sorted(attrs.items())))
+    if key not in _TEMPLATES:
+        b = GraphBuilder("template")
+        xs = [b.input(f"x{k}", t.shape, t.dtype) for k, t in enumerate(in_types)]
+        digest = None
+        try:
+            out = op.build(b, xs, attrs)
+            if len(b.nodes) == 1 and b.nodes[0].outputs == (out,) and b.nodes[0].inputs == tuple(xs):
+                node = b.nodes[0]
+                digest = node.op.text() if node.is_extern else canonicalize(node.op).digest()
+        except (ValueError, TypeError):
+            digest = None
+        _TEMPLATES[key] = digest
+    return _TEMPLATES[key]
+
+
+def classify(graph: Graph, node: Node) -> list[tuple[str, Attrs]]:
+    """The core ops (with concrete attributes) that ``node`` computes exactly as their op function builds them."""
+    in_types = tuple(graph.type_of[i] for i in node.inputs)
+    key = (id(node.op), in_types)
+    hit = _CLASSIFIED.get(key)
+    if hit is not None and hit[0] is node.op:
+        return hit[1]
+    found: list[tuple[str, Attrs]] = []
+    own = None
+    for op in CORE_OPS.values():
+        if op.extern != node.is_extern:
+            continue
+        for attrs in op.candidates(graph, node):
+            if own is None:
+                own = node.op.text() if node.is_extern else canonicalize(node.op).digest()
+            if _template_digest(op, in_types, attrs) == own:
+                found.append((op.name, attrs))
+    if len(_CLASSIFIED) > 200_000:
+        _CLASSIFIED.clear()
+    _CLASSIFIED[key] = (node.op, found)
+    return found
