@@ -40,8 +40,12 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
     ``seeds`` start the population (with mutations of them and ``fresh`` random samples); traces in
     ``exclude`` (already measured) are never returned. Returns every legal new point, best first."""
     pool: dict[tuple[Primitive, ...], Point] = {}  # trace -> point (traces are hashable records)
+    tried: set[Point] = set()  # breeding proposes the same point again and again: resolve each once
 
     def add(p: Point) -> None:
+        if p in tried:
+            return
+        tried.add(p)
         try:
             trace = space.trace(p)
         except ScheduleError:
@@ -119,7 +123,7 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
 
 
 def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Iterable[str] = (),
-                         population: int = 256, generations: int = 2, margin: float = 0.0, seed: int = 0
+                         population: int = 128, generations: int = 2, margin: float = 0.0, seed: int = 0
                          ) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:
     """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are

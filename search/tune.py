@@ -189,6 +189,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             if measured + reserve_n >= config.trials:
                 stop = f"trial budget spent ({config.trials} measurements)"
                 break
+            if config.time_s is not None and reserve_n and reserve_n * per_trial > config.time_s / 4:
+                reserve_n, rounds = 0, 0  # confirming would eat the time budget: all of it goes to the search
             if config.time_s is not None and elapsed + reserve_n * per_trial >= config.time_s:
                 stop = f"time budget spent ({config.time_s:.0f}s)"
                 break
