@@ -16,7 +16,7 @@ from superopt.lang import compile_op
 from superopt.runtime.gpu.emulate import EmulatedKernel, compile_emulation
 from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, find_nvcc, translation_unit
 from superopt.runtime.target import H200, Target, avx512_target, cuda_target, h200_target
-from superopt.schedule import Split, trace_from_json, trace_to_json
+from superopt.schedule import Pack, Split, trace_from_json, trace_to_json
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.primitives import Bind, CacheWrite, Parallel, Reorder, Unroll
@@ -54,7 +54,8 @@ def _capsule_traces(c):
     from superopt.schedule.knobs import KnobRecorder
 
     out = [gpu_default_schedule(c, TARGET)]
-    for kn in ({"V.tn": 8, "V.rm": 2}, {"V.tm": 4, "V.rm": 8, "V.n_min": 8}, {"V.tn": 32, "V.rn": 2}):
+    for kn in ({"V.tn": 8, "V.rm": 2}, {"V.tm": 4, "V.rm": 8, "V.n_min": 8}, {"V.tn": 32, "V.rn": 2},
+               {"V.blocked": True, "V.tm": 2, "V.rm": 4}):
         out.append(build_gpu_sketch(c, TARGET, consts, GPU_TILED, KnobRecorder(kn)))
     out.append(build_gpu_sketch(c, TARGET, consts, GPU_SIMPLE))
     return out
@@ -128,6 +129,9 @@ def test_capsule_and_softmax_schedules_emulated_match_interpreter(tmp_path):
     from superopt.schedule.knobs import KnobRecorder
 
     items.append((mm, build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.rm": 8, "C.rn": 8}))))
+    blocked = build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.blocked": True, "C.tm": 4}))
+    assert any(isinstance(p, Pack) for p in blocked)  # A packed with its rows innermost, on the device
+    items.append((mm, blocked))
     sources = [emit_cuda(lower(c, tr, TARGET), f"k{i}") for i, (c, tr) in enumerate(items)]
     lib = compile_emulation(sources, tmp_path)
     rng = np.random.default_rng(1)
@@ -186,3 +190,22 @@ def test_bind_needs_a_cuda_target_and_cpu_target_keys_are_unchanged():
     again = Target.from_dict(TARGET.to_dict())
     assert again == TARGET and again.key() == TARGET.key() and TARGET.key() != cpu.key()
     assert TARGET.gpu.arch == "sm_90"
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the PTX check needs the CUDA toolkit")
+def test_blocked_tile_loads_and_stores_merge_into_float4(tmp_path):
+    """sgemm with a blocked 8x8 register tile and A packed transposed: the k loop's loads are four
+    ld.global.v4.f32 (two of A, two of B) for 64 FMAs, as nvcc compiles it (checked in the PTX)."""
+    import re
+
+    from superopt.schedule.knobs import KnobRecorder
+
+    mm = compile_op(MATMUL, {"A": (1024, 512), "B": (512, 1024)})
+    knobs = {"C.blocked": True, "C.rm": 8, "C.rn": 8, "C.tm": 16, "C.tn": 16}
+    trace = build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder(knobs))
+    src = emit_cuda(lower(mm, trace, TARGET), "mm")
+    ptx = compile_cuda(translation_unit([src]), "ptx", NvccConfig(arch=H200.arch, cache_dir=tmp_path)).read_text()
+    body = ptx[ptx.index(".entry mm_0"):ptx.index(".entry mm_pack_A")] if ".entry mm_pack_A" in ptx else ptx
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.f32", body)) == 4
+    assert len(re.findall(r"ld\.global(\.nc)?\.f32", body)) == 0
+    assert body.count("fma.rn.f32") == 64 and "st.global.v4.f32" in body

@@ -28,6 +28,7 @@ from superopt.loopnest.loop import GPU_LOOP_KINDS
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
 
 FILL_THREADS = 256  # threads per block of the element-wise helper kernels (fills, packs)
+ALIGNMENT = 16  # bytes every kernel argument is aligned to (cudaMalloc gives 256)
 
 _BUILTIN = {"block_x": "blockIdx.x", "block_y": "blockIdx.y", "block_z": "blockIdx.z",
             "thread_x": "threadIdx.x", "thread_y": "threadIdx.y", "thread_z": "threadIdx.z"}
@@ -96,7 +97,8 @@ class Launch:
 @dataclass(frozen=True)
 class CudaSource:
     """CUDA text of one lowered kernel: ``launches`` run in order, each with the arguments ``params``
-    (inputs, outputs: name, dtype) then one buffer per ``workspace`` entry (bytes). ``packs``: input name ->
+    (inputs, outputs: name, dtype) then one buffer per ``workspace`` entry (bytes), each aligned to
+    :data:`ALIGNMENT` bytes. ``packs``: input name ->
     layout; ``pack_launches``: input name -> the launch of ``NAME_pack_T(const T *src, T *dst)``."""
 
     name: str
@@ -181,11 +183,13 @@ class _CudaPrinter(_CPrinter):
         self.line("}")
 
     def signature(self, nest: LoopNest, name: str) -> str:
-        return f'extern "C" __global__ void {name}({", ".join(_param_decls(nest))})'
+        return f'extern "C" __global__ void {name}({", ".join(f"{t}so_arg_{n}" for t, n in _arg_types(nest))})'
 
     def kernel_of(self, nest: LoopNest, name: str, nodes: tuple[Node, ...]) -> str:
         self.lines = [self.signature(nest, name) + " {"]
         self.ind = 1
+        for t, n in _arg_types(nest):  # every buffer is 16-byte aligned: adjacent loads may merge into float4s
+            self.line(f"{t}__restrict__ {n} = ({t})__builtin_assume_aligned(so_arg_{n}, {ALIGNMENT});")
         self.nodes(nodes)
         self.lines.append("}")
         return "\n".join(self.lines)
@@ -298,7 +302,7 @@ def emulation_source(sources: list[CudaSource]) -> str:
         lines.append("}")
         for t, ln in src.pack_launches.items():
             lines.append(f'extern "C" void {src.name}_emulate_pack_{t}(const void *src, void *dst) {{')
-            lines.append(f"    void *args[2] = {{(void *)src, dst}};")
+            lines.append("    void *args[2] = {(void *)src, dst};")
             lines.append(f"    const unsigned d[6] = {{{', '.join(f'{x}u' for x in (*ln.grid, *ln.block))}}}; "
                          f"so_launch_{ln.kernel}(args, d);")
             lines.append("}")

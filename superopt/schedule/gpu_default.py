@@ -13,6 +13,9 @@ Sketches (most aggressive first; the first that lowers legally is the default):
   its reductions serial per thread (a scalar accumulator).
 
 Knobs (named ``<stage>.<role>`` as on the CPU): ``tm``, ``tn`` (threads), ``rm``, ``rn`` (register tile),
+``blocked`` (a thread's register tile is r adjacent elements instead of every t-th: its loads can merge into
+float4s, the kernel's pointers being 16-byte aligned), ``pack_rows`` (with ``blocked``: the operand read along
+the row loop packed with that dim innermost, on the device, so its loads merge too),
 ``n_min`` (how many columns the column loop gathers), ``threads`` (gpu-simple). Elementwise temporaries
 are inlined into their consumers (never stored), except padded copies that feed a window.
 """
@@ -24,7 +27,18 @@ from superopt.ir.statement import Statement
 from superopt.runtime.target import Target
 from superopt.schedule.default import _product_accesses
 from superopt.schedule.knobs import KnobRecorder
-from superopt.schedule.primitives import Bind, CacheWrite, Epilogue, Fuse, Inline, Primitive, Reorder, Split, Unroll
+from superopt.schedule.primitives import (
+    Bind,
+    CacheWrite,
+    Epilogue,
+    Fuse,
+    Inline,
+    Pack,
+    Primitive,
+    Reorder,
+    Split,
+    Unroll,
+)
 
 GPU_TILED, GPU_SIMPLE = "gpu-tiled", "gpu-simple"
 
@@ -107,7 +121,8 @@ def simple_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | Non
     return prims + fprims + splits + [Reorder(s, tuple(order))] + binds + [Bind(s, t, a) for t, a in thread_loops]
 
 
-def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
+                       inputs: tuple[str, ...] = ()) -> list[Primitive]:
     """Blocks x threads x register tile for a two-operand contraction (see the module docstring)."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, dict(st.extent)
@@ -139,6 +154,7 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     m_ext = m[1] if m else 1
     tm = kn.get(f"{s}.tm", min(8, _pow2_at_least(m_ext, 8)), (1, 2, 4, 8, 16, 32))
     rm = kn.get(f"{s}.rm", 4 if m_ext >= 4 * tm else 1, (1, 2, 4, 8))
+    blocked = kn.get(f"{s}.blocked", False, (False, True))
     blocks: list[tuple[str, str]] = []
     threads: list[str] = []
     regs: list[str] = []
@@ -157,8 +173,12 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
         else:
             inner = loop
             r = 1 if n <= t else r
-        if r > 1 and n > t:
-            prims.append(Split(s, inner, t))
+        if r > 1 and n > t and blocked and not unit > 1:
+            prims.append(Split(s, inner, r))  # each thread owns r adjacent elements: loads of 4 merge into a float4
+            regs.append(f"{inner}_i")
+            inner = f"{inner}_o"
+        elif r > 1 and n > t:
+            prims.append(Split(s, inner, t))  # element reg*t + thread: a warp touches consecutive elements
             regs.append(f"{inner}_o")
             inner = f"{inner}_i"
         threads.append(inner)
@@ -169,7 +189,25 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     red = list(st.reduce_dims)
     order = serial + outer_blocks + [b for b, _ in blocks] + threads + red + regs
     prims += fprims + [Reorder(s, tuple(order)), CacheWrite(s, red[0])]
-    return prims + [Unroll(s, r) for r in regs] + binds + obinds
+    return prims + [Unroll(s, r) for r in regs] + binds + obinds + _pack_rows(st, inputs, m, blocked, kn)
+
+
+def _pack_rows(st: Statement, inputs: tuple[str, ...], m: tuple[str, int, int] | None, blocked: bool,
+               kn: KnobRecorder) -> list[Primitive]:
+    """With a blocked tile, the operand read along the row dim M (a plain dim of one input, e.g. sgemm's A[i,k])
+    packed with M innermost: a thread's rm rows are then adjacent (float4 loads) instead of a row stride apart."""
+    if m is None or not blocked or m[2] != 1:
+        return []
+    row = m[0]
+    readers = [a for a in _product_accesses(st.expr) or [] if any(row in ix.dims for ix in a.index)]
+    if len(readers) != 1 or readers[0].tensor not in inputs:
+        return []
+    a = readers[0]
+    axes = [ix.dims[0] if ix.is_plain_dim else None for ix in a.index]
+    if None in axes or axes.count(row) != 1 or axes[-1] == row:
+        return []
+    perm = tuple(i for i, d in enumerate(axes) if d != row) + (axes.index(row),)
+    return [Pack(a.tensor, perm)] if kn.get(f"{st.out}.pack_rows", True, (True, False)) else []
 
 
 def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], sketch: str,
@@ -194,7 +232,7 @@ def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], s
                 continue
         if sketch == GPU_TILED and st.reduce == "+=":
             try:
-                trace += tiled_gpu_schedule(st, target, kn)
+                trace += tiled_gpu_schedule(st, target, kn, tuple(compute.inputs))
                 tiled.add(st.out)
                 continue
             except ValueError:

@@ -51,13 +51,19 @@ class GpuKernel:
                 raise ValueError(f"input {name!r} has shape {a.shape} but the kernel expects {t.shape}")
             if name in self.raw:
                 self.device.upload(self.raw[name], a)
-                fn, ln = self.pack_fns[name]
-                self.device.launch(fn, ln.grid, ln.block, [self.raw[name], buf])
+                self.pack(name)
             else:
                 self.device.upload(buf, a)
 
-    def run(self) -> None:
-        """Queue the launches (asynchronous)."""
+    def pack(self, name: str) -> None:
+        """Queue the re-layout of input ``name`` from its uploaded copy (asynchronous)."""
+        fn, ln = self.pack_fns[name]
+        self.device.launch(fn, ln.grid, ln.block, [self.raw[name], self.inputs[self.compute.inputs.index(name)]])
+
+    def run(self, packs: tuple[str, ...] = ()) -> None:
+        """Queue the launches (asynchronous), after re-packing the inputs ``packs`` (run-time inputs)."""
+        for name in packs:
+            self.pack(name)
         for fn, ln in self.fns:
             self.device.launch(fn, ln.grid, ln.block, self.args, ln.shared_bytes)
 
@@ -76,9 +82,11 @@ class GpuKernel:
         self.run()
         return self.download()
 
-    def time(self, repeat: int = 10, warmup: int = 2) -> dict:
-        """CUDA-event time of one run of the launches (inputs already uploaded): median and min in ms."""
-        return self.device.time_ms(self.run, repeat, warmup)
+    def time(self, repeat: int = 10, warmup: int = 2, packs: tuple[str, ...] | None = None) -> dict:
+        """CUDA-event time of one run of the launches (inputs already uploaded): median and min in ms.
+        ``packs``: inputs whose re-layout is timed too (None: every packed input, as if none were constant)."""
+        packs = tuple(self.raw) if packs is None else packs
+        return self.device.time_ms(lambda: self.run(packs), repeat, warmup)
 
 
 def build_gpu_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], device: GpuDevice,

@@ -1,0 +1,61 @@
+"""Features of a CUDA kernel for cost models and datasets: launch shape, register tile, shared memory,
+an occupancy estimate, work and traffic. Read off the plan and the printed launches (nothing re-derived
+from the CUDA text). A dict of plain numbers, one per kernel (all launches of a compute together)."""
+
+from __future__ import annotations
+
+import math
+
+from superopt.codegen.cuda_emit import CudaSource
+from superopt.codegen.cuda_legality import REGISTER_OVERHEAD
+from superopt.codegen.lower import KernelPlan
+from superopt.ir.flops import flop_count
+from superopt.runtime.target import Target
+
+GPU_FEATURE_VERSION = 1
+
+
+def occupancy(threads: int, registers: int, shared_bytes: int, target: Target) -> float:
+    """Resident threads per SM over the SM's maximum, from the block's threads, registers and shared memory."""
+    gpu = target.gpu
+    if gpu is None or threads <= 0:
+        return 0.0
+    warps = math.ceil(threads / gpu.warp_size) * gpu.warp_size
+    limits = [gpu.max_threads_per_sm // warps, gpu.registers_per_sm // max(1, registers * warps), 32]
+    if shared_bytes:
+        limits.append(gpu.shared_memory_per_sm // shared_bytes)
+    return min(limits) * threads / gpu.max_threads_per_sm
+
+
+def gpu_features(plan: KernelPlan, source: CudaSource, target: Target) -> dict[str, float]:
+    """Launch-weighted features of one compute's kernels on ``target`` (a ``kind='cuda'`` target)."""
+    c = plan.compute
+    flops = float(flop_count(c))
+    io_bytes = sum(c.type_of[n].nbytes for n in (*c.inputs, *c.outputs))
+    main = max(source.launches, key=lambda ln: math.prod(ln.grid) * ln.threads)
+    tiles = [math.prod(lp.extent for lp in s.tile_loops()) for s in plan.stages.values() if s.stmt.reduce != "="]
+    tile = max(tiles, default=1)
+    regs = tile + REGISTER_OVERHEAD
+    blocks = math.prod(main.grid)
+    gpu = target.gpu
+    waves = blocks / (gpu.sm_count * max(1, int(occupancy(main.threads, regs, main.shared_bytes, target)
+                                                     * gpu.max_threads_per_sm / max(main.threads, 1)))) if gpu else 0.0
+    return {
+        "version": GPU_FEATURE_VERSION,
+        "launches": len(source.launches),
+        "grid_x": main.grid[0], "grid_y": main.grid[1], "grid_z": main.grid[2],
+        "block_x": main.block[0], "block_y": main.block[1], "block_z": main.block[2],
+        "threads_per_block": main.threads,
+        "blocks": blocks,
+        "total_threads": blocks * main.threads,
+        "register_tile": tile,
+        "registers_estimate": regs,
+        "shared_bytes": main.shared_bytes,
+        "occupancy": occupancy(main.threads, regs, main.shared_bytes, target),
+        "waves": waves,
+        "flops": flops,
+        "io_bytes": float(io_bytes),
+        "arithmetic_intensity": flops / max(io_bytes, 1),
+        "workspace_bytes": float(sum(source.workspace)),
+        "packs": len(source.pack_launches),
+    }
