@@ -99,6 +99,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     value below. Loop nest (SSRSRS-like): outer spatial blocks (optionally with an outer reduction
     block, ``k_tile``/``k_pos``), then the reductions, then rows x a vector of columns in registers."""
     kn = knobs or KnobRecorder()
+    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/layout.py)
+
+    blocked = blocked_conv_schedule(st, target, consts, kn)
+    if blocked is not None:
+        return blocked
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
