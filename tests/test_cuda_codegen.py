@@ -19,12 +19,14 @@ from superopt.runtime.target import H200, Target, avx512_target, cuda_target, h2
 from superopt.schedule import Pack, Split, trace_from_json, trace_to_json
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
 from superopt.schedule.graph import constant_inputs
-from superopt.schedule.primitives import Bind, CacheWrite, Parallel, Reorder, Unroll
+from superopt.schedule.primitives import Bind, CacheWrite, ComputeAt, Parallel, Reorder, Unroll
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 SOFTMAX = "m[i] max= X[i,j]\ne[i,j] = exp(X[i,j] - m[i])\ns[i] += e[i,j]\nY[i,j] = e[i,j] / s[i]"
+LAYERNORM = ("mu[b,t] += X[b,t,c] / 40\nd[b,t,c] = X[b,t,c] - mu[b,t]\nv[b,t] += d[b,t,c] * d[b,t,c] / 40\n"
+             "Y[b,t,c] = d[b,t,c] / sqrt(v[b,t] + 0.00001) * G[c]")
 TARGET = h200_target()
 
 
@@ -125,7 +127,10 @@ def test_capsule_and_softmax_schedules_emulated_match_interpreter(tmp_path):
     mm = compile_op(MATMUL, {"A": (67, 45), "B": (45, 83)})
     sm = compile_op(SOFTMAX, {"X": (33, 70)})
     items = [(caps, tr) for tr in _capsule_traces(caps)]
-    items += [(mm, gpu_default_schedule(mm, TARGET)), (sm, gpu_default_schedule(sm, TARGET))]
+    ln = compile_op(LAYERNORM, {"X": (5, 3, 40), "G": (40,)})
+    items += [(mm, gpu_default_schedule(mm, TARGET)), (sm, gpu_default_schedule(sm, TARGET)),
+              (sm, build_gpu_sketch(sm, TARGET, frozenset(), GPU_SIMPLE)), (ln, gpu_default_schedule(ln, TARGET))]
+    assert isinstance(items[-1][1][0], ComputeAt)  # layer norm: a row per block as well
     from superopt.schedule.knobs import KnobRecorder
 
     items.append((mm, build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.rm": 8, "C.rn": 8}))))
@@ -156,15 +161,21 @@ def test_tiled_sketch_binds_blocks_threads_and_a_register_tile():
     assert trace_from_json(trace_to_json(trace)) == tuple(trace)
 
 
-def test_softmax_is_one_launch_per_stage():
+def test_softmax_rows_per_block_with_an_all_reduce_or_one_launch_per_stage():
     sm = compile_op(SOFTMAX, {"X": (64, 100)})
-    src = emit_cuda(lower(sm, gpu_default_schedule(sm, TARGET), TARGET), "sm")
-    assert [ln.kernel for ln in src.launches] == ["sm_0", "sm_1", "sm_2"]  # m, s (e inlined), Y
-    assert all(ln.threads > 1 for ln in src.launches)
+    trace = gpu_default_schedule(sm, TARGET)  # gpu-rowwise: a row per block, m and s all-reduced over its threads
+    src = emit_cuda(lower(sm, trace, TARGET), "sm")
+    (launch,) = src.launches
+    assert launch.grid == (64, 1, 1) and launch.block == (128, 1, 1) and launch.barriers
+    assert src.code.count("__shfl_xor_sync") == 2 and "__syncthreads" in src.code
+    simple = emit_cuda(lower(sm, build_gpu_sketch(sm, TARGET, frozenset(), GPU_SIMPLE), TARGET), "sm")
+    assert [ln.kernel for ln in simple.launches] == ["sm_0", "sm_1", "sm_2"]  # m, s (e inlined), Y
+    assert all(ln.threads > 1 and not ln.barriers for ln in simple.launches)
 
 
 @pytest.mark.parametrize("trace, reason", [
-    ([Bind("C", "k", "thread_x")], "reduction loop cannot be bound"),
+    ([Bind("C", "k", "block_x")], "binds only to thread_x"),
+    ([Bind("C", "k", "thread_x"), Bind("C", "i", "thread_y")], "bound to threads as well"),
     ([Bind("C", "i", "thread_x"), Bind("C", "j", "thread_x")], "already bound"),
     ([Bind("C", "i", "warp")], "unknown axis"),
     ([Bind("C", "i", "thread_x"), Bind("C", "j", "thread_y")], "threads per block exceed"),

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from superopt.codegen.c_emit import _CPrinter, c_linear, c_ref, c_value, ctype
+from superopt.codegen.c_emit import _CPrinter, c_combine, c_linear, c_ref, c_value, ctype
 from superopt.codegen.lower import KernelPlan, PackLayout
 from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
+from superopt.loopnest.gpu import ThreadReduce
 from superopt.loopnest.loop import GPU_LOOP_KINDS
 
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
@@ -65,18 +66,41 @@ __device__ __forceinline__ int32_t so_shr32(int32_t a, int32_t b) { return (uint
 __device__ __forceinline__ int64_t so_shr64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? a >> b : (a < 0 ? -1 : 0); }
 """
 
-# A C++ stand-in for the CUDA built-ins the printed kernels use (no barriers, no shared memory, no warps):
-# compiled with g++ ahead of CUDA_PRELUDE, each launch runs as loops over blocks and threads.
+# A C++ stand-in for the CUDA built-ins the printed kernels use, compiled with g++ (-std=c++20 -pthread) ahead
+# of CUDA_PRELUDE: a launch runs its blocks one after another; a block's threads run as loops, or, when the
+# launch synchronizes, as OS threads meeting at a barrier (__syncthreads; shuffles through an exchange array;
+# __shared__ arrays are statics, shared by the block's threads, one block at a time).
 EMULATION_PRELUDE = r"""#include <math.h>
 #include <stdint.h>
+#include <string.h>
+#include <barrier>
 #include <cmath>
+#include <thread>
+#include <vector>
 using std::isinf;
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+#define __shared__ static
 struct so_dim3 { unsigned x, y, z; };
-static so_dim3 blockIdx, threadIdx, blockDim, gridDim;
+static so_dim3 blockIdx, blockDim, gridDim;
+static thread_local so_dim3 threadIdx;
+static std::barrier<> *so_bar = nullptr;  /* a block's threads, when a launch synchronizes */
+static uint64_t so_xchg[1024];
+static inline void __syncthreads() { so_bar->arrive_and_wait(); }
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof v);
+    so_xchg[t] = b;
+    __syncthreads();
+    const uint64_t o = so_xchg[t ^ (unsigned)lane_mask];
+    __syncthreads();
+    T r;
+    memcpy(&r, &o, sizeof r);
+    return r;
+}
 """
 
 
@@ -88,6 +112,7 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    barriers: bool = False  # the block's threads synchronize (__syncthreads, warp shuffles)
 
     @property
     def threads(self) -> int:
@@ -116,11 +141,16 @@ class CudaSource:
         return CUDA_PRELUDE + "\n" + self.code
 
 
-def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block extents of the loops bound in ``nodes`` (1 on unbound axes)."""
+def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[int, int, int], bool]:
+    """Grid and block extents of the loops bound in ``nodes`` (1 on unbound axes), and whether the block's
+    threads synchronize. A block that all-reduces (ThreadReduce) has whole warps: x rounded up to 32 (the
+    extra threads, guarded out of every loop, add the reduction's identity)."""
     ext: dict[str, int] = {}
+    barriers = False
 
     def go(n: Node) -> None:
+        nonlocal barriers
+        barriers = barriers or isinstance(n, ThreadReduce)
         if isinstance(n, Loop) and n.kind in GPU_LOOP_KINDS:
             ext[n.kind] = max(ext.get(n.kind, 1), n.extent)
         if isinstance(n, (StageNest, Scope, Loop)):
@@ -130,12 +160,38 @@ def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[i
     for n in nodes:
         go(n)
     grid = tuple(ext.get(f"block_{a}", 1) for a in "xyz")
-    block = tuple(ext.get(f"thread_{a}", 1) for a in "xyz")
-    return grid, block  # type: ignore[return-value]
+    block = [ext.get(f"thread_{a}", 1) for a in "xyz"]
+    if barriers:
+        block[0] = -(-block[0] // 32) * 32
+    return grid, tuple(block), barriers  # type: ignore[return-value]
 
 
 class _CudaPrinter(_CPrinter):
     """The C printer's statements and values, with CUDA loops, allocations and kernel signatures."""
+
+    def __init__(self, grid: tuple[int, int, int] = (1, 1, 1), block: tuple[int, int, int] = (1, 1, 1)) -> None:
+        super().__init__()
+        self.launch = {**{f"block_{a}": n for a, n in zip("xyz", grid)}, **{f"thread_{a}": n for a, n in zip("xyz", block)}}
+
+    def thread_reduce(self, n: ThreadReduce) -> None:
+        """Butterfly shuffles within each warp, then the warps' partials through shared memory."""
+        ct, t = ctype(n.dtype), c_ref(n.target)
+        comb = c_combine(n.op, "so_v", "{}", n.dtype)
+        for text in (f"{{  /* all-reduce {t} ({n.op}) across the block's threads */",
+                     f"    __shared__ {ct} so_red[32];",
+                     f"    {ct} so_v = {t};",
+                     "    for (int so_o = 16; so_o > 0; so_o >>= 1) "
+                     f"so_v = {comb.format('__shfl_xor_sync(0xffffffffu, so_v, so_o)')};",
+                     "    if (blockDim.x > 32) {",
+                     "        if ((threadIdx.x & 31) == 0) so_red[threadIdx.x >> 5] = so_v;",
+                     "        __syncthreads();",
+                     "        so_v = so_red[0];",
+                     f"        for (int so_w = 1; so_w < (int)(blockDim.x >> 5); ++so_w) so_v = {comb.format('so_red[so_w]')};",
+                     "        __syncthreads();",
+                     "    }",
+                     f"    {t} = so_v;",
+                     "}"):
+            self.line(text)
 
     def node(self, n: Node) -> None:
         if isinstance(n, StageNest):
@@ -143,6 +199,8 @@ class _CudaPrinter(_CPrinter):
             self.nodes(n.body)
         elif isinstance(n, Fill):
             self.line(f"for (int {n.var} = 0; {n.var} < {n.size}; ++{n.var}) {n.buffer}[{n.var}] = {c_value(n.value)};")
+        elif isinstance(n, ThreadReduce):
+            self.thread_reduce(n)
         elif isinstance(n, CombineLanes):
             t = c_ref(n.target)
             self.line(f"for (int {n.var} = 0; {n.var} < {n.lanes}; ++{n.var}) {t} = {t} {n.op} {n.source}[{n.var}];")
@@ -166,13 +224,14 @@ class _CudaPrinter(_CPrinter):
             bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
         v = lp.var
         if lp.kind in GPU_LOOP_KINDS:
+            guarded = bool(lp.tail) or lp.extent < self.launch[lp.kind]  # a launch wider than this loop
             self.line(f"{{ const int {v} = {_BUILTIN[lp.kind]};")
-            if lp.tail:
+            if guarded:
                 self.line(f"if ({v} < {bound}) {{")
             self.ind += 1
             self.nodes(lp.body)
             self.ind -= 1
-            self.line("}" if not lp.tail else "} }")
+            self.line("} }" if guarded else "}")
             return
         if lp.kind == "unrolled":
             self.line("#pragma unroll")
@@ -248,9 +307,9 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
     def flush(stage: StageNest, group: list[Node]) -> None:
         if group:
             kname = f"{name}_{len(launches)}"
-            grid, block = _launch_dims(tuple(group))
-            parts.append(f"/* {stage.text} */\n" + _CudaPrinter().kernel_of(nest, kname, tuple(group)))
-            launches.append(Launch(kname, grid, block))
+            grid, block, barriers = _launch_dims(tuple(group))
+            parts.append(f"/* {stage.text} */\n" + _CudaPrinter(grid, block).kernel_of(nest, kname, tuple(group)))
+            launches.append(Launch(kname, grid, block, 0, barriers))
             group.clear()
 
     for stage in nest.body:
@@ -291,7 +350,7 @@ def emulation_source(sources: list[CudaSource]) -> str:
         lines = []
         cast = ", ".join(f"({t})args[{i}]" for i, t in enumerate(src.arg_types))
         for ln in src.launches:
-            lines.append(_launcher(ln.kernel, f"{ln.kernel}({cast});"))
+            lines.append(_launcher(ln.kernel, f"{ln.kernel}({cast});", ln.barriers))
         for t, ln in src.pack_launches.items():
             ct = ctype(dict(src.params)[t])
             lines.append(_launcher(ln.kernel, f"{ln.kernel}((const {ct} *)args[0], ({ct} *)args[1]);"))
@@ -310,12 +369,18 @@ def emulation_source(sources: list[CudaSource]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _launcher(kernel: str, call: str) -> str:
-    return (f'extern "C" void so_launch_{kernel}(void **args, const unsigned *d) {{\n'
+def _launcher(kernel: str, call: str, threaded: bool = False) -> str:
+    head = (f'extern "C" void so_launch_{kernel}(void **args, const unsigned *d) {{\n'
             "    gridDim = so_dim3{d[0], d[1], d[2]}; blockDim = so_dim3{d[3], d[4], d[5]};\n"
             "    for (unsigned bz = 0; bz < d[2]; ++bz) for (unsigned by = 0; by < d[1]; ++by) "
-            "for (unsigned bx = 0; bx < d[0]; ++bx)\n"
-            "    for (unsigned tz = 0; tz < d[5]; ++tz) for (unsigned ty = 0; ty < d[4]; ++ty) "
-            "for (unsigned tx = 0; tx < d[3]; ++tx) {\n"
-            "        blockIdx = so_dim3{bx, by, bz}; threadIdx = so_dim3{tx, ty, tz};\n"
-            f"        {call}\n    }}\n}}")
+            "for (unsigned bx = 0; bx < d[0]; ++bx) {\n"
+            "        blockIdx = so_dim3{bx, by, bz};\n")
+    threads = ("for (unsigned tz = 0; tz < d[5]; ++tz) for (unsigned ty = 0; ty < d[4]; ++ty) "
+               "for (unsigned tx = 0; tx < d[3]; ++tx)")
+    if not threaded:
+        return head + f"        {threads} {{ threadIdx = so_dim3{{tx, ty, tz}}; {call} }}\n    }}\n}}"
+    return (head + "        std::barrier<> bar(d[3] * d[4] * d[5]);\n        so_bar = &bar;\n"
+            "        std::vector<std::thread> ts;\n"
+            f"        {threads}\n"
+            f"            ts.emplace_back([=] {{ threadIdx = so_dim3{{tx, ty, tz}}; {call} }});\n"
+            "        for (auto &t : ts) t.join();\n        so_bar = nullptr;\n    }\n}")

@@ -4,7 +4,9 @@ Called by :func:`superopt.codegen.lower.lower` on every plan; raises only ``Sche
 target the only rule is that no loop is bound to a GPU axis. On a ``kind='cuda'`` target:
 
 - a bound loop (``Bind``) is a spatial loop of a root stage, one per grid axis in a stage (each root
-  stage is its own launch, so the stages of a kernel may bind the same axes differently);
+  stage is its own launch, so the stages of a kernel may bind the same axes differently), or a reduction
+  loop bound to ``thread_x`` whose scalar accumulator the block then all-reduces (warp shuffles), in a root
+  stage or in one computed at a consumer's loop (a row of softmax per block) that no thread loop encloses;
 - block and grid extents stay within the device's per-axis limits, threads per block within
   ``max_threads_per_block`` and registers (tile + a fixed overhead, per thread) within the register file;
 - no ``Parallel`` or ``Vectorize`` (OpenMP / SIMD have no meaning inside a CUDA thread);
@@ -35,6 +37,32 @@ def threads_per_block(plan: KernelPlan, stage: str) -> int:
     return math.prod(n for axis, (_, n) in bound_loops(plan, stage).items() if axis.startswith("thread"))
 
 
+def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
+    """A reduction loop bound to ``thread_x``: each thread accumulates a share, then the block all-reduces
+    (ThreadReduce). Every thread must reach that all-reduce, and only one scalar accumulator is combined."""
+    from superopt.codegen.lower import ScheduleError
+
+    if lp.bind != "thread_x":
+        raise ScheduleError(f"{prim}: a reduction loop binds only to thread_x (a block all-reduces it)")
+    if s.stmt.reduce not in ("+=", "*=", "max=", "min="):
+        raise ScheduleError(f"{prim}: no block all-reduce for {s.stmt.reduce!r}")
+    at = s.acc_at
+    if at is None or s.partial or s.tile_loops() or s.index_of(at) > s.index_of(lp.name):
+        raise ScheduleError(f"{prim}: a reduction spread over threads needs one scalar accumulator holding the "
+                            "whole reduction, above the bound loop")
+    others = [x.name for x in s.loops if x.bind and x.bind.startswith("thread") and x is not lp]
+    if others:
+        raise ScheduleError(f"{prim}: loops {others} are bound to threads as well (the all-reduce needs the whole "
+                            "block)")
+    if s.attach is not None:
+        cons = plan.stages[s.attach[0]]
+        names = [x.name for x in cons.loops]
+        outer = cons.loops[: names.index(s.attach[1]) + 1] if s.attach[1] in names else []
+        if any(x.bind and x.bind.startswith("thread") for x in outer):
+            raise ScheduleError(f"{prim}: {cons.name}'s loops around it are bound to threads (the all-reduce needs "
+                                "the whole block)")
+
+
 def check_gpu_plan(plan: KernelPlan) -> None:
     from superopt.codegen.lower import ScheduleError
 
@@ -51,10 +79,10 @@ def check_gpu_plan(plan: KernelPlan) -> None:
             if lp.bind not in GPU_AXES:
                 raise ScheduleError(f"{prim}: unknown axis {lp.bind!r} (axes: {', '.join(GPU_AXES)})")
             if lp.reduce:
-                raise ScheduleError(f"{prim}: a reduction loop cannot be bound (its threads would race on one "
-                                    "accumulator)")
-            if s.attach is not None:
-                raise ScheduleError(f"{prim}: a stage computed at another's loop runs inside one thread")
+                _check_block_reduction(plan, s, lp, prim)
+            elif s.attach is not None:
+                raise ScheduleError(f"{prim}: a stage computed at another's loop runs inside one thread (only its "
+                                    "reduction loop may spread over the block's threads)")
             if lp.bind in seen:
                 raise ScheduleError(f"{prim}: axis {lp.bind} is already bound to loop {seen[lp.bind]!r}")
             seen[lp.bind] = lp.name

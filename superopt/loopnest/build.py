@@ -34,6 +34,7 @@ from superopt.ir.statement import REDUCE_IDENTITY
 from superopt.ir.types import TensorType, is_float
 from superopt.lang.parser import infer_dtype
 from superopt.loopnest.alloc import Alloc, Fill
+from superopt.loopnest.gpu import ThreadReduce
 from superopt.loopnest.index import BufferAccess, FlatIndex, GuardCond, InBounds, RegisterRef, WrappedTerm
 from superopt.loopnest.kernel import Joined, LoopNest, PackNest, Param
 from superopt.loopnest.loop import Loop, ReductionClause, TailLimit
@@ -323,6 +324,8 @@ class _Builder:
         if s.name in self._nan_flag:
             wb.append(RestoreNan(acc, "acc_nan"))
             self._nan_flag.discard(s.name)
+        if any(x.bind and x.reduce for x in s.loops):  # a reduction shared by a block's threads (GPU)
+            wb.append(ThreadReduce(acc, st.reduce, t.dtype))
         guard = [g for g, on_reduce in self._guards if not on_reduce]
         if self.stored(s):
             wb.append(self._guarded(guard, WriteBack(ref, acc, st.reduce if s.partial else None, t.dtype)))

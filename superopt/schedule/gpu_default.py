@@ -2,6 +2,11 @@
 
 Sketches (most aggressive first; the first that lowers legally is the default):
 
+- ``gpu-rowwise``: a row-wise op (softmax, layer/RMS norm: an elementwise final stage over row reductions):
+  one row per block, the row's elements over the block's threads (``threads``); each reduction computed
+  at the row loop, its last reduction dim spread over the same threads and all-reduced with warp shuffles
+  (and shared memory across warps); elementwise temporaries inlined (recomputed, never stored).
+
 - ``gpu-tiled``: a two-operand contraction (``O[...] += A[...] * B[...]``) as an SSSRRSRS-like
   multi-level tiling. The output dims are fused into a column loop N (a suffix of the output dims,
   contiguous in memory) and a row loop M (the rest); each is split into block x register x thread
@@ -30,6 +35,7 @@ from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     Bind,
     CacheWrite,
+    ComputeAt,
     Epilogue,
     Fuse,
     Inline,
@@ -40,14 +46,65 @@ from superopt.schedule.primitives import (
     Unroll,
 )
 
-GPU_TILED, GPU_SIMPLE = "gpu-tiled", "gpu-simple"
+GPU_ROWWISE, GPU_TILED, GPU_SIMPLE = "gpu-rowwise", "gpu-tiled", "gpu-simple"
 
 
 def gpu_sketch_names(compute: Compute, target: Target) -> list[str]:
     """The GPU sketches that apply to ``compute``, most aggressive first."""
     tiled = any(st.reduce == "+=" and len(set(_product_accesses(st.expr) or [])) == 2 and st.out_dims
                 for st in compute.statements)
-    return ([GPU_TILED] if tiled else []) + [GPU_SIMPLE]
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    temps = [st for st in stmts if st.out not in compute.outputs]
+    rowwise = (len(compute.outputs) == 1 and final.reduce == "=" and len(final.out_dims) >= 2 and not tiled
+               and any(t.reduce != "=" for t in temps))
+    return ([GPU_ROWWISE] if rowwise else []) + ([GPU_TILED] if tiled else []) + [GPU_SIMPLE]
+
+
+def rowwise_gpu_schedule(compute: Compute, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """A row per block (softmax, norms): the final elementwise stage's row dims over blocks, its last dim over
+    the block's threads; each row reduction computed at the row loop with its last reduction dim over the same
+    threads and all-reduced (warp shuffles), elementwise temporaries inlined."""
+    kn = knobs or KnobRecorder()
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    f, ext = final.out, dict(final.extent)
+    rows, last = list(final.out_dims[:-1]), final.out_dims[-1]
+    cap = target.gpu.max_threads_per_block if target.gpu else 1024
+    ylimit = target.gpu.max_grid_dims[1] if target.gpu else 65535
+    threads = min(cap, kn.get(f"{f}.threads", min(256, max(32, _pow2_at_least(ext[last], 1024))),
+                              (32, 64, 128, 256, 512, 1024)))
+    trace: list[Primitive] = []
+    for st in stmts[:-1]:
+        if st.out in compute.outputs:
+            raise ValueError("a temporary is also an output")
+        if st.reduce == "=":
+            if st.padding:
+                raise ValueError("a padded copy")
+            trace.append(Inline(st.out))
+            continue
+        trace.append(ComputeAt(st.out, f, rows[-1]))
+        rd = st.reduce_dims[-1]
+        if st.extent[rd] > 1:
+            order = [d for d, _ in st.extents if d != rd] + [rd]
+            trace += [Reorder(st.out, tuple(order))]
+            if st.extent[rd] > threads:
+                trace += [Split(st.out, rd, threads), Bind(st.out, f"{rd}_i", "thread_x")]
+            else:
+                trace.append(Bind(st.out, rd, "thread_x"))
+    prims: list[Primitive] = []
+    if ext[last] > threads:
+        prims += [Split(f, last, threads), Reorder(f, (*rows, f"{last}_o", f"{last}_i")), Bind(f, f"{last}_i", "thread_x")]
+    else:
+        prims.append(Bind(f, last, "thread_x"))
+    axes = ["block_x", "block_y", "block_z"]
+    for d in reversed(rows):  # the innermost row dims over blocks; the rest loop in each block
+        axis = next((a for a in axes if ext[d] <= (2**31 - 1 if a == "block_x" else ylimit)), None)
+        if axis is None:
+            break
+        axes.remove(axis)
+        prims.append(Bind(f, d, axis))
+    return trace + prims
 
 
 def _pow2_at_least(n: int, cap: int) -> int:
@@ -216,6 +273,8 @@ def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], s
     if target.kind != "cuda":
         raise ValueError(f"GPU sketch {sketch!r} on a {target.kind!r} target")
     kn = knobs or KnobRecorder()
+    if sketch == GPU_ROWWISE:
+        return rowwise_gpu_schedule(compute, target, kn)
     stmts = list(compute.statements)
     trace: list[Primitive] = []
     inlined: set[str] = set()

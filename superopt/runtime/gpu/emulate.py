@@ -1,6 +1,6 @@
 """Run generated CUDA on the CPU: the kernels compiled with g++ under :data:`EMULATION_PRELUDE`, each
-launch's blocks and threads run as loops. Exact for kernels without barriers, shared memory or warp
-operations (all that the printer emits today), so tests check the CUDA text itself against the
+launch's blocks run in turn and their threads as loops (or as OS threads at a barrier when the launch
+synchronizes: block all-reductions with warp shuffles). Tests check the CUDA text itself against the
 reference interpreter on machines without a GPU."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def compile_emulation(sources: list[CudaSource], cache_dir: Path | None = None) 
             src = Path(tmp) / "emu.cpp"
             src.write_text(code)
             out = Path(tmp) / "emu.so"
-            res = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", str(src), "-o", str(out)],
+            res = subprocess.run(["g++", "-O1", "-std=c++20", "-pthread", "-shared", "-fPIC", "-w", str(src), "-o", str(out)],
                                  capture_output=True, text=True, timeout=600)
             if res.returncode != 0:
                 raise EmulationError(f"g++ failed on emulated CUDA: {res.stderr.strip()[:3000]}", code)
