@@ -42,7 +42,7 @@ WORLDS: tuple[World, ...] = (
     World("matrix", (("A", ("p", "q")), ("B", ("p", "q")), ("C", ("p", "q")), ("D", ("q", "r")), ("E", ("q", "r")),
                      ("F", ("r", "s"))),
           ("add", "mul", "relu", "matmul", "transpose", "concat", "slice"),
-          _b(p=3, q=4, r=5, s=6), (_b(p=2, q=3, r=4, s=5), _b(p=5, q=2, r=3, s=4))),
+          _b(p=3, q=4, r=5, s=6), (_b(p=2, q=3, r=4, s=5), _b(p=5, q=2, r=3, s=4), _b(p=2, q=2, r=2, s=2))),
     World("conv", (("X", ("n", "c", "h", "w")), ("Y", ("n", "c", "h", "w")), ("W", ("o", "c", "3", "3")),
                    ("V", ("o", "c", "3", "3"))),
           ("add", "relu", "conv3x3", "concat"),
