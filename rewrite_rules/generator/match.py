@@ -35,6 +35,8 @@ class _Matcher:
         self.inputs = dict(data.inputs)
         self.prog: Program = data.lhs
         self.step = data.lhs.step_of
+        self.of_node = graph_index(graph).of_node
+        self.producer = graph.producer
 
     def at(self, root: Node) -> Iterator[Match]:
         if len(root.outputs) != 1:
@@ -58,11 +60,11 @@ class _Matcher:
             if nodes[p].outputs[0] == g:
                 yield vars_, nodes, attrs
             return
-        node = self.graph.producer.get(g)
+        node = self.producer.get(g)
         if node is None or len(node.outputs) != 1 or any(n is node for n in nodes.values()):
             return
         step = self.step[p]
-        for op, at in classify(self.graph, node):
+        for op, at in self.of_node[id(node)]:
             if op != step.op:
                 continue
             orders = [node.inputs]
@@ -118,11 +120,34 @@ class _Matcher:
         return Match(tuple(sorted(vars_.items())), tuple(nodes.items()), tuple(sorted(binding.items())))
 
 
-def _roots(graph: Graph, data: RuleData) -> Iterator[Node]:
-    root_op = data.lhs.step_of[data.lhs.output].op
+@dataclass(frozen=True)
+class _Index:
+    by_op: dict[str, list[Node]]  # core op -> the nodes computing it
+    of_node: dict[int, list[tuple[str, Attrs]]]  # id(node) -> what it computes
+
+
+_INDEX: list[tuple[Graph, _Index]] = []  # the last few graphs seen
+
+
+def graph_index(graph: Graph) -> _Index:
+    """``graph``'s nodes classified as core ops (cached for the last few graphs seen)."""
+    for g, index in _INDEX:
+        if g is graph:
+            return index
+    by_op: dict[str, list[Node]] = {}
+    of_node: dict[int, list[tuple[str, Attrs]]] = {}
     for node in graph.nodes:
-        if any(op == root_op for op, _ in classify(graph, node)):
-            yield node
+        of_node[id(node)] = found = classify(graph, node)
+        for op, _ in found:
+            by_op.setdefault(op, []).append(node)
+    index = _Index(by_op, of_node)
+    _INDEX.insert(0, (graph, index))
+    del _INDEX[8:]
+    return index
+
+
+def _roots(graph: Graph, data: RuleData) -> Iterator[Node]:
+    yield from graph_index(graph).by_op.get(data.lhs.step_of[data.lhs.output].op, [])
 
 
 def rule_sites(graph: Graph, data: RuleData) -> Iterator[Site]:
