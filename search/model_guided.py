@@ -12,6 +12,7 @@ clearly faster.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -123,11 +124,12 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
 
 
 def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Iterable[str] = (),
-                         population: int = 128, generations: int = 2, margin: float = 0.0, seed: int = 0
-                         ) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:
+                         population: int = 128, generations: int = 2, margin: float = 0.0, seed: int = 0,
+                         deadline: float | None = None) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:
     """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
-    picked once. Returns the schedules and each node's :class:`ModelPick`."""
+    picked once; after ``deadline`` (a ``time.perf_counter()`` value) no new kernel is picked (those nodes are
+    left out: the caller gives them the default). Returns the schedules and each node's :class:`ModelPick`."""
     from superopt.schedule.graph import constant_inputs
 
     skip = set(skip)
@@ -140,6 +142,8 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
         consts = constant_inputs(graph, n)
         key = (n.op.digest(), consts)
         if key not in cache:
+            if deadline is not None and time.perf_counter() > deadline:
+                continue
             cache[key] = pick_schedule(n.op, target, model, constant_inputs=consts, population=population,
                                        generations=generations, margin=margin, seed=seed)
         picks[n.name] = cache[key]

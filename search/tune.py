@@ -199,7 +199,11 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 stop = "every kernel's search stopped by itself"
                 break
             task = max(live, key=lambda t: (t.priority(), -todo.index(t)))
-            trials = task.search.step(min(config.batch_size, config.trials - reserve_n - measured))
+            batch = min(config.batch_size, config.trials - reserve_n - measured)
+            if config.time_s is not None and per_trial > 0:  # a batch must not run far past the time budget
+                left = config.time_s - elapsed - reserve_n * per_trial
+                batch = max(1, min(batch, int(left / per_trial)))
+            trials = task.search.step(batch)
             task.batches += 1
             task.bests.append(task.search.best.seconds if task.search.best else math.inf)
             measured += len(trials)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rewrite_rules import EXPLORATION_FAMILIES, RULES, rewrite_greedy
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize_kernels
@@ -39,6 +38,16 @@ class OptimizeConfig:
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
+    # the graph rewrite pass (search.graph): "backtracking" (TASO-style cost-based search over every rule,
+    # fusion included, graphs costed by search.graph_cost's roofline), "mcts" (Monte-Carlo tree search) or
+    # "greedy" (first site of the first rule to a fixed point, exploration families excluded); the search
+    # stops after graph_budget_s seconds, graph_expansions expanded graphs, or graph_patience expansions
+    # without a 0.1% gain; graph_alpha: queue rewrites costing up to alpha x the best graph (TASO's relaxation)
+    graph_search: str = "backtracking"
+    graph_budget_s: float = 2.0
+    graph_expansions: int = 40
+    graph_alpha: float = 1.05
+    graph_patience: int = 8
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
     database: str | Path | None = None  # a tuning database (search.database) consulted before the default
@@ -48,11 +57,12 @@ class OptimizeConfig:
     # ONNX nodes with no native lowering: False runs them through the ONNX fallback (onnxruntime or
     # onnx.reference, one opaque node each, named in the report); True makes any such node an error
     strict: bool = False
-    # the schedule search before building (``superopt optimize --budget/--trials``): None for both means no
-    # search (database, cost model and default heuristic only); otherwise every kernel the database lacks
-    # is tuned within ``tune_budget_s`` seconds and/or ``tune_trials`` measurements, the records go to
-    # ``database`` (a temporary one when None) and the best schedules are used
-    tune_budget_s: float | None = None
+    # wall-clock budget of the whole pipeline (``superopt optimize --budget``) and the schedule search's
+    # measurements (``--trials``). With either, the kernels the database lacks are tuned (records go to
+    # ``database``, a temporary one when None) within half the budget; the cost model's picks stop at 80%
+    # of it (the other kernels keep the default heuristic); the rest is for building and verifying.
+    # Neither: no search (database, cost model and default heuristic only).
+    budget_s: float | None = None
     tune_trials: int | None = None
     progress: bool = False  # progress bars on stderr for the long passes
 
@@ -76,11 +86,16 @@ class OptimizeReport:
     fallbacks: list = field(default_factory=list)  # superopt.frontends.onnx_fallback.FallbackNode per ONNX fallback node
     shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
+    graph_search: dict | None = None  # search.graph.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
         text = (f"{self.nodes} nodes ({self.rewrites} rewrites), {self.kernels} kernels; import {self.import_s:.2f}s, "
                 f"compile {self.compile_s:.2f}s, verify {self.verify_s:.2f}s; {err}; {self.stop_reason}")
+        if self.graph_search:
+            g = self.graph_search
+            text += (f"; graph search ({g['strategy']}): predicted {g['cost_before'] * 1e3:.3g} -> "
+                     f"{g['cost_after'] * 1e3:.3g} ms, {g['expansions']} expansions, {g['stop_reason']}")
         if self.fallbacks:
             from superopt.frontends.onnx_fallback import summarize
 
@@ -285,15 +300,42 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0) -> float:
 
 def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[Graph, tuple[str, ...]]:
     """The graph passes before scheduling: prune dead code, then the rewrite rules (fusion, layout,
-    algebraic) to a fixed point. Returns the new graph (same inputs and outputs) and the rules applied."""
+    algebraic), chosen by the graph search (``config.graph_search``; see :func:`search_rewrites`).
+    Returns the new graph (same inputs and outputs) and the rules applied, in order."""
+    graph, report = search_rewrites(graph, config)
+    return graph, (report.applied if report is not None else ())
+
+
+def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
+    """``rewrite_graph`` with the graph search's report (``search.graph.GraphSearchReport``; None when
+    ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
+    rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph_cost.GraphCost``, a
+    roofline against this machine's measured ceilings (measured once per compiler cache; greedy when
+    the target is not a CPU, which has no measured ceilings)."""
+    from rewrite_rules import EXPLORATION_FAMILIES
+    from search.graph import GraphSearchConfig, default_rules, search_graph
+
     config = config or OptimizeConfig()
     graph = prune_graph(graph)
     if not config.fuse:
-        return graph, ()
-    rules = [r for r in RULES if r.name in config.rules] if config.rules is not None else \
-        [r for r in RULES if r.family not in EXPLORATION_FAMILIES]  # (layout moves are for the search and the layout pass)
-    graph, report = rewrite_greedy(graph, rules)
-    return graph, report.applied
+        return graph, None
+    target = config.resolved_target()
+    strategy = config.graph_search if target.kind == "cpu" else "greedy"
+    everything = default_rules()
+    if config.rules is not None:
+        rules = [r for r in everything if r.name in config.rules]
+    else:
+        rules = [r for r in everything if strategy != "greedy" or r.family not in EXPLORATION_FAMILIES]
+    gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
+                                alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience)
+    cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
+    return search_graph(graph, cost, gconfig, rules)
+
+
+def _graph_cost(target: Target, compiler: CompilerConfig):
+    from search.graph_cost import Ceilings, GraphCost
+
+    return GraphCost(Ceilings.measured(target, compiler), target)
 
 
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
@@ -313,12 +355,13 @@ def load_cost_model(spec: str | Path | None):
     return load_pretrained("cpu") if str(spec) == "pretrained" else XGBModel.load(spec)
 
 
-def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None, cost_model=None
-                   ) -> tuple[dict[str, list], list[str], list[str]]:
+def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None, cost_model=None,
+                   deadline: float | None = None) -> tuple[dict[str, list], list[str], list[str]]:
     """The schedule pass over a graph with canonical kernels (``canonicalize_kernels``): node name ->
     trace for every compute node. From the tuning database where it has a verified best for
     ``target``; else the cost model's pick, measuring nothing, when a model is given (it keeps the
-    default unless it expects another schedule to be faster); else the default heuristic. Returns the
+    default unless it expects another schedule to be faster; no more picks after ``deadline``, a
+    ``time.perf_counter()`` value); else the default heuristic. Returns the
     schedules, the nodes the database served and the nodes whose schedule the model changed."""
     schedules, hits, picked = {}, [], []
     if database is not None:
@@ -328,7 +371,7 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     if cost_model is not None:
         from search.model_guided import schedules_from_model
 
-        chosen, picks = schedules_from_model(graph, target, cost_model, skip=hits)
+        chosen, picks = schedules_from_model(graph, target, cost_model, skip=hits, deadline=deadline)
         schedules = chosen | schedules
         picked = [name for name, p in picks.items() if not p.is_default]
     if any(not n.is_extern and n.name not in schedules for n in graph.nodes):
@@ -336,16 +379,18 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     return schedules, hits, picked
 
 
-def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, database: str | Path, model=None) -> dict:
+def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, database: str | Path, model=None,
+                   time_s: float | None = None) -> dict:
     """The schedule search over every kernel of ``graph`` (canonical kernels) that ``database`` lacks for
-    ``target``, within the config's budget; its records are appended to ``database``. Returns a summary."""
+    ``target``, within ``time_s`` seconds and the config's trials; its records are appended to ``database``.
+    Returns a summary."""
     from costmodel.xgb import XGBModel
     from search.database import TuningDatabase
     from search.tune import TuneConfig, tune_graph
     from superopt.measure import MeasureConfig
 
     trials = config.tune_trials if config.tune_trials is not None else 10**9
-    tc = TuneConfig(trials=trials, time_s=config.tune_budget_s, seed=config.seed, progress=config.progress)
+    tc = TuneConfig(trials=trials, time_s=time_s, seed=config.seed, progress=config.progress)
     mcfg = MeasureConfig(threads=target.threads, target=target, compiler=config.compiler)
     report = tune_graph(graph, target, tc, TuningDatabase(database), mcfg, model=model or XGBModel())
     return {"measured": report.measured, "elapsed_s": report.elapsed_s, "stop_reason": report.stop_reason,
@@ -379,17 +424,20 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
                     input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
                     shapes: Sequence[str] = ()) -> OptimizedProgram:
     """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify."""
-    graph, rewrites = rewrite_graph(imported, config)  # rewrite
+    graph, graph_report = search_rewrites(imported, config)  # rewrite
+    rewrites = graph_report.applied if graph_report is not None else ()
     graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
     target = config.resolved_target()
     model = load_cost_model(config.cost_model)
     database, tune = config.database, None
+    deadline = t0 + 0.8 * config.budget_s if config.budget_s is not None else None
     with tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
-        if config.tune_budget_s is not None or config.tune_trials is not None:  # schedule search
+        if config.budget_s is not None or config.tune_trials is not None:  # schedule search
             database = database or Path(scratch) / "tuning.jsonl"
-            tune = tune_schedules(graph, target, config, database, model)
-        schedules, hits, picked = schedule_graph(graph, target, database, model)  # schedule
+            time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
+            tune = tune_schedules(graph, target, config, database, model, time_s)
+        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)  # schedule
     executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
     t2 = time.perf_counter()
     err = None
@@ -410,7 +458,8 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
         how.append(f"{len(picked)} picked by the cost model with no measurement")
     how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
-                            len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune)
+                            len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune,
+                            graph_report.to_dict() if graph_report is not None else None)
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
 
 

@@ -165,7 +165,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     prog = optimize(path, _onnx_shapes(args, path),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
                                    cost_model=_cost_model_arg(args), strict=args.strict, target=target,
-                                   seed=args.seed, tune_budget_s=budget, tune_trials=args.trials,
+                                   seed=args.seed, budget_s=budget, tune_trials=args.trials,
                                    progress=not (args.no_progress or args.json)))
     log = sys.stderr if args.json else sys.stdout
     print(f"optimized {args.model}: {prog.report}", file=log)
@@ -460,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(atomically); reload with superopt run OUT or superopt.load(OUT)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (logs on stderr)")
     p.add_argument("--budget", default=None, metavar="TIME",
-                   help="search schedules for the kernels the database lacks within this wall-clock budget, "
-                        "e.g. 90s, 5m (default: no schedule search)")
+                   help="wall-clock budget of the whole optimization, e.g. 90s, 5m: the schedule search over the "
+                        "kernels the database lacks gets half of it (default: no schedule search)")
     p.add_argument("--trials", type=int, default=None, help="schedule search: at most this many measurements")
     p.add_argument("--seed", type=int, default=0, help="seed of the searches and of the verification inputs")
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"), help="what to compile for (default: cpu)")
