@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, map_expr
+from superopt.ir.expr import Access, Affine, IndexValue, map_expr
 from superopt.ir.graph import Constant, Extern, Graph, Node
 from superopt.ir.prune import prune_graph
 from superopt.ir.statement import Statement
@@ -46,6 +47,7 @@ def _spatial(rank: int) -> tuple[str, ...]:
     return tuple(f"s{i}" for i in range(rank - 2))
 
 
+@lru_cache(maxsize=512)
 def to_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float32") -> Compute:
     """``O[n,cb,s..,c] = X[n, B*cb + c, s..]``."""
     sp = _spatial(len(shape))
@@ -56,6 +58,7 @@ def to_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float32
                                            ("O", TensorType(blocked_shape(tuple(shape), block), dtype))))
 
 
+@lru_cache(maxsize=512)
 def from_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float32") -> Compute:
     """``O[n,cb,c,s..] = X_c[n,cb,s..,c]`` (then a reshape alias merges cb and c into the channel axis)."""
     sp = _spatial(len(shape))
@@ -68,12 +71,15 @@ def from_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float
 
 def conversion_kind(graph: Graph, node: Node) -> tuple[str, int] | None:
     """``("to", B)`` for a to_blocked node, ``("from", B)`` for a from_blocked transpose, else None."""
-    if node.is_extern or len(node.inputs) != 1 or len(node.outputs) != 1:
+    if node.is_extern or len(node.inputs) != 1 or len(node.outputs) != 1 or len(node.op.statements) != 1:
+        return None
+    st = node.op.statements[0]
+    if st.reduce != "=" or st.padding or not isinstance(st.expr, Access):
         return None
     src, dst = graph.type_of[node.inputs[0]], graph.type_of[node.outputs[0]]
     for block in BLOCKS:
         if src.rank >= 3 and src.shape[1] % block == 0 and dst.shape == blocked_shape(src.shape, block) \
-                and node.op == to_blocked_compute(src.shape, block, src.dtype):
+                and node.op == to_blocked_compute(tuple(src.shape), block, src.dtype):
             return "to", block
         if dst.rank >= 4 and dst.shape[2] == block and src.rank == dst.rank:
             shape = (dst.shape[0], dst.shape[1] * block, *dst.shape[3:])
@@ -166,6 +172,8 @@ def _block_statement(st: Statement, blocked: set[str], weights: set[str], types:
             layouts[w] = WeightLayout(tuple(axes), tuple(order), block)
 
     def rewrite(e):
+        if isinstance(e, IndexValue):  # a channel index used as a value (concat's select)
+            return IndexValue(e.index.substitute(sub))
         if not isinstance(e, Access):
             return e
         if e.tensor in blocked:
@@ -205,7 +213,12 @@ def block_compute(c: Compute, activations: set[str], weights: set[str], block: i
         raise NotBlockable("no activation with channels a multiple of the block")
     statements, layouts = [], {}
     for st in c.statements:
-        new, lay = _block_statement(st, blocked, weights, types, block)
+        try:
+            new, lay = _block_statement(st, blocked, weights, types, block)
+        except NotBlockable:
+            raise
+        except ValueError as e:  # the rewritten statement or op is not well formed
+            raise NotBlockable(str(e)) from None
         for w, wl in lay.items():
             if layouts.setdefault(w, wl) != wl:
                 raise NotBlockable(f"weight {w} is read in two layouts")
@@ -217,7 +230,10 @@ def block_compute(c: Compute, activations: set[str], weights: set[str], block: i
         elif name in layouts:
             t = TensorType(layouts[name].shape(t.shape), t.dtype)
         new_types.append((name, t))
-    return Compute(c.inputs, c.outputs, tuple(statements), tuple(new_types)), blocked, layouts
+    try:
+        return Compute(c.inputs, c.outputs, tuple(statements), tuple(new_types)), blocked, layouts
+    except ValueError as e:
+        raise NotBlockable(str(e)) from None
 
 
 def activation_locals(graph: Graph, node: Node) -> tuple[set[str], set[str]]:
@@ -326,27 +342,33 @@ def cancel_sites(graph: Graph) -> Iterator[Site]:
             yield (n.name,)
 
 
+def _cancel(graph: Graph, nodes: list[Node]) -> Graph:
+    """Readers of each to_blocked node in ``nodes`` read the blocked tensor its from_blocked input came from."""
+    rename = {n.outputs[0]: graph.producer[graph.producer[n.inputs[0]].inputs[0]].inputs[0] for n in nodes}
+    drop = {n.name for n in nodes}
+
+    def ren(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(rename.get(x, x) for x in names)
+
+    kept = tuple(n if not set(n.inputs) & rename.keys() else replace(n, inputs=ren(n.inputs))
+                 for n in graph.nodes if n.name not in drop)
+    return prune_graph(replace(graph, nodes=kept, outputs=ren(graph.outputs)))
+
+
 def cancel_at(graph: Graph, site: Site) -> Graph:
     node = node_named(graph, site[0])
     if (site[0],) not in set(cancel_sites(graph)):
         raise RuleNotApplicable(f"{site[0]!r} does not convert back a from_blocked conversion")
-    source = graph.producer[graph.producer[node.inputs[0]].inputs[0]].inputs[0]
-    target = node.outputs[0]
-
-    def ren(names: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(source if x == target else x for x in names)
-
-    nodes = tuple(replace(n, inputs=ren(n.inputs)) for n in graph.nodes if n is not node)
-    g = replace(graph, nodes=nodes, outputs=ren(graph.outputs))
-    return prune_graph(g) if target not in graph.outputs else g
+    return _cancel(graph, [node])
 
 
 def cancel_all(graph: Graph) -> Graph:
+    """Every conversion pair cancelled (rounds until none is left: a cancelled pair may expose another)."""
     while True:
-        site = next(iter(cancel_sites(graph)), None)
-        if site is None:
+        names = {s[0] for s in cancel_sites(graph)}
+        if not names:
             return graph
-        graph = cancel_at(graph, site)
+        graph = _cancel(graph, [n for n in graph.nodes if n.name in names])
 
 
 # ---- rules ------------------------------------------------------------------------------------------

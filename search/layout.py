@@ -103,8 +103,9 @@ def _bytes(graph: Graph, names) -> int:
 
 def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = None) -> Callable[[Graph], float]:
     """A roofline over kernels that sees layouts: max(flops / ceiling, bytes / bandwidth) per compute node,
-    where a conv reaches the FMA ceiling only on blocked tensors (its vector loop over output-channel lanes
-    then loads and stores contiguously) and half of it on NCHW (the output tile is stored transposed, with
+    where a conv reaches the FMA ceiling only on blocked tensors of two vectors' lanes (its vector loop over
+    output-channel lanes then loads and stores contiguously, a broadcast feeding two FMAs) and half of it
+    on one vector's lanes or on NCHW (the output tile is stored transposed, with
     a stride of H*W, and the epilogue reads residuals the same way); pooling and elementwise ops on NCHW
     vectorize along a row (strided for a stride-2 window) and are counted at the bandwidth. Conversions
     move their bytes twice."""
@@ -121,9 +122,10 @@ def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = No
                 total += 2 * io / bandwidth
                 continue
             flops = flop_count(n.op)
-            blocked = any(graph.type_of[o].rank >= 4 and graph.type_of[o].shape[-1] in BLOCKS and "nchw" in o
-                          for o in n.outputs)
-            eff = 1.0 if blocked or not is_conv(graph, n) else 0.5
+            lane = [graph.type_of[o].shape[-1] for o in n.outputs
+                    if graph.type_of[o].rank == 5 and graph.type_of[o].shape[-1] in BLOCKS]
+            # a blocked tile of one vector loads a broadcast per FMA: half the rate of two vectors
+            eff = 1.0 if not is_conv(graph, n) else min(1.0, lane[0] / (2 * lanes)) if lane else 0.5
             total += max(flops / (ceiling * eff), io / bandwidth)
         return total
 

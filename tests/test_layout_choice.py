@@ -1,0 +1,147 @@
+"""The global layout choice (issue 10): NCHWc blocking as index notation, conversions that cancel, the
+whole-graph pass, and the blocked conv compiled by the default schedule."""
+
+import numpy as np
+import pytest
+
+from rewrite_rules import RULES, node_named
+from rewrite_rules.layout_choice import block_node_in, cancel_all, conversion_kind, conversions
+from search.layout import blocked_graph, choose_layouts, is_conv
+from superopt.api import load_graph, random_inputs, rewrite_graph
+from superopt.builder import GraphBuilder
+from superopt.interp import evaluate
+from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.target import host_target
+from superopt.schedule.graph import default_schedules
+from superopt.schedule.primitives import Vectorize
+
+TARGET = host_target(1)
+
+
+def small_net(c: int = 16, hw: int = 8, seed: int = 0):
+    """conv3x3+bias+relu -> maxpool -> conv1x1 + residual -> global average pool -> reshape -> gemm."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("small_net")
+    x = b.input("x", (1, c, hw, hw))
+    w1 = b.constant(rng.standard_normal((c, c, 3, 3)).astype(np.float32) / c, "w1")
+    b1 = b.constant(rng.standard_normal(c).astype(np.float32), "b1")
+    y = b.compute1("P[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]\nO[n,co,y,x] = relu(P[n,co,y,x] + B[co])",
+                   {"X": x, "W": w1, "B": b1}, "conv1", extents={"y": hw, "x": hw}, padding={"X": 0.0}, outputs=["O"])
+    p = b.compute1("O[n,c,y,x] max= X[n,c,2*y+k0,2*x+k1]", {"X": y}, "pool",
+                   extents={"k0": 2, "k1": 2, "y": hw // 2, "x": hw // 2})
+    w2 = b.constant(rng.standard_normal((c, c, 1, 1)).astype(np.float32) / c, "w2")
+    z = b.compute1("P[n,co,y,x] += X[n,ci,y+kh,x+kw] * W[co,ci,kh,kw]\nO[n,co,y,x] = relu(P[n,co,y,x] + R[n,co,y,x])",
+                   {"X": p, "W": w2, "R": p}, "conv2", outputs=["O"])
+    m = b.compute1("O[n,c,i,j] += X[n,c,y+i,x+j] * 0.0625", {"X": z}, "avg", extents={"i": 1, "j": 1})
+    flat = b.extern("reshape", [m], shape=(1, c))[0]
+    w3 = b.constant(rng.standard_normal((c, 10)).astype(np.float32), "w3")
+    out = b.compute1("O[n,k] += X[n,c] * W[c,k]", {"X": flat, "W": w3}, "gemm")
+    return b.build([out])
+
+
+def _max_rel_err(a: dict, b: dict, outputs) -> float:
+    return max(float(np.abs(np.asarray(a[o], np.float64) - b[o]).max() / np.abs(b[o]).max()) for o in outputs)
+
+
+def _pairs_left(graph) -> int:
+    """from_blocked conversions read back by a to_blocked conversion (a pair that should have cancelled)."""
+    n = 0
+    for node in graph.nodes:
+        if conversion_kind(graph, node) == ("to", 16) or conversion_kind(graph, node) == ("to", 8):
+            r = graph.producer.get(node.inputs[0])
+            if r is not None and r.is_extern and conversion_kind(graph, graph.producer[r.inputs[0]]) is not None:
+                n += 1
+    return n
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_the_blocked_graph_matches_the_reference_with_conversions_only_at_its_edges(block):
+    g = small_net()
+    new, done = blocked_graph(g, block)
+    feed = random_inputs(g)
+    assert _max_rel_err(evaluate(new, feed, np.float64), evaluate(g, feed, np.float64), g.outputs) < 1e-12
+    assert sorted(done) == ["avg", "conv1", "conv2", "pool"]  # the gemm reads a reshape: it stays as it is
+    kinds = sorted(conversion_kind(new, n)[0] for n in conversions(new))
+    assert kinds == ["from", "to"]  # the input x, and avg -> reshape -> gemm
+    assert _pairs_left(new) == 0
+    blocked = {n.name: n for n in new.nodes}
+    assert new.type_of[blocked["conv2"].inputs[0]].shape == (1, 16 // block, 4, 4, block)
+    # the weight is pre-blocked, output-channel lanes innermost: W_c[cob, cib, kh, kw, ci_l, co_l]
+    w = next(i for i in blocked["conv1"].inputs if i in new.constant)
+    assert new.constant[w].array.shape == (16 // block, 16 // block, 3, 3, block, block)
+    cob = 1 if block == 8 else 0
+    assert new.constant[w].array[cob, 0, 2, 1, 3, 5] == g.constant["w1"].array[block * cob + 5, 3, 2, 1]
+
+
+def test_a_conversion_followed_by_its_inverse_cancels_and_nothing_is_converted_between_two_convs():
+    g = small_net()
+    g1 = block_node_in(g, "conv1", 16)
+    g2 = block_node_in(g1, "pool", 16)  # pool now reads a to_blocked of conv1's from_blocked output
+    assert _pairs_left(g2) == 1
+    g3 = cancel_all(g2)
+    assert _pairs_left(g3) == 0 and len(conversions(g3)) == len(conversions(g2)) - 2
+    feed = random_inputs(g)
+    assert _max_rel_err(evaluate(g3, feed, np.float64), evaluate(g, feed, np.float64), g.outputs) < 1e-12
+    # pool -> conv2 now: conv2 blocked too, its reads of pool's output (X and the residual) cancel
+    g4 = cancel_all(block_node_in(g3, "conv2", 16))
+    pool, conv2 = node_named(g4, "pool"), node_named(g4, "conv2")
+    assert set(conv2.inputs) & set(pool.outputs)  # conv2 reads pool's blocked output directly
+    assert _pairs_left(g4) == 0
+
+
+def test_channels_no_multiple_of_the_block_stay_nchw():
+    g = small_net(c=12)
+    new, done = blocked_graph(g, 8)
+    assert done == [] and not conversions(new) and new == g
+
+
+def test_the_compiled_blocked_graph_matches_the_reference_and_vectorizes_over_channel_lanes():
+    g = small_net(hw=6, seed=1)
+    new, report = choose_layouts(g, TARGET, layout="nchw16c")
+    assert report.chosen == "nchw16c" and report.conversions == 2
+    schedules = default_schedules(new, TARGET)
+    conv = node_named(new, "conv1")
+    # the blocked-conv schedule: the vector loop is the output-channel lane dim
+    p = next(st for st in conv.op.statements if st.reduce == "+=")
+    assert Vectorize(p.out, p.out_dims[-1]) in schedules["conv1"]
+    ex = GraphExecutor(new, schedules, ExecutorConfig(1, target=TARGET))
+    feed = random_inputs(g)
+    got = ex(feed)
+    assert _max_rel_err(got, evaluate(g, feed, np.float64), g.outputs) < 1e-5
+
+
+def test_auto_prefers_the_blocked_layout_for_convs_and_keeps_nchw_without_them():
+    g = small_net()
+    _, report = choose_layouts(g, TARGET)
+    assert report.chosen == "nchw16c" and dict(report.costs)["nchw16c"] < dict(report.costs)["nchw"]
+    b = GraphBuilder("no_conv")
+    x = b.input("x", (1, 16, 4, 4))
+    g2 = b.build([b.compute1("O[n,c,y,x] = relu(X[n,c,y,x])", {"X": x}, "relu")])
+    new, report = choose_layouts(g2, TARGET)
+    assert report.chosen == "nchw" and new is g2
+
+
+def test_an_unknown_layout_is_refused_naming_it():
+    with pytest.raises(ValueError, match="nhwc4"):
+        choose_layouts(small_net(), TARGET, layout="nhwc4")
+
+
+def test_the_layout_rules_are_registered_in_their_family():
+    names = {r.name: r.family for r in RULES}
+    for name in ("block_node_nchw8c", "block_node_nchw16c", "cancel_conversions", "sink_conversion_nchw16c"):
+        assert names[name] == "layout_choice"
+
+
+def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
+    from superopt.testing.light_models import light_model_path
+
+    g = rewrite_graph(load_graph(str(light_model_path("resnet50"))))[0]
+    new, report = choose_layouts(g, TARGET, layout="nchw16c")
+    convs = [n.name for n in g.nodes if is_conv(g, n)]
+    assert len(convs) >= 50 and set(convs) <= set(report.blocked_nodes)
+    # the stem reads the 3-channel image in NCHW (no conversion); one conversion left: the pooled
+    # features into the reshape and the final gemm
+    assert report.conversions == 1 and _pairs_left(new) == 0
+    (conv,) = conversions(new)
+    assert conversion_kind(new, conv)[0] == "from"
+    assert [c.op.kind for c in new.consumers[conv.outputs[0]]] == ["reshape"]
