@@ -44,6 +44,7 @@ from superopt.loopnest import (
     WriteBack,
     build_loopnest,
 )
+from superopt.loopnest.walk import allocations
 
 __all__ = ["PRELUDE", "KernelSource", "emit_c", "print_c", "ctype", "c_float", "c_linear"]
 
@@ -332,6 +333,9 @@ class KernelSource:
     outputs: tuple[str, ...]
     packs: dict  # input name -> PackLayout
     workspace: tuple[int, ...] = ()  # bytes of each scratch buffer, passed after the outputs
+    # every buffer the kernel allocates, as (kind, tensor, bytes): its workspace (caller-owned scratch, in
+    # argument order) and its local buffers (on each thread's stack, a stage computed inside another's loop)
+    storage: tuple[tuple[str, str, int], ...] = ()
 
 
 def print_c(nest: LoopNest, name: str = "kernel") -> str:
@@ -343,4 +347,6 @@ def print_c(nest: LoopNest, name: str = "kernel") -> str:
 def emit_c(plan: KernelPlan | LoopNest, name: str = "kernel") -> KernelSource:
     """C source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
     nest = build_loopnest(plan) if isinstance(plan, KernelPlan) else plan
-    return KernelSource(name, print_c(nest, name), nest.inputs, nest.outputs, nest.layouts, nest.workspace_bytes)
+    storage = tuple((a.kind, a.name, a.nbytes) for a in allocations(nest) if a.kind in ("workspace", "local"))
+    return KernelSource(name, print_c(nest, name), nest.inputs, nest.outputs, nest.layouts, nest.workspace_bytes,
+                        storage)

@@ -24,6 +24,7 @@ from superopt.schedule.primitives import (
     Pack,
     Parallel,
     Primitive,
+    ReduceEpilogue,
     Reorder,
     Split,
     Unroll,
@@ -57,9 +58,11 @@ class Stage:
     tails: list[tuple[Affine, int]] = field(default_factory=list)  # each: lin < limit
     cache_at: str | None = None
     attach: tuple[str, str] | None = None  # (consumer stage, consumer loop)
-    bound: dict[str, str] = field(default_factory=dict)  # my out dim -> consumer loop var
+    bound: dict[str, str] = field(default_factory=dict)  # my out dim -> the consumer dim it is read at
     epilogue: str | None = None  # the elementwise stage evaluated at my accumulator's write-back
     epilogue_of: str | None = None  # I am that stage: computed inside this producer's nest, no loops of my own
+    reduce_epilogues: list[str] = field(default_factory=list)  # reductions folded into my write-back, in order
+    reduce_epilogue_of: str | None = None  # I am one: my buffer is combined into at this producer's write-back
 
     @property
     def name(self) -> str:
@@ -333,6 +336,15 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         if stage.epilogue_of is not None or prod.epilogue is not None:
             raise ScheduleError(f"{p}: a stage has one epilogue and is the epilogue of one producer")
         stage.epilogue_of, prod.epilogue = prod.name, stage.name
+    elif isinstance(p, ReduceEpilogue):
+        prod = stages.get(p.producer)
+        if prod is None or prod is stage:
+            raise ScheduleError(f"{p}: no producer stage {p.producer!r}")
+        if stage.reduce_epilogue_of is not None or stage.epilogue_of is not None or stage.reduce_epilogues \
+                or stage.epilogue is not None or prod.reduce_epilogue_of is not None or prod.epilogue_of is not None:
+            raise ScheduleError(f"{p}: a stage folded into a producer is folded once and has no epilogues of its own")
+        stage.reduce_epilogue_of = prod.name
+        prod.reduce_epilogues.append(stage.name)
     elif isinstance(p, ComputeAt):
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
@@ -378,6 +390,8 @@ def _check(plan: KernelPlan) -> None:
     for s in plan.stages.values():
         if s.epilogue_of is not None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])
+        if s.reduce_epilogue_of is not None:
+            _check_reduce_epilogue(plan, s, plan.stages[s.reduce_epilogue_of])
     for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
         if s.attach is not None:
             _check_attach(plan, s)
@@ -414,6 +428,53 @@ def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
             raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
 
 
+def reduce_epilogue_dims(st: Statement, ps: Statement) -> dict[str, str] | None:
+    """The map from statement ``st``'s dims to producer statement ``ps``'s output dims, given by the one
+    index at which ``st`` reads ``ps.out`` (None when it reads it at several, or not by a permutation of
+    ``st``'s dims of the same extents): what makes ``st`` foldable by :class:`ReduceEpilogue`."""
+    idx = {a.index for a in st.expr.accesses() if a.tensor == ps.out}
+    if len(idx) != 1:
+        return None
+    (index,) = idx
+    if len(index) != len(ps.out_dims) or not all(ix.is_plain_dim for ix in index):
+        return None
+    mine = [ix.dims[0] for ix in index]
+    if len(set(mine)) != len(mine) or set(mine) != {d for d, _ in st.extents}:
+        return None
+    if any(st.extent[d] != n for d, n in zip(mine, ps.out_shape)):
+        return None
+    return dict(zip(mine, ps.out_dims))
+
+
+def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
+    prim = f"ReduceEpilogue({e.name}, {prod.name})"
+    st = e.stmt
+    if st.reduce == "=":
+        raise ScheduleError(f"{prim}: {e.name} is elementwise, not a reduction (use Epilogue)")
+    if prod.acc_at is None or prod.partial:
+        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
+    if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
+                                                             for x in plan.stages.values()):
+        raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")
+    if st.padding:
+        raise ScheduleError(f"{prim}: {e.name} reads with padding")
+    dims = reduce_epilogue_dims(st, prod.stmt)
+    if dims is None:
+        raise ScheduleError(f"{prim}: {e.name} must read {prod.name} at one index, a permutation of "
+                            f"{prod.name}'s output dims covering all of {e.name}'s dims")
+    order = list(plan.stages)
+    for t in st.inputs():
+        if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
+            raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
+    reduced = {dims[d] for d in st.reduce_dims}  # producer dims the folded stage sums over
+    for lp in prod.loops:
+        if lp.parallel or lp.bind:
+            walked = {d for d, lin in prod.dims.items() if lp.name in lin.vars()}
+            if walked & reduced:
+                raise ScheduleError(f"{prim}: {prod.name}'s parallel loop {lp.name!r} walks {sorted(walked & reduced)}, "
+                                    f"which {e.name} reduces over (threads would update one element)")
+
+
 def _check_attach(plan: KernelPlan, s: Stage) -> None:
     cname, loop = s.attach
     prim = f"ComputeAt({s.name}, {cname}, {loop})"
@@ -431,8 +492,10 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
     if loop not in names:
         raise ScheduleError(f"{prim}: {cname} has no loop {loop!r}")
     outer = c.loops[: names.index(loop) + 1]
-    plain = {lp.name for lp in outer if c.dims.get(lp.name) == Affine.var(lp.name)}
-    bound: dict[str, str] = {}
+    outer_names = {lp.name for lp in outer}
+    # consumer dims the loops down to the attach point fix entirely (plain loops, or fused ones: b0_b1)
+    plain = {d for d, lin in c.dims.items() if lin.vars() and lin.vars() <= outer_names}
+    bound: dict[str, str] = {}  # my out dim -> the consumer dim it is read at
     first = True
     for r in readers:
         if s.name in r.stmt.pad_value:
@@ -453,8 +516,9 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
                 raise ScheduleError(f"{prim}: {s.name} is read at different points of the bound loops")
             bound, first = this, False
     for lp in outer:
-        if lp.name not in plain:
-            raise ScheduleError(f"{prim}: consumer loop {lp.name!r} above the attach point is split or fused")
+        if any(lp.name in lin.vars() and d not in plain for d, lin in c.dims.items()):
+            raise ScheduleError(f"{prim}: consumer loop {lp.name!r} above the attach point is split or fused "
+                                f"with a loop inside it")
     s.bound = bound
     # bound dims: drop their loops (they must not have been split)
     for d in bound:

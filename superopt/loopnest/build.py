@@ -11,8 +11,9 @@ workspace and local buffers, and the element type of every value.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from superopt.codegen.lower import KernelPlan, Stage, local_shape
+from superopt.codegen.lower import KernelPlan, Stage, local_shape, reduce_epilogue_dims
 from superopt.codegen.lower import Loop as PlanLoop
 from superopt.ir.expr import (
     BOOL_FNS,
@@ -88,7 +89,7 @@ class _Builder:
     def dim_lin(self, s: Stage, d: str) -> Affine:
         if d in s.bound:
             cons = self.stages[s.attach[0]]
-            return Affine.var(self.var[cons.name][s.bound[d]])
+            return self._rename(cons, cons.dims[s.bound[d]])  # a loop var, or div/mod atoms of a fused one
         return self._rename(s, s.dims[d])
 
     def _rename(self, s: Stage, e: Affine) -> Affine:
@@ -242,6 +243,10 @@ class _Builder:
             size = math.prod(n for _, n in local_shape(s))
             ident = Literal(REDUCE_IDENTITY[st.reduce], t.dtype)
             body.append(Fill(s.name, size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
+        for name in s.reduce_epilogues:  # folded reductions start at their identity before my loops
+            e = self.stages[name]
+            ident = Literal(REDUCE_IDENTITY[e.stmt.reduce], self.types[name].dtype)
+            body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
         body.extend(self.loops(s, 0, bounds))
         return StageNest(s.name, str(st), tuple(body))
 
@@ -333,7 +338,11 @@ class _Builder:
             if s.partial:
                 raise AssertionError(f"epilogue of {s.name}, whose accumulator holds a partial reduction")
             wb.append(self.epilogue(s, self.stages[s.epilogue], Load(acc), guard))
+        for name in s.reduce_epilogues:
+            wb.append(self.reduce_epilogue(s, self.stages[name], Load(acc), guard))
         for x in reversed(tile):
+            if x.vector and self.lanes_collide(s, x):
+                x = replace(x, vector=False)  # lanes would update one element of a folded reduction
             wb = [self.make_loop(s, x, bounds, wb)]
         out.extend(wb)
         return [Scope(tuple(out))]
@@ -382,9 +391,36 @@ class _Builder:
 
     def stored(self, s: Stage) -> bool:
         """False for a producer whose only reader is its epilogue: it lives in registers only."""
-        if s.epilogue is None or s.name in self.plan.compute.outputs:
+        if (s.epilogue is None and not s.reduce_epilogues) or s.name in self.plan.compute.outputs:
             return True
-        return any(s.name in x.stmt.inputs() for x in self.stages.values() if x.name != s.epilogue)
+        folded = {s.epilogue, *s.reduce_epilogues}
+        return any(s.name in x.stmt.inputs() for x in self.stages.values() if x.name not in folded)
+
+    def lanes_collide(self, s: Stage, lp: PlanLoop) -> bool:
+        """Whether tile loop ``lp`` walks a dim that one of the reductions folded into ``s`` sums over."""
+        walked = {d for d, lin in s.dims.items() if lp.name in lin.vars()}
+        for name in s.reduce_epilogues:
+            e = self.stages[name]
+            dims = reduce_epilogue_dims(e.stmt, s.stmt) or {}
+            if walked & {dims[d] for d in e.stmt.reduce_dims if d in dims}:
+                return True
+        return False
+
+    def reduce_epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
+        """A reduction folded into ``s``'s write-back: its buffer combined with its expression of the
+        tile element, in ``s``'s loop variables (its dims renamed to the producer's by its read of it)."""
+        dims = reduce_epilogue_dims(e.stmt, s.stmt)
+        assert dims is not None, f"{e.name} folded into {s.name} without a legality check"
+        ren = {d: Affine.dim(p) for d, p in dims.items()}
+        expr = substitute_dims(e.stmt.expr, ren)
+        dtype = self.types[e.name].dtype
+        self._acc_override[s.name] = acc
+        try:
+            val = self.value(s, expr, dtype)
+        finally:
+            del self._acc_override[s.name]
+        store = Accumulate(self.access(s, e.name, tuple(ren[d] for d in e.stmt.out_dims)), e.stmt.reduce, val, dtype)
+        return Epilogue(e.name, str(e.stmt), Guard(tuple(guard), store) if guard else store)
 
     def epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
         """The epilogue stage's statement at the producer's write-back, in the producer's loop variables."""
@@ -404,7 +440,7 @@ class _Builder:
         args = list(c.inputs) + list(c.outputs)
         params = tuple(Param(n, self.types[n].dtype, n in c.inputs, i) for i, n in enumerate(args))
         buffered = [s for s in self.stages.values() if s.attach is None]  # epilogue stages included
-        roots = [s for s in buffered if s.epilogue_of is None]
+        roots = [s for s in buffered if s.epilogue_of is None and s.reduce_epilogue_of is None]
         temps = [s for s in buffered if s.name not in c.outputs and self.stored(s)]
         workspace = tuple(Alloc("workspace", s.name, self.types[s.name].dtype, self.types[s.name].size,
                                 arg_index=len(args) + i) for i, s in enumerate(temps))

@@ -73,11 +73,12 @@ class WriteBack:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """An elementwise stage evaluated at its producer's write-back (``text``: its statement)."""
+    """A stage evaluated at its producer's write-back (``text``: its statement): an elementwise one
+    (an :class:`Assign`), or a reduction folded into it (an :class:`Accumulate` into its buffer)."""
 
     stage: str
     text: str
-    body: Assign | Guard
+    body: Assign | Accumulate | Guard
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,18 @@
 
 Intermediate tensors live in a few preallocated buffers reused once their last reader has run;
 ``reshape`` externs are aliases (no copy); graph outputs are written straight into fresh arrays.
+The :class:`MemoryPlan` lists every buffer the executor allocates (and the kernels' stack buffers),
+per node and per tensor name, so that "no buffer holds T" is a checkable statement.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -51,14 +55,66 @@ class NodeTime:
     trace: Sequence[Primitive]
 
 
+BufferKind = Literal["intermediate", "workspace", "packed", "packed_per_call", "output", "local"]
+
+
+@dataclass(frozen=True)
+class PlannedBuffer:
+    """One buffer: ``intermediate`` (a planned buffer shared by graph tensors whose lives do not overlap),
+    ``workspace`` (a kernel's stored temporary, allocated once per kernel: nodes running one kernel share
+    it), ``packed`` (a constant input packed once), ``packed_per_call`` (a run-time input packed on each
+    call), ``output`` (a graph output, a fresh array each call) or ``local`` (a stage computed inside
+    another's loop, on each thread's stack during the call; not allocated by the executor).
+
+    ``tensors``: graph tensor names for intermediates and outputs, the node op's local tensor name
+    otherwise (with the graph tensor it packs, for packed inputs); ``node``: the node it belongs to
+    (None for an intermediate buffer, which several nodes' tensors share)."""
+
+    kind: BufferKind
+    nbytes: int
+    tensors: tuple[str, ...]
+    node: str | None = None
+    kernel: int | None = None  # the compiled kernel owning a workspace (one array per kernel)
+
+
 @dataclass
 class MemoryPlan:
     buffer_of: dict[str, int]  # storage tensor -> buffer index
     buffer_bytes: list[int]
+    buffers: list[PlannedBuffer] = field(default_factory=list)  # every buffer, intermediates included
+
+    @property
+    def intermediate_bytes(self) -> int:
+        return sum(self.buffer_bytes)
 
     @property
     def total_bytes(self) -> int:
-        return sum(self.buffer_bytes)
+        """Bytes the executor holds between calls: intermediates, kernel workspace (once per kernel) and
+        constants packed ahead of time."""
+        seen: set[tuple] = set()
+        total = 0
+        for b in self.buffers:
+            key = (b.kind, b.kernel, b.tensors) if b.kind == "workspace" else (id(b),)
+            if b.kind in ("intermediate", "workspace", "packed") and key not in seen:
+                seen.add(key)
+                total += b.nbytes
+        return total
+
+    def holding(self, tensor: str, node: str | None = None) -> list[PlannedBuffer]:
+        """The buffers holding ``tensor`` (a graph tensor, or a node op's local tensor name), of ``node``
+        when given."""
+        return [b for b in self.buffers if tensor in b.tensors and (node is None or b.node in (node, None))]
+
+    def of_node(self, node: str) -> list[PlannedBuffer]:
+        return [b for b in self.buffers if b.node == node]
+
+    def largest(self) -> PlannedBuffer | None:
+        return max(self.buffers, key=lambda b: b.nbytes, default=None)
+
+    def __str__(self) -> str:
+        rows = [f"{b.kind:16s} {b.nbytes:>14,d} B  {b.node or '-':20s} {', '.join(b.tensors)}"
+                for b in sorted(self.buffers, key=lambda b: -b.nbytes)]
+        return "\n".join([f"memory plan: {self.total_bytes:,d} bytes held", *rows])
 
 
 def _storage_roots(graph: Graph) -> dict[str, str]:
@@ -110,7 +166,11 @@ def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
             if last_use.get(r) == i and b not in free and not any(
                     buffer_of.get(x) == b and last_use.get(x, -1) > i for x in buffer_of):
                 free.append(b)
-    return MemoryPlan(buffer_of, sizes), root
+    members: dict[int, list[str]] = {}
+    for r, b in buffer_of.items():
+        members.setdefault(b, []).append(r)
+    buffers = [PlannedBuffer("intermediate", n, tuple(members.get(b, ()))) for b, n in enumerate(sizes)]
+    return MemoryPlan(buffer_of, sizes, buffers), root
 
 
 class GraphExecutor:
@@ -152,6 +212,30 @@ class GraphExecutor:
                 if local in kern.pack_fns and g in graph.constant:
                     self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
         self._calls = {n.name: self._prepare_call(n) for n in graph.nodes if not n.is_extern}
+        self.memory.buffers += self._kernel_buffers()
+
+    def _kernel_buffers(self) -> list[PlannedBuffer]:
+        """Per compute node: its kernel's workspace and stack buffers, packed inputs, fresh outputs."""
+        out: list[PlannedBuffer] = []
+        g = self.graph
+        for n in g.nodes:
+            if n.is_extern:  # an extern's outputs land in planned buffers, or are new arrays (graph outputs)
+                out += [PlannedBuffer("output", g.type_of[o].nbytes, (o,), n.name) for o in n.outputs
+                        if self.root.get(o, o) == o and o not in self.memory.buffer_of and n.op.kind != "reshape"]
+                continue
+            ki = self.node_kernel[n.name]
+            for kind, local, nbytes in self.kernels[ki].storage:
+                out.append(PlannedBuffer(kind, nbytes, (local,), n.name, ki if kind == "workspace" else None))
+            call = self._calls[n.name]
+            for local, tensor in zip(n.op.inputs, n.inputs):
+                if (n.name, local) in self._packed:
+                    out.append(PlannedBuffer("packed", self._packed[(n.name, local)].nbytes, (local, tensor), n.name))
+            for _, local, tensor in call.packs:
+                nbytes = math.prod(self.kernels[ki].source.packs[local].shape) * n.op.type_of[local].np_dtype.itemsize
+                out.append(PlannedBuffer("packed_per_call", nbytes, (local, tensor), n.name))
+            for _, tensor in call.fresh:
+                out.append(PlannedBuffer("output", g.type_of[tensor].nbytes, (tensor,), n.name))
+        return out
 
     def _view(self, tensor: str) -> np.ndarray:
         t = self.graph.type_of[tensor]

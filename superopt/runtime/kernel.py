@@ -37,6 +37,12 @@ class CompiledKernel:
         self._workspace = [aligned_empty(max(n, 1), np.uint8) for n in source.workspace]
         self._n = len(compute.inputs) + len(compute.outputs) + len(self._workspace)
 
+    @property
+    def storage(self) -> tuple[tuple[str, str, int], ...]:
+        """Every buffer of the kernel as (kind, local tensor, bytes): ``workspace`` (the scratch arrays
+        above, allocated once) and ``local`` (a stage's buffer on each thread's stack, per call)."""
+        return self.source.storage
+
     def set_threads(self, n: int) -> None:
         self.lib.so_set_threads(ctypes.c_int(n))
 

@@ -27,6 +27,7 @@ from superopt.schedule.primitives import (
     Pack,
     Parallel,
     Primitive,
+    ReduceEpilogue,
     Reorder,
     Split,
     Unroll,
@@ -61,10 +62,12 @@ def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_exten
     """Fuse outer loops left to right until the fused extent reaches min_extent."""
     prims: list[Primitive] = []
     name, ext = loops[0], extents[loops[0]]
+    divided = False  # the loop so far is a fuse of two loops of extent > 1: fusing it again is not expressible
     for nxt in loops[1:]:
-        if ext >= min_extent:
+        if ext >= min_extent or divided and extents[nxt] > 1:
             break
         prims.append(Fuse(stage, name, nxt))
+        divided = divided or (ext > 1 and extents[nxt] > 1)
         name, ext = f"{name}_{nxt}", ext * extents[nxt]
     return prims, name, ext
 
@@ -92,12 +95,17 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
 
 
 def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
-                         consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None) -> list[Primitive]:
+                         consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None,
+                         keep: frozenset[str] | None = None) -> list[Primitive]:
     """Register-tiled schedule for ``out += A[...] * B[...]``: the ``tiled_contraction`` sketch.
 
     Every parameter is a knob named ``<stage>.<role>``; without overrides each takes the heuristic's
     value below. Loop nest (SSRSRS-like): outer spatial blocks (optionally with an outer reduction
-    block, ``k_tile``/``k_pos``), then the reductions, then rows x a vector of columns in registers."""
+    block, ``k_tile``/``k_pos``), then the reductions, then rows x a vector of columns in registers.
+
+    ``keep``: the output dims that reductions folded into the write-back keep (``ReduceEpilogue``):
+    the vector columns and the parallel loop then walk only those, and the reduction is not blocked
+    (the tile must hold whole sums when the folded reductions read it)."""
     kn = knobs or KnobRecorder()
     from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/layout.py)
 
@@ -119,7 +127,14 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     weight_on_rows = consts is not None and a.tensor in consts and b.tensor not in consts \
         and math.prod(ext[d] for d in a_cols[-2:]) >= 2 * VECTOR
     weights_as_columns = bool(a_cols) and not _is_window(a) and (_is_window(b) or narrow or weight_on_rows)
-    if a_cols and not _is_window(a):
+    if keep is not None:  # vector columns the folded reductions keep: their lanes never collide
+        def kept_columns(bb: Access, aa: Access) -> bool:
+            own_dims = _own_dims(bb, aa, st)
+            return bool(own_dims) and own_dims[-1] in keep and not _is_window(bb)
+        if not kept_columns(b, a) and not kept_columns(a, b):
+            raise ValueError("no vector column dim that the folded reductions keep")
+        weights_as_columns = not kept_columns(b, a)
+    elif a_cols and not _is_window(a):
         weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
     if weights_as_columns:
         # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
@@ -129,8 +144,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         a, b = b, a
     own = _own_dims(b, a, st)
     n_dims = own[-2:]  # fuse at most two column dims
+    if keep is not None and not set(n_dims) <= keep:
+        n_dims = own[-1:]
     if len(n_dims) == 2:
-        n_dims = own[-kn.get(f"{s}.col_dims", 2, (1, 2)):]
+        # (two fused column dims split by multiples of the inner one: an inner dim past 16 vectors makes
+        # a tile over the register budget, so one column dim then)
+        n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
     if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
         n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
@@ -197,24 +216,29 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # an outer block of the first reduction (GotoBLAS' kc): the operands' panels of k_tile stay in cache
     # while the rows stream past; the register tile then accumulates a partial sum (init + read-modify-write)
     r0 = reduce_dims[0]
-    k_tile = kn.get(f"{s}.k_tile", 0, [0] + divisor_like(ext[r0], 16, ext[r0] // 2, 8)) if ext[r0] >= 32 else 0
+    k_tile = kn.get(f"{s}.k_tile", 0, [0] + divisor_like(ext[r0], 16, ext[r0] // 2, 8)) \
+        if ext[r0] >= 32 and keep is None else 0
     if k_tile and k_tile < ext[r0]:
         prims.append(Split(s, r0, k_tile))
         k_pos = kn.get(f"{s}.k_pos", len(outer), tuple(range(1, len(outer) + 1)) or (0,))
         outer = outer[:k_pos] + [f"{r0}_o"] + outer[k_pos:]
         reduce_dims = [f"{r0}_i"] + reduce_dims[1:]
+    walks = {lp: {lp} for lp in outer_m} | {rows_o: {row}, col_o: set(n_dims)}
+    if keep is not None and outer and not walks[outer[0]] <= keep:
+        # the parallel loop may only walk kept dims (threads would otherwise update one folded element)
+        outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
     inner = reduce_dims + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))
     prims.append(CacheWrite(s, reduce_dims[0]))
     if row_i and kn.get(f"{s}.unroll", True, (True, False)):
         prims.append(Unroll(s, row_i))
     prims.append(Vectorize(s, col_i))
-    if outer and not outer[0].startswith(f"{r0}_o"):
+    if outer and not outer[0].startswith(f"{r0}_o") and (keep is None or walks[outer[0]] <= keep):
         # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
         tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
         chain = [outer[0]]
         for lp in outer[1:]:
-            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o":
+            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o" or keep is not None and not walks[lp] <= keep:
                 break
             chain.append(lp)
         par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
@@ -327,6 +351,67 @@ def default_schedule(compute: Compute, target: Target | None = None, constant_in
 
 
 ROWWISE, STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE = "rowwise", "stages+epilogue", "stages", "stages-simple", "naive"
+FOLD_REDUCTIONS = "stages+fold"  # stages+epilogue, with reductions of a contraction's result folded into its write-back
+ROWS_INTO_CONTRACTION = "rows+contraction"  # attention: every temporary computed per row inside the final contraction
+
+
+def _is_contraction(st: Statement) -> bool:
+    accs = _product_accesses(st.expr)
+    return st.reduce == "+=" and bool(st.reduce_dims) and accs is not None and len(set(accs)) >= 2
+
+
+def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primitive]:
+    """Scores, softmax and weighted sum (attention) as one pass per output row: every temporary is
+    computed inside the final contraction's row loop (its last output dim excepted), so each lives in a
+    row buffer on the stack (the score row, never the score matrix); cheap elementwise ones are inlined.
+    The final contraction accumulates its row in registers, vectorized along its last output dim."""
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    if len(compute.outputs) != 1 or not _is_contraction(final) or len(final.out_dims) < 2:
+        raise ValueError("not a contraction over rows")
+    s, last = final.out, final.out_dims[-1]
+    # the row dims fused into one parallel loop (batch x heads x query rows), the temporaries attached there
+    # the first two row dims fused into the parallel loop (batch x heads; a fused loop cannot be fused
+    # again), the temporaries attached at the innermost row loop (the query row)
+    rows = list(final.out_dims[:-1])
+    trace: list[Primitive] = [Reorder(s, (*rows, *final.reduce_dims, last))]
+    par = rows[0]
+    if len(rows) >= 2:
+        trace.append(Fuse(s, rows[0], rows[1]))
+        par = f"{rows[0]}_{rows[1]}"
+        rows[:2] = [par]
+    row = rows[-1]
+    for t in stmts[:-1]:
+        per_row = math.prod(n for d, n in t.extents if d in t.out_dims[len(final.out_dims) - 1:])
+        if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
+            trace.append(Inline(t.out))
+            continue
+        trace.append(ComputeAt(t.out, s, row))
+        trace += simple_schedule(t, target, attached=True, knobs=kn)
+    trace.append(CacheWrite(s, final.reduce_dims[0]))
+    if final.extent[last] >= 4 and kn.get(f"{s}.vectorize", True, (True, False)):
+        trace.append(Vectorize(s, last))
+    trace.append(Parallel(s, par))
+    return trace
+
+
+def foldable_reductions(compute: Compute) -> dict[str, str]:
+    """Reduction stage -> the two-operand contraction whose result it reads at that result's own index
+    (``S[i,j] += T[i,j,k]`` of ``T[i,j,k] += A[i,k,r] * B[r,j]``): folded by :class:`ReduceEpilogue`, the
+    contraction's tile is consumed at its write-back and, with no other reader, never stored."""
+    from superopt.codegen.lower import reduce_epilogue_dims
+
+    stmts = list(compute.statements)
+    out: dict[str, str] = {}
+    for p in stmts:
+        accs = _product_accesses(p.expr)
+        if p.reduce != "+=" or not accs or len(accs) != 2 or accs[0] == accs[1] or not p.reduce_dims:
+            continue
+        for c in stmts:
+            if c.reduce != "=" and c is not p and p.out in c.inputs() and not c.padding \
+                    and c.out not in out and reduce_epilogue_dims(c, p) is not None:
+                out[c.out] = p.out
+    return out
 
 
 def sketch_names(compute: Compute, target: Target) -> list[str]:
@@ -341,6 +426,11 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
+    if foldable_reductions(compute):
+        out.append(FOLD_REDUCTIONS)
+    if temps and _is_contraction(final) and any(_is_contraction(t) for t in temps) \
+            and any(t.reduce != "=" and not _is_contraction(t) for t in temps):
+        out.append(ROWS_INTO_CONTRACTION)
     return out + [STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE]
 
 
@@ -373,10 +463,13 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         return trace
     if sketch == NAIVE:
         return []
+    if sketch == ROWS_INTO_CONTRACTION:
+        return rows_into_contraction(compute, target, kn)
     # per-stage schedules, contractions register-tiled, with elementwise epilogues (bias, activation,
     # residual add) applied at the register tile's write-back when they read it at their own index
     use_contraction, use_epilogue = {STAGES_EPILOGUE: (True, True), STAGES: (True, False),
-                                     STAGES_SIMPLE: (False, False)}[sketch]
+                                     STAGES_SIMPLE: (False, False), FOLD_REDUCTIONS: (True, True)}[sketch]
+    folded = foldable_reductions(compute) if sketch == FOLD_REDUCTIONS else {}
     trace = []
     reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
     tiled: set[str] = set()
@@ -391,10 +484,23 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                 trace.append(Inline(st.out))
                 inlined.add(st.out)
                 continue
+        if st.out in folded:
+            trace.append(ReduceEpilogue(st.out, folded[st.out]))
+            continue
         if use_contraction and st.reduce == "+=":
+            keep = None
+            readers = [c for c, p in folded.items() if p == st.out]
+            if readers:  # the dims every folded reduction keeps, named as this stage's dims
+                from superopt.codegen.lower import reduce_epilogue_dims
+
+                keep = frozenset(st.out_dims)
+                for c in readers:
+                    cs = next(x for x in stmts if x.out == c)
+                    dims = reduce_epilogue_dims(cs, st) or {}
+                    keep &= {dims[d] for d in cs.out_dims}
             try:
                 sub = KnobRecorder(kn.overrides)
-                trace += contraction_schedule(st, compute.inputs, target, consts=consts, knobs=sub)
+                trace += contraction_schedule(st, compute.inputs, target, consts=consts, knobs=sub, keep=keep)
                 kn.used.update(sub.used)
                 kn.domains.update(sub.domains)
                 tiled.add(st.out)

@@ -95,6 +95,21 @@ class Epilogue(Primitive):
 
 
 @dataclass(frozen=True)
+class ReduceEpilogue(Primitive):
+    """Fold the reduction stage into ``producer``'s accumulator write-back (materialize or recompute:
+    neither, the producer's tile is consumed on the spot).
+
+    The stage must read ``producer`` only at one index, a permutation of the producer's output dims
+    that are exactly its own dims (``S[i,j] += T[i,j,k]``, ``Q[i,j] += T[i,j,k] * T[i,j,k]``: it
+    reduces over a subset of them). Its buffer is set to the reduction's identity before the
+    producer's loops; each written-back tile element is combined into it. The producer's parallel
+    loop must not walk a dim the stage reduces over (two threads would update one element). The
+    producer is not stored at all when nothing else reads it."""
+
+    producer: str
+
+
+@dataclass(frozen=True)
 class Inline(Primitive):
     """Substitute an elementwise ('=') stage's expression into its consumers; it gets no loops."""
 
@@ -125,7 +140,7 @@ class Bind(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind)
+              Pack, Bind, ReduceEpilogue)
 }
 
 
