@@ -93,10 +93,10 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement
+    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES]
+            *layout_choice.RULES, *vertical_fusion.RULES]
 
 
 RULES: list[Rule] = _registry()
