@@ -57,7 +57,7 @@ def _capsule_traces(c):
 
     out = [gpu_default_schedule(c, TARGET)]
     for kn in ({"V.tn": 8, "V.rm": 2}, {"V.tm": 4, "V.rm": 8, "V.n_min": 8}, {"V.tn": 32, "V.rn": 2},
-               {"V.blocked": True, "V.tm": 2, "V.rm": 4}):
+               {"V.blocked": True, "V.tm": 2, "V.rm": 4, "V.k_unroll": 2}):
         out.append(build_gpu_sketch(c, TARGET, consts, GPU_TILED, KnobRecorder(kn)))
     out.append(build_gpu_sketch(c, TARGET, consts, GPU_SIMPLE))
     return out
@@ -134,7 +134,7 @@ def test_capsule_and_softmax_schedules_emulated_match_interpreter(tmp_path):
     from superopt.schedule.knobs import KnobRecorder
 
     items.append((mm, build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.rm": 8, "C.rn": 8}))))
-    blocked = build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.blocked": True, "C.tm": 4}))
+    blocked = build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.blocked": True, "C.tm": 4, "C.k_unroll": 4}))
     assert any(isinstance(p, Pack) for p in blocked)  # A packed with its rows innermost, on the device
     items.append((mm, blocked))
     sources = [emit_cuda(lower(c, tr, TARGET), f"k{i}") for i, (c, tr) in enumerate(items)]

@@ -16,7 +16,7 @@ from superopt.lang import compile_op
 from superopt.runtime.gpu import BINDINGS, GpuUnavailable, gpu_status, require_gpu
 from superopt.runtime.gpu.kernel import build_gpu_kernels
 from superopt.schedule import Pack
-from superopt.schedule.gpu_default import GPU_TILED, build_gpu_sketch, gpu_default_schedule
+from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.knobs import KnobRecorder
 from superopt.testing.op_table import CASES, case_graph, case_reference
@@ -51,7 +51,7 @@ def _small_items(target):
     mm_trace = gpu_default_schedule(mm, target)
     return [(mm, mm_trace), (mm, [*mm_trace, Pack("B", (1, 0))]), (caps, gpu_default_schedule(caps, target)),
             (caps, build_gpu_sketch(caps, target, frozenset(), GPU_TILED, KnobRecorder({"V.tn": 8, "V.rm": 2}))),
-            (sm, gpu_default_schedule(sm, target))]
+            (sm, gpu_default_schedule(sm, target)), (sm, build_gpu_sketch(sm, target, frozenset(), GPU_SIMPLE))]
 
 
 @pytest.mark.skipif(_driver_loads(), reason="a CUDA driver is present: the no-driver error cannot be observed here")
@@ -70,12 +70,13 @@ def test_unknown_binding_is_a_clear_error():
 
 
 def test_runtime_path_through_the_emulator_binding():
-    """Device buffers, on-device packing, multi-launch kernels (softmax: one launch per stage) and timing,
+    """Device buffers, on-device packing, block all-reduces, multi-launch kernels and timing,
     through the same GpuDevice / GpuKernel code a GPU runs, with the CPU emulator as the binding."""
     dev = require_gpu("emulator")
     assert dev.binding == "emulator" and dev.target.kind == "cuda"
     kernels = _check_computes(dev, _small_items(dev.target))
-    assert len(kernels[-1].source.launches) == 3
+    assert [ln.barriers for ln in kernels[-2].source.launches] == [True]  # a row per block, all-reduced
+    assert len(kernels[-1].source.launches) == 3  # one launch per stage
     assert kernels[1].source.pack_launches  # B was packed on the device
     t = kernels[0].time(repeat=2, warmup=0)
     assert t["median_ms"] > 0 and t["repeat"] == 2

@@ -37,6 +37,12 @@ def threads_per_block(plan: KernelPlan, stage: str) -> int:
     return math.prod(n for axis, (_, n) in bound_loops(plan, stage).items() if axis.startswith("thread"))
 
 
+def _root_of(plan: KernelPlan, s):
+    while s.attach is not None:
+        s = plan.stages[s.attach[0]]
+    return s
+
+
 def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
     """A reduction loop bound to ``thread_x``: each thread accumulates a share, then the block all-reduces
     (ThreadReduce). Every thread must reach that all-reduce, and only one scalar accumulator is combined."""
@@ -54,6 +60,14 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
     if others:
         raise ScheduleError(f"{prim}: loops {others} are bound to threads as well (the all-reduce needs the whole "
                             "block)")
+    root = s
+    while root.attach is not None:
+        root = plan.stages[root.attach[0]]
+    launch = [x for x in plan.stages.values() if x is root or _root_of(plan, x) is root]
+    wide = [f"{x.name}.{lp2.name}" for x in launch for lp2 in x.loops if lp2.bind in ("thread_y", "thread_z")]
+    if wide:
+        raise ScheduleError(f"{prim}: loops {wide} of the same launch bind thread_y/z (the all-reduce spans "
+                            "blockDim.x only)")
     if s.attach is not None:
         cons = plan.stages[s.attach[0]]
         names = [x.name for x in cons.loops]

@@ -20,7 +20,8 @@ Sketches (most aggressive first; the first that lowers legally is the default):
 Knobs (named ``<stage>.<role>`` as on the CPU): ``tm``, ``tn`` (threads), ``rm``, ``rn`` (register tile),
 ``blocked`` (a thread's register tile is r adjacent elements instead of every t-th: its loads can merge into
 float4s, the kernel's pointers being 16-byte aligned), ``pack_rows`` (with ``blocked``: the operand read along
-the row loop packed with that dim innermost, on the device, so its loads merge too),
+the row loop packed with that dim innermost, on the device, so its loads merge too), ``k_unroll`` (the
+innermost reduction split and unrolled),
 ``n_min`` (how many columns the column loop gathers), ``threads`` (gpu-simple). Elementwise temporaries
 are inlined into their consumers (never stored), except padded copies that feed a window.
 """
@@ -244,9 +245,17 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     free = [a for a in ("block_x", "block_y", "block_z") if a not in {a for _, a in blocks}]
     fprims, serial, outer_blocks, obinds = _outer_blocks(s, rest, ext, free, ylimit)
     red = list(st.reduce_dims)
+    unroll = []
+    rd = red[-1]
+    k_unroll = kn.get(f"{s}.k_unroll", 1, (1, 2, 4, 8)) if ext[rd] >= 8 else 1
+    if k_unroll > 1:  # the innermost reduction unrolled: loads of several steps in flight at once
+        prims.append(Split(s, rd, k_unroll))
+        red = red[:-1] + [f"{rd}_o", f"{rd}_i"]
+        unroll.append(Unroll(s, f"{rd}_i"))
     order = serial + outer_blocks + [b for b, _ in blocks] + threads + red + regs
     prims += fprims + [Reorder(s, tuple(order)), CacheWrite(s, red[0])]
-    return prims + [Unroll(s, r) for r in regs] + binds + obinds + _pack_rows(st, inputs, m, blocked, kn)
+    return (prims + [Unroll(s, r) for r in regs] + unroll + binds + obinds
+            + _pack_rows(st, inputs, m, blocked, kn))
 
 
 def _pack_rows(st: Statement, inputs: tuple[str, ...], m: tuple[str, int, int] | None, blocked: bool,
