@@ -70,7 +70,9 @@ def fresh_name(base: str, used: set[str]) -> str:
 
 def rewrite_greedy(graph: Graph, rules: Sequence[Rule], max_steps: int = 10_000) -> tuple[Graph, RewriteReport]:
     """Apply the rules, first site of the first matching rule first, until none applies (every
-    rule given to this driver must shrink the graph by some measure, or it may not terminate)."""
+    rule given to this driver must shrink the graph by some measure, or it may not terminate: rules of
+    :data:`EXPLORATION_FAMILIES`, which do not, are left out here)."""
+    rules = [r for r in rules if r.family not in EXPLORATION_FAMILIES]
     applied: list[str] = []
     for _ in range(max_steps):
         for rule in rules:
