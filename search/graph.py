@@ -506,6 +506,7 @@ def search_graph(graph: Graph, cost: GraphCost | Callable[[], GraphCost | None] 
             return graph, GraphSearchReport(config.strategy, (), (), 0.0, 0.0, 0, 1, time.perf_counter() - t0,
                                             STOP_NO_RULE, "not costed: no rule applies")
         cost = cost()
+        t0 = time.perf_counter()  # the budget is for searching (measuring the ceilings, once per machine, is not)
     if cost is None and config.strategy != "greedy":
         raise ValueError(f"the {config.strategy} graph search needs a GraphCost")
     if config.strategy == "greedy":

@@ -336,3 +336,41 @@ def test_a_rule_that_raises_is_named_in_the_report_and_the_search_goes_on():
     assert report.applied == ("fuse_elementwise_into_producer",)
     assert len(report.rule_errors) == 1 and "planted_broken_rule" in report.rule_errors[0]
     assert "planted bug" in str(report)
+
+
+def test_a_model_with_absolute_kernel_times_replaces_the_roofline():
+    class PerStatement:  # a stand-in learned model: 1 ms per statement, none for single-statement kernels
+        def kernel_seconds(self, compute, target, constant_inputs):
+            return 1e-3 * len(compute.statements) if len(compute.statements) > 1 else None
+
+    from superopt.runtime.target import avx512_target
+
+    g = small_cnn()
+    c = GraphCost(CEILINGS, avx512_target(), PerStatement())
+    roof = cost()
+    assert "learned kernel times" in c.method
+    for n in g.nodes:  # every node of small_cnn is one statement: the roofline answers
+        assert c.node(g, n) == roof.node(g, n)
+    fused = FUSE_ELEMENTWISE.first(g)
+    merged = next(n for n in fused.nodes if len(n.op.statements) == 2)
+    assert c.node(fused, merged) == 2e-3
+    assert "gives no absolute kernel times" in GraphCost(CEILINGS, avx512_target(), object()).method
+
+
+def test_optimize_runs_the_graph_search_and_reports_it(kernel_cache):
+    from superopt.api import OptimizeConfig, optimize, search_rewrites
+
+    g = small_cnn()
+    prog = optimize(g, OptimizeConfig(compiler=kernel_cache, cost_model=None))
+    rep = prog.report
+    assert rep.graph_search["strategy"] == "backtracking" and rep.graph_search["stop_reason"]
+    assert rep.rewrites == len(rep.graph_search["applied"]) > 0 and rep.max_error <= 1e-3
+    assert rep.graph_search["cost_after"] < rep.graph_search["cost_before"]
+    assert "graph search (backtracking)" in str(rep)
+    x = random_inputs(g, 1)["x"]
+    np.testing.assert_allclose(prog(x)[0], evaluate(g, {"x": x}, np.float64)[g.outputs[0]], rtol=1e-4, atol=1e-5)
+    off, none = search_rewrites(g, OptimizeConfig(compiler=kernel_cache, fuse=False))
+    assert none is None and graph_digest(off) == graph_digest(g) and len(off.nodes) == len(g.nodes)
+    greedy, report = search_rewrites(g, OptimizeConfig(compiler=kernel_cache, graph_search="greedy"))
+    assert report.strategy == "greedy" and report.stop_reason == STOP_NO_RULE and report.applied
+    same_outputs(g, greedy, rtol=1e-6)
