@@ -317,7 +317,10 @@ class _Explorer:
             known = sorted((m for m in moves if m.estimate is not None and m.estimate < cost - eps),
                            key=lambda m: (m.estimate, m.order))
             start, touched = graph, set()
-            for m in known + [m for m in moves if m.estimate is None]:
+            # moves not estimated yet: simplifications before fusion (fusing first would hide, inside one
+            # node, what a folding or hoisting rule rewrites across two), otherwise in enumeration order
+            unknown = sorted((m for m in moves if m.estimate is None), key=lambda m: (m.rule.family == "fusion", m.order))
+            for m in known + unknown:
                 if self.budget.out_of_time():
                     break
                 names = {v for v in m.site if isinstance(v, str)}
