@@ -169,7 +169,26 @@ def merge_parallel(graph: Graph, site: Site) -> Graph:
             out += [merged, *slices]
         elif n.name not in group:
             out.append(n)
-    return rebuild(graph, out, new_types={merged_out: op.type_of[op.outputs[0]]}, new_constants=new_consts)
+    merged_graph = rebuild(graph, out, new_types={merged_out: op.type_of[op.outputs[0]]}, new_constants=new_consts)
+    return read_slices_in_place(merged_graph, {s.name for s in slices})
+
+
+def read_slices_in_place(graph: Graph, slices: set[str]) -> Graph:
+    """The slice nodes substituted into their readers where the movement rules allow (through reshapes that
+    read them): merging and slicing is then one move whose cost a search sees at once."""
+    from rewrite_rules.movement import INLINE_COPY, READ_THROUGH_RESHAPE
+
+    for _ in range(4 * len(slices) + 4):
+        outputs = {o for n in graph.nodes if n.name in slices for o in n.outputs}
+        producer = graph.producer
+        site = next((s for s in READ_THROUGH_RESHAPE.matches(graph) if node_named(graph, s[0]).inputs[0] in outputs), None)
+        rule = READ_THROUGH_RESHAPE
+        if site is None:
+            site, rule = next((s for s in INLINE_COPY.matches(graph) if s[0] in slices), None), INLINE_COPY
+        if site is None or not all(o in producer for o in outputs):
+            return graph
+        graph = rule.apply(graph, site)
+    return graph
 
 
 # ---- a producer joins the normalization reading it ----------------------------------------------------
