@@ -19,7 +19,7 @@ from superopt.runtime.target import H200, Target, avx512_target, cuda_target, h2
 from superopt.schedule import Pack, Split, trace_from_json, trace_to_json
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
 from superopt.schedule.graph import constant_inputs
-from superopt.schedule.primitives import Bind, CacheWrite, ComputeAt, Parallel, Reorder, Unroll
+from superopt.schedule.primitives import Bind, CacheRead, CacheWrite, ComputeAt, Parallel, Reorder, Unroll
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
@@ -65,11 +65,20 @@ def _capsule_traces(c):
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found: the CUDA compile check needs the CUDA toolkit")
 def test_every_op_table_case_and_capsule_compile_with_nvcc(case_kernels, tmp_path):
-    """One translation unit with every kernel: nvcc -cubin -arch=sm_90 (ptxas checks registers too)."""
+    """One translation unit with every kernel: nvcc -cubin -arch=sm_90 (ptxas checks registers too); sgemm
+    4096^3 in shared-memory and float4 variants too."""
+    from superopt.schedule.knobs import KnobRecorder
+
     sources = []
     for case, _, _, nodes in case_kernels:
         for j, (c, trace) in enumerate(nodes.values()):
             sources.append(emit_cuda(lower(c, trace, TARGET), f"{case.name}_{j}"))
+    sgemm = compile_op(MATMUL, {"A": (4096, 4096), "B": (4096, 4096)})
+    for j, knobs in enumerate(({"C.shared": True}, {"C.shared": True, "C.blocked": True, "C.rm": 8, "C.rn": 8,
+                                                    "C.tm": 16, "C.tn": 16},
+                               {"C.blocked": True, "C.rm": 8, "C.rn": 8, "C.tm": 16, "C.tn": 16, "C.k_unroll": 4})):
+        trace = build_gpu_sketch(sgemm, TARGET, frozenset(), GPU_TILED, KnobRecorder(knobs))
+        sources.append(emit_cuda(lower(sgemm, trace, TARGET), f"sgemm_{j}"))
     caps = _capsule((8, 15, 15, 32, 4, 4), (3, 3, 32, 32, 4, 4))  # the paper's size
     for j, trace in enumerate(_capsule_traces(caps)):
         sources.append(emit_cuda(lower(caps, trace, TARGET), f"capsule_{j}"))
@@ -137,7 +146,14 @@ def test_capsule_and_softmax_schedules_emulated_match_interpreter(tmp_path):
     blocked = build_gpu_sketch(mm, TARGET, frozenset(), GPU_TILED, KnobRecorder({"C.blocked": True, "C.tm": 4, "C.k_unroll": 4}))
     assert any(isinstance(p, Pack) for p in blocked)  # A packed with its rows innermost, on the device
     items.append((mm, blocked))
+    mm2 = compile_op(MATMUL, {"A": (64, 45), "B": (45, 96)})  # thread loops without tails, k with one
+    for knobs in ({"C.shared": True}, {"C.shared": True, "C.blocked": True, "C.tm": 4, "C.rm": 4, "C.k_unroll": 4}):
+        trace = build_gpu_sketch(mm2, TARGET, frozenset(), GPU_TILED, KnobRecorder(knobs))
+        assert sum(isinstance(p, CacheRead) for p in trace) == 2  # both operands through shared memory
+        assert trace_from_json(trace_to_json(trace)) == tuple(trace)
+        items.append((mm2, trace))
     sources = [emit_cuda(lower(c, tr, TARGET), f"k{i}") for i, (c, tr) in enumerate(items)]
+    assert sources[-1].launches[0].shared_bytes > 0 and sources[-1].launches[0].barriers
     lib = compile_emulation(sources, tmp_path)
     rng = np.random.default_rng(1)
     for src, (c, tr) in zip(sources, items):
@@ -181,6 +197,13 @@ def test_softmax_rows_per_block_with_an_all_reduce_or_one_launch_per_stage():
     ([Bind("C", "i", "thread_x"), Bind("C", "j", "thread_y")], "threads per block exceed"),
     ([Bind("C", "j", "thread_z")], "exceeds the device's limit of 64"),
     ([Parallel("C", "i")], "not on a CUDA target"),
+    ([Split("C", "i", 48), Bind("C", "i_i", "thread_y"), Split("C", "k", 8), CacheRead("C", "A", "k_o")],
+     "a thread loop has a tail"),
+    ([Split("C", "k", 8), Reorder("C", ("i", "k_o", "j", "k_i")), Bind("C", "j", "thread_x"), CacheRead("C", "A", "k_o")],
+     "must be a spatial loop enclosing"),
+    ([Split("C", "k", 8), CacheRead("C", "C", "k_o")], "must be an unpacked, unpadded kernel input"),
+    ([Split("C", "k", 64), Reorder("C", ("k_o", "i", "j", "k_i")), CacheRead("C", "A", "k_o"), CacheRead("C", "B", "k_o")],
+     "exceed the block's"),
     ([Split("C", "i", 16), Split("C", "j", 16), Reorder("C", ("i_o", "j_o", "k", "i_i", "j_i")),
       CacheWrite("C", "k"), Unroll("C", "i_i")], "registers"),
 ])

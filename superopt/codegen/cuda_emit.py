@@ -20,10 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from superopt.codegen.c_emit import _CPrinter, c_combine, c_linear, c_ref, c_value, ctype
 from superopt.codegen.lower import KernelPlan, PackLayout
+from superopt.ir.types import DTYPES
 from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
-from superopt.loopnest.gpu import ThreadReduce
+from superopt.loopnest.gpu import Barrier, SharedLoad, ThreadReduce
 from superopt.loopnest.loop import GPU_LOOP_KINDS
 
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
@@ -106,7 +109,8 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int lane_mask)
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: ``kernel<<<grid, block, shared_bytes>>>(args...)``."""
+    """One kernel launch: ``kernel<<<grid, block>>>(args...)``; ``shared_bytes``: the static shared memory
+    the kernel declares (no dynamic shared memory is requested)."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -146,11 +150,12 @@ def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[i
     threads synchronize. A block that all-reduces (ThreadReduce) has whole warps: x rounded up to 32 (the
     extra threads, guarded out of every loop, add the reduction's identity)."""
     ext: dict[str, int] = {}
-    barriers = False
+    barriers = reduces = False
 
     def go(n: Node) -> None:
-        nonlocal barriers
-        barriers = barriers or isinstance(n, ThreadReduce)
+        nonlocal barriers, reduces
+        reduces = reduces or isinstance(n, ThreadReduce)
+        barriers = barriers or isinstance(n, (ThreadReduce, Barrier))
         if isinstance(n, Loop) and n.kind in GPU_LOOP_KINDS:
             ext[n.kind] = max(ext.get(n.kind, 1), n.extent)
         if isinstance(n, (StageNest, Scope, Loop)):
@@ -161,7 +166,7 @@ def _launch_dims(nodes: tuple[Node, ...]) -> tuple[tuple[int, int, int], tuple[i
         go(n)
     grid = tuple(ext.get(f"block_{a}", 1) for a in "xyz")
     block = [ext.get(f"thread_{a}", 1) for a in "xyz"]
-    if barriers:
+    if reduces:  # (never for shared-memory copies: their barriers sit inside the thread loops, unguarded)
         block[0] = -(-block[0] // 32) * 32
     return grid, tuple(block), barriers  # type: ignore[return-value]
 
@@ -193,6 +198,32 @@ class _CudaPrinter(_CPrinter):
                      "}"):
             self.line(text)
 
+    def shared_load(self, n: SharedLoad) -> None:
+        """The block's threads copy the box, consecutive threads consecutive elements (coalesced)."""
+        axes = [f"so_a{d}" for d in range(len(n.shape))]
+        self.line(f"{{  /* {n.tensor} -> shared memory {list(n.shape)} */")
+        self.ind += 1
+        self.line("const int so_nt = blockDim.x * blockDim.y * blockDim.z;")
+        self.line("for (int so_f = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); "
+                  f"so_f < {n.size}; so_f += so_nt) {{")
+        self.ind += 1
+        self.line("int so_r = so_f;")
+        for d in reversed(range(len(n.shape))):
+            self.line(f"const int {axes[d]} = ({c_linear(n.origin[d])}) + so_r % {n.shape[d]}; so_r /= {n.shape[d]};")
+        flat, stride = [], 1
+        for d in reversed(range(len(n.shape))):
+            flat.append(f"{stride}*{axes[d]}" if stride != 1 else axes[d])
+            stride *= n.src_shape[d]
+        src = f"{n.tensor}[{' + '.join(reversed(flat))}]"
+        if n.checked:
+            cond = " && ".join(f"{a} >= 0 && {a} < {m}" for a, m in zip(axes, n.src_shape))
+            src = f"({cond}) ? {src} : ({ctype(n.dtype)})0"
+        self.line(f"{n.buffer}[so_f] = {src};")
+        self.ind -= 1
+        self.line("}")
+        self.ind -= 1
+        self.line("}")
+
     def node(self, n: Node) -> None:
         if isinstance(n, StageNest):
             self.line(f"/* {n.text} */")
@@ -201,6 +232,10 @@ class _CudaPrinter(_CPrinter):
             self.line(f"for (int {n.var} = 0; {n.var} < {n.size}; ++{n.var}) {n.buffer}[{n.var}] = {c_value(n.value)};")
         elif isinstance(n, ThreadReduce):
             self.thread_reduce(n)
+        elif isinstance(n, SharedLoad):
+            self.shared_load(n)
+        elif isinstance(n, Barrier):
+            self.line("__syncthreads();")
         elif isinstance(n, CombineLanes):
             t = c_ref(n.target)
             self.line(f"for (int {n.var} = 0; {n.var} < {n.lanes}; ++{n.var}) {t} = {t} {n.op} {n.source}[{n.var}];")
@@ -249,9 +284,26 @@ class _CudaPrinter(_CPrinter):
         self.ind = 1
         for t, n in _arg_types(nest):  # every buffer is 16-byte aligned: adjacent loads may merge into float4s
             self.line(f"{t}__restrict__ {n} = ({t})__builtin_assume_aligned(so_arg_{n}, {ALIGNMENT});")
+        for sl in _shared_loads(nodes):
+            self.line(f"__shared__ {ctype(sl.dtype)} {sl.buffer}[{sl.size}];")
         self.nodes(nodes)
         self.lines.append("}")
         return "\n".join(self.lines)
+
+
+def _shared_loads(nodes) -> list[SharedLoad]:
+    out: dict[str, SharedLoad] = {}
+
+    def go(n) -> None:
+        if isinstance(n, SharedLoad):
+            out.setdefault(n.buffer, n)
+        if isinstance(n, (StageNest, Scope, Loop)):
+            for c in n.body:
+                go(c)
+
+    for n in nodes:
+        go(n)
+    return list(out.values())
 
 
 def _arg_types(nest: LoopNest) -> list[tuple[str, str]]:
@@ -309,7 +361,8 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
             kname = f"{name}_{len(launches)}"
             grid, block, barriers = _launch_dims(tuple(group))
             parts.append(f"/* {stage.text} */\n" + _CudaPrinter(grid, block).kernel_of(nest, kname, tuple(group)))
-            launches.append(Launch(kname, grid, block, 0, barriers))
+            shared = sum(sl.size * int(np.dtype(DTYPES[sl.dtype][0]).itemsize) for sl in _shared_loads(tuple(group)))
+            launches.append(Launch(kname, grid, block, shared, barriers))
             group.clear()
 
     for stage in nest.body:
@@ -333,7 +386,12 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
 
 def emit_cuda(plan: KernelPlan | LoopNest, name: str = "kernel") -> CudaSource:
     """CUDA source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
-    nest = build_loopnest(plan) if isinstance(plan, KernelPlan) else plan
+    if isinstance(plan, KernelPlan):
+        from superopt.codegen.cuda_shared import with_shared_copies
+
+        nest = with_shared_copies(build_loopnest(plan), plan)  # CacheRead copies (GPU shared memory) in place
+    else:
+        nest = plan
     code, launches, pack_launches = print_cuda(nest, name)
     return CudaSource(name, code, launches, tuple((p.name, p.dtype) for p in nest.params), nest.inputs, nest.outputs,
                       nest.workspace_bytes, nest.layouts, pack_launches, tuple(t for t, _ in _arg_types(nest)))

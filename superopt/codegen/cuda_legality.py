@@ -78,9 +78,11 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
 
 
 def check_gpu_plan(plan: KernelPlan) -> None:
+    from superopt.codegen.cuda_shared import check_shared
     from superopt.codegen.lower import ScheduleError
 
     gpu = plan.target.gpu if plan.target.kind == "cuda" else None
+    check_shared(plan)
     for s in plan.stages.values():
         seen: dict[str, str] = {}
         for lp in s.loops:

@@ -16,6 +16,7 @@ from superopt.ir.types import TensorType
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
     Bind,
+    CacheRead,
     CacheWrite,
     ComputeAt,
     Epilogue,
@@ -61,6 +62,7 @@ class Stage:
     bound: dict[str, str] = field(default_factory=dict)  # my out dim -> the consumer dim it is read at
     epilogue: str | None = None  # the elementwise stage evaluated at my accumulator's write-back
     epilogue_of: str | None = None  # I am that stage: computed inside this producer's nest, no loops of my own
+    cache_reads: list[tuple[str, str]] = field(default_factory=list)  # (input, loop): GPU shared-memory copies
     reduce_epilogues: list[str] = field(default_factory=list)  # reductions folded into my write-back, in order
     reduce_epilogue_of: str | None = None  # I am one: my buffer is combined into at this producer's write-back
 
@@ -351,6 +353,9 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         stage.attach = (p.consumer, p.loop)
     elif isinstance(p, Bind):
         stage.loop(p.loop, p).bind = p.axis  # checked with the target's limits in codegen.cuda_legality
+    elif isinstance(p, CacheRead):
+        stage.loop(p.at, p)
+        stage.cache_reads.append((p.tensor, p.at))  # a GPU shared-memory copy: codegen.cuda_shared
     else:
         raise ScheduleError(f"unknown primitive {p!r}")
 

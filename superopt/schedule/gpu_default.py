@@ -21,7 +21,8 @@ Knobs (named ``<stage>.<role>`` as on the CPU): ``tm``, ``tn`` (threads), ``rm``
 ``blocked`` (a thread's register tile is r adjacent elements instead of every t-th: its loads can merge into
 float4s, the kernel's pointers being 16-byte aligned), ``pack_rows`` (with ``blocked``: the operand read along
 the row loop packed with that dim innermost, on the device, so its loads merge too), ``k_unroll`` (the
-innermost reduction split and unrolled),
+innermost reduction split and unrolled), ``shared`` (both operands staged in shared memory per block and
+``k_unroll`` reduction steps: CacheRead; legal when no thread loop has a tail and nothing is fused),
 ``n_min`` (how many columns the column loop gathers), ``threads`` (gpu-simple). Elementwise temporaries
 are inlined into their consumers (never stored), except padded copies that feed a window.
 """
@@ -35,6 +36,7 @@ from superopt.schedule.default import _product_accesses
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     Bind,
+    CacheRead,
     CacheWrite,
     ComputeAt,
     Epilogue,
@@ -248,12 +250,18 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     unroll = []
     rd = red[-1]
     k_unroll = kn.get(f"{s}.k_unroll", 1, (1, 2, 4, 8)) if ext[rd] >= 8 else 1
+    shared = kn.get(f"{s}.shared", False, (False, True)) and len(red) == 1 and ext[rd] >= 16
+    if shared and k_unroll == 1:
+        k_unroll = 8  # a box of 8 reduction steps per copy (two barriers per copy)
     if k_unroll > 1:  # the innermost reduction unrolled: loads of several steps in flight at once
         prims.append(Split(s, rd, k_unroll))
         red = red[:-1] + [f"{rd}_o", f"{rd}_i"]
         unroll.append(Unroll(s, f"{rd}_i"))
     order = serial + outer_blocks + [b for b, _ in blocks] + threads + red + regs
     prims += fprims + [Reorder(s, tuple(order)), CacheWrite(s, red[0])]
+    if shared:  # both operands staged in shared memory, a box per block and k_unroll reduction steps
+        staged = sorted({a.tensor for a in accs if a.tensor in inputs})
+        return prims + [Unroll(s, r) for r in regs] + unroll + binds + obinds + [CacheRead(s, t, red[0]) for t in staged]
     return (prims + [Unroll(s, r) for r in regs] + unroll + binds + obinds
             + _pack_rows(st, inputs, m, blocked, kn))
 

@@ -138,9 +138,20 @@ class Bind(Primitive):
     axis: str
 
 
+@dataclass(frozen=True)
+class CacheRead(Primitive):
+    """Stage input ``tensor`` in GPU shared memory inside loop ``at`` of the stage (a CUDA target): at each
+    iteration of ``at`` the block's threads copy the box of ``tensor`` that the block reads under it (the
+    loops inside ``at`` and the thread loops, which must all enclose ``at``) into shared memory, then read it
+    there. The stage must be a root stage whose thread loops have no tails."""
+
+    tensor: str
+    at: str
+
+
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue)
+              Pack, Bind, ReduceEpilogue, CacheRead)
 }
 
 

@@ -65,7 +65,7 @@ class GpuKernel:
         for name in packs:
             self.pack(name)
         for fn, ln in self.fns:
-            self.device.launch(fn, ln.grid, ln.block, self.args, ln.shared_bytes)
+            self.device.launch(fn, ln.grid, ln.block, self.args)  # shared memory is static (declared in the kernel)
 
     def download(self) -> list[np.ndarray]:
         self.device.synchronize()
