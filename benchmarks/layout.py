@@ -58,16 +58,18 @@ def ort_session(data: bytes, threads: int):
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
-def run_workload(name: str, threads: int, layout: str, rounds: int) -> dict:
+def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search: str = "greedy") -> dict:
     from benchmarks.workloads import WORKLOADS_BY_NAME
-    from superopt.api import load_graph, rewrite_graph
+    from superopt.api import OptimizeConfig, load_graph, rewrite_graph
     from superopt.interp import evaluate
     from superopt.measure.timing import TimingConfig, time_alternating
     from superopt.runtime.target import host_target
 
     inst = WORKLOADS_BY_NAME[name].build()
     data = inst.onnx_bytes()
-    graph = rewrite_graph(load_graph(data))[0]
+    # the greedy rewrite: one fixed graph for both programs (the graph search's result depends on its
+    # time budget, so on the machine's load)
+    graph = rewrite_graph(load_graph(data), OptimizeConfig(graph_search=graph_search))[0]
     target = host_target(threads)
     x = {graph.inputs[0]: inst.inputs[0].detach().numpy()}
     ref = evaluate(graph, x, np.float64)[graph.outputs[0]]
@@ -101,7 +103,8 @@ def write(rows: list[dict], out: Path, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "layout.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["# Global layout choice (issue 10): superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
-             f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}",
+             f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}; "
+             f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs)",
              f"- load average at start {meta['load_start']}, at end {meta['load_end']} (2 cores shared with other "
              "engineers' jobs: a busy machine, so the numbers are noisy; every system is timed in alternation, medians)",
              f"- command: `{meta['command']}`", "",
@@ -126,14 +129,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--layout", default="auto")
+    ap.add_argument("--graph-search", default="greedy", help="the rewrite pass's strategy (greedy: deterministic)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     a = ap.parse_args(argv)
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads, "rounds": a.rounds, "layout": a.layout,
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads,
+            "graph_search": a.graph_search, "rounds": a.rounds, "layout": a.layout,
             "load_start": [round(v, 2) for v in os.getloadavg()], "cpu": platform.processor() or platform.machine(),
             "command": "python benchmarks/layout.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     rows = []
     for name in a.only.split(","):
-        row = run_workload(name, a.threads, a.layout, a.rounds)
+        row = run_workload(name, a.threads, a.layout, a.rounds, a.graph_search)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "layout"}), flush=True)
         meta["load_end"] = [round(v, 2) for v in os.getloadavg()]

@@ -245,16 +245,21 @@ def activation_locals(graph: Graph, node: Node) -> tuple[set[str], set[str]]:
     return acts, consts
 
 
+@lru_cache(maxsize=4096)
+def _blockable_op(op: Compute, acts: frozenset[str], consts: frozenset[str], block: int) -> bool:
+    try:
+        _, blocked, _ = block_compute(op, set(acts), set(consts), block)
+    except NotBlockable:
+        return False
+    return bool(blocked & (set(op.inputs) | set(op.outputs)))
+
+
 def blockable(graph: Graph, node: Node, block: int) -> bool:
+    """The node can take the blocked layout on at least one of its inputs or outputs."""
     if node.is_extern or conversion_kind(graph, node) is not None:
         return False
     acts, consts = activation_locals(graph, node)
-    try:
-        _, blocked, _ = block_compute(node.op, acts, consts, block)
-    except NotBlockable:
-        return False
-    ext = set(node.op.inputs) | set(node.op.outputs)
-    return bool(blocked & ext)
+    return _blockable_op(node.op, frozenset(acts), frozenset(consts), block)
 
 
 # ---- graph surgery ----------------------------------------------------------------------------------
@@ -395,11 +400,9 @@ def _sink_sites(block: int):
                 continue
             acts, _ = activation_locals(graph, n)
             ins = [g for local, g in zip(n.op.inputs, n.inputs) if local in acts]
-            if not ins or not blockable(graph, n, block):
-                continue
-            if all((r := graph.producer.get(g)) is not None and r.is_extern and r.op.kind == "reshape"
+            if ins and all((r := graph.producer.get(g)) is not None and r.is_extern and r.op.kind == "reshape"
                    and (f := graph.producer.get(r.inputs[0])) is not None
-                   and conversion_kind(graph, f) == ("from", block) for g in ins):
+                   and conversion_kind(graph, f) == ("from", block) for g in ins) and blockable(graph, n, block):
                 yield (n.name,)
     return sites
 
