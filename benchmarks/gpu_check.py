@@ -55,6 +55,20 @@ QUICK = {"capsule_votes": {"P": (2, 9, 9, 8, 4, 4), "W": (3, 3, 8, 8, 4, 4)},
 TEXT = {"capsule_votes": CAPSULE, "sgemm_4096": SGEMM, "softmax_8192x4096": SOFTMAX}
 
 
+# points of the GPU space tried before random ones (knob roles; each stage of the sketch gets them)
+CURATED = {
+    "gpu-tiled": [
+        {"blocked": True, "rm": 8, "rn": 8, "tm": 16, "tn": 16},  # 128x128 per block, float4 loads (A packed)
+        {"blocked": True, "rm": 8, "rn": 8, "tm": 16, "tn": 16, "shared": True},
+        {"blocked": True, "rm": 8, "rn": 8, "tm": 16, "tn": 16, "k_unroll": 4},
+        {"blocked": True, "rm": 8, "rn": 4, "tm": 16, "tn": 32},
+        {"rm": 8, "rn": 4, "tm": 16, "tn": 32},
+        {"blocked": True, "rm": 4, "rn": 4, "tm": 8, "tn": 32},
+    ],
+    "gpu-rowwise": [{"threads": 512}, {"threads": 1024}, {"threads": 128}],
+}
+
+
 class Check:
     def __init__(self, out: Path, deadline_s: float) -> None:
         self.out = out
@@ -241,6 +255,21 @@ def space_points(compute, target, budget: int, seed: int) -> list[tuple[str, dic
         if key not in seen:
             seen.add(key)
             out.append((sk, {}, trace))
+    for sk, dom in domains.items():  # the tiled sketch's strong candidates first, then random points
+        stages = sorted({k.split(".")[0] for k in dom})
+        for roles in CURATED.get(sk, []):
+            if len(out) >= budget + 1:
+                break
+            knobs = {f"{st}.{r}": v for st in stages for r, v in roles.items() if f"{st}.{r}" in dom}
+            try:
+                trace = build_gpu_sketch(compute, target, consts, sk, KnobRecorder(knobs))
+                lower(compute, trace, target)
+            except (ScheduleError, ValueError, KeyError):
+                continue
+            key = trace_to_json(trace)
+            if key not in seen:
+                seen.add(key)
+                out.append((sk, knobs, trace))
     tries = 0
     while len(out) < budget + 1 and tries < 60 * max(budget, 1) and domains:
         tries += 1

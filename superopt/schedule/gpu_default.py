@@ -209,12 +209,15 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
             k -= 1
     rest = out[:k]
     (n_loop, n_ext, n_unit), m = groups[0], (groups[1] if len(groups) > 1 else None)
-    tn = kn.get(f"{s}.tn", min(32, _pow2_at_least(n_ext, 32)), (4, 8, 16, 32, 64))
-    rn = kn.get(f"{s}.rn", 4 if n_ext >= 4 * tn else 1, (1, 2, 4, 8))
     m_ext = m[1] if m else 1
-    tm = kn.get(f"{s}.tm", min(8, _pow2_at_least(m_ext, 8)), (1, 2, 4, 8, 16, 32))
-    rm = kn.get(f"{s}.rm", 4 if m_ext >= 4 * tm else 1, (1, 2, 4, 8))
-    blocked = kn.get(f"{s}.blocked", False, (False, True))
+    # a large plain GEMM (both sides >= 1024, plain dims): 128 x 128 per block, 8 x 8 per thread, float4 loads
+    # (the layout with the fewest loads per FMA in nvcc's PTX; not yet measured on a GPU); else smaller tiles
+    big = n_ext >= 1024 and m_ext >= 1024 and n_unit == 1 and m is not None and m[2] == 1
+    tn = kn.get(f"{s}.tn", 16 if big else min(32, _pow2_at_least(n_ext, 32)), (4, 8, 16, 32, 64))
+    rn = kn.get(f"{s}.rn", 8 if big else 4 if n_ext >= 4 * tn else 1, (1, 2, 4, 8))
+    tm = kn.get(f"{s}.tm", 16 if big else min(8, _pow2_at_least(m_ext, 8)), (1, 2, 4, 8, 16, 32))
+    rm = kn.get(f"{s}.rm", 8 if big else 4 if m_ext >= 4 * tm else 1, (1, 2, 4, 8))
+    blocked = kn.get(f"{s}.blocked", big, (False, True))
     blocks: list[tuple[str, str]] = []
     threads: list[str] = []
     regs: list[str] = []
