@@ -31,6 +31,9 @@ Making it fast on real models (resnet50: 176 nodes, about 190 rewrites on the wa
   the search reaches greedy quality in a few expansions and spends its budget on the alternatives;
 - node costs and canonical op digests are cached per node/op object.
 
+Budgets: ``budget_s`` seconds and ``max_expansions`` expanded graphs (and optionally ``patience``)
+bound the exploration; the first batch descent from the start graph always completes (it does what a
+greedy pass does, in about the same time), so a search is never cut off worse than greedy.
 Deterministic under ``seed``: moves are enumerated in rule and site order, ties are broken by a
 seeded random key; only hitting ``budget_s`` makes the result depend on the machine's speed.
 """
@@ -304,11 +307,12 @@ class _Explorer:
             return None
         return self.state(got[0], state.path + ((move.rule, move.site),))
 
-    def batch(self, state: _State, passes: int) -> _State | None:
+    def batch(self, state: _State, passes: int, cut: bool = True) -> _State | None:
         """``state`` with every improving move applied: per pass, the moves known to improve first (best
         estimate first), then those not estimated yet, at most one per node, each kept only when the
         exact cost drops; the next pass enumerates the moves of the result (up to ``passes``). None when
-        nothing improves or the result was seen before."""
+        nothing improves or the result was seen before. ``cut=False``: the time budget does not stop it
+        (the first descent from the start graph, so that a search is never worse than a greedy pass)."""
         eps = 1e-9 * state.cost
         graph, cost, path = state.graph, state.cost, list(state.path)
         moves = self.moves(state)
@@ -321,7 +325,7 @@ class _Explorer:
             # node, what a folding or hoisting rule rewrites across two), otherwise in enumeration order
             unknown = sorted((m for m in moves if m.estimate is None), key=lambda m: (m.rule.family == "fusion", m.order))
             for m in known + unknown:
-                if self.budget.out_of_time():
+                if cut and self.budget.out_of_time():
                     break
                 names = {v for v in m.site if isinstance(v, str)}
                 if names & touched:
@@ -332,7 +336,7 @@ class _Explorer:
                     graph, cost = got
                     path.append((m.rule, m.site))
                     touched |= names
-            if len(path) == applied or self.budget.out_of_time():
+            if len(path) == applied or cut and self.budget.out_of_time():
                 break
             moves = self.moves(_State(graph, cost, (), ""))
         if len(path) == len(state.path):
@@ -383,7 +387,7 @@ def _backtracking(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: 
             return best, STOP_NO_RULE
         first = False
         if config.batch:
-            b = ex.batch(state, config.batch_passes)
+            b = ex.batch(state, config.batch_passes, cut=state is not start)
             if b is not None:
                 if b.cost < best.cost:
                     best = b
@@ -443,7 +447,8 @@ def _mcts(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: random.R
                 return best, STOP_EXHAUSTED
             continue
         move = node.untried.pop(0)
-        child_state = ex.batch(node.state, config.batch_passes) if move == "batch" else ex.apply(node.state, move)
+        child_state = ex.batch(node.state, config.batch_passes, cut=node is not root) if move == "batch" else \
+            ex.apply(node.state, move)
         if child_state is None:
             continue
         ex.budget.expansions += 1
