@@ -106,3 +106,21 @@ def test_exported_bert_attention_is_one_kernel_matching_onnxruntime(seq, kernel_
     (want,) = sess.run(None, dict(zip(["q", "k", "v", "mask"], arrays)))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     _no_score_matrix(ex, computes[0].name, batch, heads, seq)
+
+
+def test_rows_sketch_refuses_a_temporary_that_is_not_per_row(kernel_cache):
+    """W depends on no query row: attached to the row loop it would be recomputed for every row, so the
+    rows+contraction sketch does not apply and W keeps its own loops."""
+    b = GraphBuilder("not_per_row")
+    q, k, v = b.input("q", (6, 8)), b.input("k", (10, 8)), b.input("v", (8, 5))
+    src = ("T[i,j] += Q[i,e] * K[j,e]\nM[i,u] max= T[i,j]\nE[i,j] = exp(T[i,j] - M[i,0])\n"
+           "W[j,f] += K[j,e] * V[e,f]\nO[i,f] += E[i,j] * W[j,f]")
+    graph = b.build([b.compute1(src, {"Q": q, "K": k, "V": v}, "op", extents={"u": 1})])
+    (node,) = graph.nodes
+    trace = default_schedule(node.op, host_target(2))
+    assert not any(isinstance(p, ComputeAt) and p.stage == "W" for p in trace)
+    ex = _compile(graph, kernel_cache)
+    rng = np.random.default_rng(2)
+    feed = {n: rng.standard_normal(graph.type_of[n].shape).astype(np.float32) for n in graph.inputs}
+    np.testing.assert_allclose(ex(feed)[graph.outputs[0]], evaluate(graph, feed, np.float64)[graph.outputs[0]],
+                               rtol=1e-4, atol=1e-4)

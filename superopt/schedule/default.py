@@ -386,6 +386,8 @@ def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) ->
         if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
             trace.append(Inline(t.out))
             continue
+        if t.out_shape[:len(final.out_dims) - 1] != final.out_shape[:-1]:
+            raise ValueError(f"{t.out} is not computed per row of {s}: attached, it would be recomputed")
         trace.append(ComputeAt(t.out, s, row))
         trace += simple_schedule(t, target, attached=True, knobs=kn)
     trace.append(CacheWrite(s, final.reduce_dims[0]))
