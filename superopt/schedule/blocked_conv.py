@@ -62,7 +62,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     lanes = target.lanes("float32")
     vectors = math.ceil(ext[lane] / lanes)
     most = max(2, min(12, (target.vector_registers - 1) // vectors))
-    rows = kn.get(f"{s}.rows", _row_block(ext[col], most), [r for r in range(1, 17) if r <= ext[col]])
+    # (the domain stops at the register budget: a search or a cost model never picks a spilling tile)
+    rows = kn.get(f"{s}.rows", _row_block(ext[col], most), [r for r in range(2, most + 1) if r <= ext[col]] or [ext[col]])
     # the reduction: the activation's channel lanes innermost (a broadcast each), window and blocks outside
     red = list(st.reduce_dims)
     inner_red = [d for d in red if x.index[-1].is_plain_dim and x.index[-1].dims[0] == d]
