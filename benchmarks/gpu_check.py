@@ -14,7 +14,8 @@ recorded and the next part runs; the JSON is rewritten after every part, so a ki
    (capsule: einsum over unfolded windows and unfold + matmul, the best kept; sgemm: torch.matmul =
    cuBLAS with TF32 off; softmax: torch.softmax);
 4. dataset: one record per measured variant (workload, sketch, knobs, trace, GPU features, time), also
-   written as JSON lines next to the output.
+   written as JSON lines next to the output (``OUT.dataset.jsonl``) and as superopt MeasureRecords
+   (``OUT/measurements.jsonl``, the format of ``superopt dataset collect``; target kind ``cuda``).
 
 ``--quick``: tiny shapes (a dry run; with ``--binding emulator`` it runs on a machine without a GPU,
 torch on the CPU, and its times mean nothing).
@@ -74,6 +75,7 @@ class Check:
         self.out = out
         self.t0 = time.monotonic()
         self.deadline = deadline_s
+        self.records: list = []  # MeasureRecords of every variant
         self.result: dict = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(), "argv": sys.argv[1:],
                              "parts": {}, "dataset": []}
 
@@ -304,14 +306,21 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
     if name == "capsule_votes":
         arrays["W"] *= np.float32(1.0 / math.sqrt(9 * shapes["W"][2] * shapes["W"][4]))
     flops = flop_count(compute)
-    ref, forms = torch_formulations(name, arrays)
     report: dict = {"workload": TEXT[name], "shapes": {k: list(v) for k, v in shapes.items()}, "flops": flops,
                     "binding": dev.binding, "torch": {}, "variants": []}
+    try:
+        ref, forms = torch_formulations(name, arrays)
+    except Exception as e:  # noqa: BLE001 (no torch on the device: check against the reference interpreter instead)
+        report["torch_error"] = f"{type(e).__name__}: {e}"[:1000]
+        from superopt.interp import evaluate_compute
+
+        ref, forms = evaluate_compute(compute, [arrays[i] for i in compute.inputs], np.float64)[0], {}
     for k, f in forms.items():
         t = _time_torch(f)
         report["torch"][k] = {**t, "gflops": flops / t["median_ms"] / 1e6}
-    best_torch = min(report["torch"].items(), key=lambda kv: kv[1]["median_ms"])
-    report["torch_best"] = {"formulation": best_torch[0], **best_torch[1]}
+    if report["torch"]:
+        best_torch = min(report["torch"].items(), key=lambda kv: kv[1]["median_ms"])
+        report["torch_best"] = {"formulation": best_torch[0], **best_torch[1]}
     check.write()
     points = space_points(compute, target, budget, seed)
     report["space_points"] = len(points)
@@ -350,20 +359,36 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
                 tm = k.time(repeat=3 if once > 0.3 else 10, warmup=1)
                 rec.update(tm)
                 rec["gflops"] = flops / tm["median_ms"] / 1e6
-                rec["vs_torch_best"] = report["torch_best"]["median_ms"] / tm["median_ms"]
+                if "torch_best" in report:
+                    rec["vs_torch_best"] = report["torch_best"]["median_ms"] / tm["median_ms"]
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"[:1000]
         report["variants"].append(rec)
         check.result["dataset"].append(rec)
+        check.records.append(_measure_record(compute, trace, target, rec))
         check.write()
     ok = [v for v in report["variants"] if v.get("correct") and "median_ms" in v]
     if ok:
         best = min(ok, key=lambda v: v["median_ms"])
-        report["best"] = {k: best[k] for k in ("sketch", "knobs", "median_ms", "gflops", "vs_torch_best", "trace")}
+        report["best"] = {k: best.get(k) for k in ("sketch", "knobs", "median_ms", "gflops", "vs_torch_best", "trace")}
         report["default"] = {k: report["variants"][0].get(k) for k in ("median_ms", "gflops", "vs_torch_best")}
     report["correct_variants"] = len(ok)
     del kernels
     return report
+
+
+def _measure_record(compute, trace, target, rec: dict):
+    """The variant as a MeasureRecord (the format of ``superopt dataset collect``), for the cost model's tools."""
+    from superopt.ir.canonical import workload_key
+    from superopt.measure.records import MeasureRecord
+
+    err = rec.get("error", "")
+    code = ("OK" if rec.get("correct") and "median_ms" in rec else "WRONG_ANSWER" if rec.get("correct") is False
+            else "TIMEOUT" if err.startswith("TimeoutError") else "COMPILE_ERROR" if "Nvcc" in err else "RUNTIME_ERROR")
+    med = rec.get("median_ms")
+    return MeasureRecord(str(compute), compute.digest(), tuple(trace), target.to_dict(), code, err,
+                         times_s=() if med is None else (med / 1e3,), median_s=None if med is None else med / 1e3,
+                         constant_inputs=(), workload_key=workload_key(compute))
 
 
 def summarize(result: dict) -> dict:
@@ -375,6 +400,9 @@ def summarize(result: dict) -> dict:
         best = p.get("best")
         if not best:
             out[name] = {"measured": False, "error": p.get("error")}
+            continue
+        if "torch_best" not in p:
+            out[name] = {"measured": True, "superopt_ms": best["median_ms"], "torch": p.get("torch_error")}
             continue
         out[name] = {"measured": True, "superopt_ms": best["median_ms"], "torch_ms": p["torch_best"]["median_ms"],
                      "torch_formulation": p["torch_best"]["formulation"], "ratio": best["vs_torch_best"],
@@ -407,8 +435,15 @@ def main(argv: list[str] | None = None) -> int:
     ds = Path(args.out).with_suffix(".dataset.jsonl")
     try:
         ds.write_text("".join(json.dumps(r, default=str) + "\n" for r in check.result["dataset"]))
-    except OSError as e:
-        check.result["dataset_file_error"] = str(e)
+        from superopt.measure.records import append_records
+
+        mdir = Path(args.out).with_suffix("")  # <out>/measurements.jsonl: superopt's dataset format
+        mdir.mkdir(parents=True, exist_ok=True)
+        (mdir / "measurements.jsonl").unlink(missing_ok=True)
+        append_records(mdir / "measurements.jsonl", check.records)
+        check.result["measure_records"] = str(mdir / "measurements.jsonl")
+    except Exception as e:  # noqa: BLE001
+        check.result["dataset_file_error"] = f"{type(e).__name__}: {e}"
     check.result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
     check.write()
     print(json.dumps(check.result["summary"], indent=1))
