@@ -50,8 +50,9 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
 
     if lp.bind != "thread_x":
         raise ScheduleError(f"{prim}: a reduction loop binds only to thread_x (a block all-reduces it)")
-    if s.stmt.reduce not in ("+=", "*=", "max=", "min="):
-        raise ScheduleError(f"{prim}: no block all-reduce for {s.stmt.reduce!r}")
+    if s.stmt.reduce not in ("+=", "*=", "max=", "min=") or plan.types[s.name].dtype == "bool":
+        raise ScheduleError(f"{prim}: no block all-reduce for {s.stmt.reduce!r} into {plan.types[s.name].dtype} "
+                            "(warp shuffles move 32/64-bit numbers)")
     at = s.acc_at
     if at is None or s.partial or s.tile_loops() or s.index_of(at) > s.index_of(lp.name):
         raise ScheduleError(f"{prim}: a reduction spread over threads needs one scalar accumulator holding the "
