@@ -15,7 +15,7 @@ import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from rewrite_rules.fusion import merge_nodes
-from rewrite_rules.graph_edit import constant_locals, drop_unread_inputs, rebuild, swap_nodes
+from rewrite_rules.graph_edit import Memo, constant_inputs, constant_locals, drop_unread_inputs, rebuild, swap_nodes
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate_compute
 from superopt.ir.compute import Compute
@@ -192,14 +192,25 @@ def _contractions(op: Compute) -> list[int]:
 
 
 # ---- rule: inside one node ------------------------------------------------------------------------
+_MEMO = Memo()
+
+
+def _folds_in(graph: Graph, node: Node) -> tuple[str, ...]:
+    """The contraction outputs of the node with a fold (memoized by op and constant inputs)."""
+    consts = constant_inputs(graph, node)
+
+    def compute() -> tuple[str, ...]:
+        local = {lo for lo, g in zip(node.op.inputs, node.inputs) if g in consts}
+        return tuple(node.op.statements[k].out for k in _contractions(node.op) if find_fold(node.op, local, k) is not None)
+
+    return _MEMO.get(("in", node.op.digest(), node.inputs, consts), compute)
+
+
 def fold_sites(graph: Graph) -> Iterator[Site]:
     for node in graph.nodes:
-        if node.is_extern:
-            continue
-        consts = set(constant_locals(graph, node))
-        for k in _contractions(node.op):
-            if find_fold(node.op, consts, k) is not None:
-                yield (node.name, node.op.statements[k].out)
+        if not node.is_extern:
+            for out in _folds_in(graph, node):
+                yield (node.name, out)
 
 
 def fold_into_contraction(graph: Graph, site: Site) -> Graph:
@@ -240,7 +251,12 @@ def cross_node_sites(graph: Graph) -> Iterator[Site]:
     for consumer in graph.nodes:
         for t in dict.fromkeys(consumer.inputs):
             prod = producer_of.get(t)
-            if prod is not None and _merge_candidate(graph, prod, consumer) is not None:
+            if prod is None or prod.is_extern or consumer.is_extern:
+                continue
+            key = ("node", prod.op.digest(), consumer.op.digest(), prod.inputs, prod.outputs, consumer.inputs,
+                   constant_inputs(graph, prod) | constant_inputs(graph, consumer), t in graph.outputs,
+                   tuple(n.name for n in graph.consumers.get(t, [])) == (consumer.name,) * len(graph.consumers.get(t, [])))
+            if _MEMO.get(key, lambda prod=prod, consumer=consumer: _merge_candidate(graph, prod, consumer) is not None):
                 yield (prod.name, consumer.name)
 
 

@@ -55,3 +55,25 @@ def swap_nodes(graph: Graph, old: Iterable[Node], new: Node, at: Node) -> list[N
     """The node list with every node of ``old`` removed and ``new`` placed where ``at`` was."""
     old_names = {n.name for n in old}
     return [new if n.name == at.name else n for n in graph.nodes if n.name not in old_names or n.name == at.name]
+
+
+class Memo:
+    """A bounded cache for what a rule's matcher computes per op: the graph search enumerates every rule's
+    sites on each graph it expands, and most nodes (their ops shared, by object) recur from graph to graph."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self.values: dict = {}
+
+    def get(self, key, compute):
+        if key not in self.values:
+            if len(self.values) >= self.limit:
+                self.values.clear()
+            self.values[key] = compute()
+        return self.values[key]
+
+
+def constant_inputs(graph: Graph, node: Node) -> frozenset[str]:
+    """The node's inputs that are graph constants (their names)."""
+    constant = graph.constant
+    return frozenset(g for g in node.inputs if g in constant)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from rewrite_rules.fusion import merge_nodes
-from rewrite_rules.graph_edit import constant_locals, rebuild
+from rewrite_rules.graph_edit import Memo, constant_inputs, constant_locals, rebuild
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue
@@ -87,10 +87,18 @@ def resize_channel(op: Compute, plan, n: int) -> Compute:
     return Compute(op.inputs, op.outputs, statements, tuple((t, shape(t, ty)) for t, ty in op.types))
 
 
+_MEMO = Memo()
+
+
 def _signature(graph: Graph, node: Node):
     """(key, plan) where nodes with equal keys compute the same thing up to their channel constants."""
     if node.is_extern or len(node.outputs) != 1:
         return None
+    key = (node.op.digest(), node.inputs, constant_inputs(graph, node), graph.type_of[node.outputs[0]].rank)
+    return _MEMO.get(key, lambda: _signature_of(graph, node))
+
+
+def _signature_of(graph: Graph, node: Node):
     consts = constant_locals(graph, node)
     if not any(st.reduce == "+=" for st in node.op.statements):
         return None

@@ -58,7 +58,12 @@ def _reread(consumer: Node, tensor: str, new_input: str, new_type: TensorType, i
             return Access(x, index_of(e.index, ext))
         return e
 
-    statements = tuple(replace(st, expr=map_expr(st.expr, lambda e, st=st: sub(e, st.extent))) for st in op.statements)
+    def padding(st: Statement) -> tuple[tuple[str, float], ...]:  # a padded read of the old tensor pads the new one
+        pads = dict((x if t in old_locals else t, v) for t, v in st.padding)
+        return tuple(pads.items())
+
+    statements = tuple(replace(st, expr=map_expr(st.expr, lambda e, st=st: sub(e, st.extent)), padding=padding(st))
+                       for st in op.statements)
     new = Node(consumer.name, Compute(tuple(inputs), op.outputs, statements, tuple(types)), tuple(graph_inputs),
                consumer.outputs)
     return drop_unread_inputs(new)
@@ -89,8 +94,32 @@ def copy_sites(graph: Graph) -> Iterator[Site]:
         if copy is None or not _readers_all_compute(graph, node.outputs[0]):
             continue
         t = node.outputs[0]
-        if all(not _padded(r.op, local) for r in graph.consumers[t] for local, g in zip(r.op.inputs, r.inputs) if g == t):
+        source = graph.type_of[node.inputs[node.op.inputs.index(copy[0])]]
+        if all(_pad_safe(copy, source.shape, r.op, local) for r in graph.consumers[t]
+               for local, g in zip(r.op.inputs, r.inputs) if g == t):
             yield (node.name,)
+
+
+def _pad_safe(copy, source_shape: tuple[int, ...], op: Compute, local: str) -> bool:
+    """A reader padding the copy's output may read the source instead when the copy is a slice (axis m of the
+    output is axis m of the source, shifted) and every padded read is out of range for both or for neither:
+    on each axis the slice is the whole source axis, or the reader's index stays inside the slice."""
+    if not _padded(op, local):
+        return True
+    _, access, dims = copy
+    shape = op.type_of[local].shape
+    if len(access.index) != len(dims) or any(ix.dims not in ((d,),) or ix.coeff(d) != 1 for ix, d in zip(access.index, dims)):
+        return False
+    for st in op.statements:
+        for a in st.expr.accesses():
+            if a.tensor != local:
+                continue
+            for m, ix in enumerate(a.index):
+                whole = access.index[m].const == 0 and shape[m] == source_shape[m]
+                lo, hi = ix.bounds(st.extent)
+                if not whole and not (lo >= 0 and hi < shape[m]):
+                    return False
+    return True
 
 
 def inline_copy(graph: Graph, site: Site) -> Graph:
