@@ -80,6 +80,10 @@ def test_moments_fold_into_the_contraction_and_match_reference(i, j, k, r, kerne
     ("T[i,j,k] += A[i,k,r] * B[r,j]\nS[i,k] += T[i,j,k]\nM[i,k] max= T[i,j,k]", ["S", "M"]),
     # the contraction is an output too: stored, and folded
     ("T[i,j,k] += A[i,k,r] * B[r,j]\nS[j] += T[i,j,k]", ["T", "S"]),
+    # an elementwise epilogue and a folded reduction at the same write-back
+    ("T[i,j,k] += A[i,k,r] * B[r,j]\nU[i,j,k] = relu(T[i,j,k])\nS[i,j] += T[i,j,k]", ["U", "S"]),
+    # a folded reduction read by a later stage (complete once the contraction's loops end)
+    ("T[i,j,k] += A[i,k,r] * B[r,j]\nS[i,j] += T[i,j,k]\nO[i,j] = S[i,j] * 2.0 + 1.0", ["O"]),
 ])
 def test_other_folded_reductions_match_reference(src, outputs, kernel_cache):
     graph, _ = _graph(src, {"A": (3, 11, 6), "B": (6, 19), "C": (11,)} if "C[" in src else
