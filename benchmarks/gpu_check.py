@@ -1,6 +1,7 @@
 """The GPU check of issue 13: tests, a small search on the GPU, torch next to it, a GPU dataset, one JSON file.
 
     python benchmarks/gpu_check.py [OUT.json] [--budget 8] [--deadline 420] [--binding NAME] [--no-tests] [--quick]
+                                   [--in-process]
 
 On a GPU machine with no network, installing nothing. Parts, each in its own try/except (an error is
 recorded and the next part runs; the JSON is rewritten after every part, so a kill loses nothing done):
@@ -16,6 +17,9 @@ recorded and the next part runs; the JSON is rewritten after every part, so a ki
 4. dataset: one record per measured variant (workload, sketch, knobs, trace, GPU features, time), also
    written as JSON lines next to the output (``OUT.dataset.jsonl``) and as superopt MeasureRecords
    (``OUT/measurements.jsonl``, the format of ``superopt dataset collect``; target kind ``cuda``).
+
+Each workload runs in a child process (``--in-process``: not), so a kernel that corrupts the CUDA context
+costs only that workload's remaining variants; what it measured before is kept.
 
 ``--quick``: tiny shapes (a dry run; with ``--binding emulator`` it runs on a machine without a GPU,
 torch on the CPU, and its times mean nothing).
@@ -308,6 +312,7 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
     flops = flop_count(compute)
     report: dict = {"workload": TEXT[name], "shapes": {k: list(v) for k, v in shapes.items()}, "flops": flops,
                     "binding": dev.binding, "torch": {}, "variants": []}
+    check.result["report"] = report  # (a child process writes its partial report after every variant)
     try:
         ref, forms = torch_formulations(name, arrays)
     except Exception as e:  # noqa: BLE001 (no torch on the device: check against the reference interpreter instead)
@@ -365,7 +370,8 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
             rec["error"] = f"{type(e).__name__}: {e}"[:1000]
         report["variants"].append(rec)
         check.result["dataset"].append(rec)
-        check.records.append(_measure_record(compute, trace, target, rec))
+        check.records.append(_measure_record(compute, trace, target, rec).to_json())
+        check.result["records"] = check.records
         check.write()
     ok = [v for v in report["variants"] if v.get("correct") and "median_ms" in v]
     if ok:
@@ -374,6 +380,33 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
         report["default"] = {k: report["variants"][0].get(k) for k in ("median_ms", "gflops", "vs_torch_best")}
     report["correct_variants"] = len(ok)
     del kernels
+    return report
+
+
+def run_isolated(check: Check, name: str, args) -> dict:
+    """One workload in a child process: a kernel that corrupts the CUDA context (an illegal address) costs
+    that workload's remaining variants only. The child rewrites its partial report after every variant."""
+    part = Path(str(check.out) + f".{name}.part.json")
+    part.unlink(missing_ok=True)
+    left = max(10.0, check.left() - 5)
+    cmd = [sys.executable, str(Path(__file__).resolve()), str(part), "--child", name, "--budget", str(args.budget),
+           "--deadline", str(left), "--seed", str(args.seed)] + (["--quick"] if args.quick else []) + \
+        (["--binding", args.binding] if args.binding else [])
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=left + 5, cwd=REPO)
+        rc, tail = res.returncode, (res.stdout + res.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        rc, tail = None, f"timed out after {left:.0f}s: {str(e.stderr or '')[-2000:]}"
+    data = json.loads(part.read_text()) if part.exists() else {}
+    part.unlink(missing_ok=True)
+    check.result["dataset"] += data.get("dataset", [])
+    check.records += data.get("records", [])
+    report = data.get("report") or {}
+    if rc != 0 or not data.get("done"):
+        if not report:
+            last = tail.strip().splitlines()[-1] if tail.strip() else ""
+            raise RuntimeError(f"workload process exited with {rc}: {last}\n{tail}")
+        report["child_error"] = {"rc": rc, "tail": tail}  # what it measured before it died is kept
     return report
 
 
@@ -421,7 +454,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a dry run)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one workload, in a process of its own
+    ap.add_argument("--in-process", action="store_true", help="run the workloads in this process (no isolation)")
     args = ap.parse_args(argv)
+    if args.child:
+        check = Check(Path(args.out), args.deadline)
+        shapes = QUICK if args.quick else FULL
+        run_workload(check, args.child, shapes[args.child], args.budget, args.binding, args.seed)
+        check.result["done"] = True
+        check.write()
+        return 0
     check = Check(Path(args.out), args.deadline)
     check.result["config"] = vars(args)
     check.part("environment", environment, args.binding)
@@ -429,18 +471,19 @@ def main(argv: list[str] | None = None) -> int:
         check.part("tests", run_tests, min(args.tests_timeout, max(check.left() - 240, 30)))
     shapes = QUICK if args.quick else FULL
     for name in ("capsule_votes", "sgemm_4096", "softmax_8192x4096"):
-        check.part(f"workload:{name}", run_workload, check, name, shapes[name], args.budget, args.binding, args.seed)
+        if args.in_process:
+            check.part(f"workload:{name}", run_workload, check, name, shapes[name], args.budget, args.binding,
+                       args.seed)
+        else:
+            check.part(f"workload:{name}", run_isolated, check, name, args)
     check.result["summary"] = summarize(check.result)
     check.write()
     ds = Path(args.out).with_suffix(".dataset.jsonl")
     try:
         ds.write_text("".join(json.dumps(r, default=str) + "\n" for r in check.result["dataset"]))
-        from superopt.measure.records import append_records
-
         mdir = Path(args.out).with_suffix("")  # <out>/measurements.jsonl: superopt's dataset format
         mdir.mkdir(parents=True, exist_ok=True)
-        (mdir / "measurements.jsonl").unlink(missing_ok=True)
-        append_records(mdir / "measurements.jsonl", check.records)
+        (mdir / "measurements.jsonl").write_text("".join(line + "\n" for line in check.records))
         check.result["measure_records"] = str(mdir / "measurements.jsonl")
     except Exception as e:  # noqa: BLE001
         check.result["dataset_file_error"] = f"{type(e).__name__}: {e}"
