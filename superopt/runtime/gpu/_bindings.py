@@ -27,7 +27,8 @@ class BindingsBinding:
         err, *rest = res if isinstance(res, tuple) else (res,)
         if err != self.cu.CUresult.CUDA_SUCCESS:
             e, name = self.cu.cuGetErrorName(err)
-            raise RuntimeError(f"CUDA driver error {name.decode() if e == 0 else int(err)}")
+            ok = e == self.cu.CUresult.CUDA_SUCCESS and isinstance(name, bytes)
+            raise RuntimeError(f"CUDA driver error {name.decode() if ok else err}")
         return rest[0] if len(rest) == 1 else (tuple(rest) or None)
 
     def spec(self) -> GpuSpec:

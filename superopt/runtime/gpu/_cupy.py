@@ -35,7 +35,15 @@ class CupyBinding:
         p = self.cp.cuda.runtime.getDeviceProperties(0)
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
 
+        try:  # the runtime's attributes by name ('MaxSharedMemoryPerBlockOptin'...), matched case-blind
+            attrs = {str(n).replace("_", "").lower(): v for n, v in self.cp.cuda.Device(0).attributes.items()}
+        except Exception:  # noqa: BLE001 (older CuPy: the properties below)
+            attrs = {}
+
         def attr(k: str) -> int:
+            key = k.replace("_", "").lower()
+            if key in attrs:
+                return int(attrs[key])
             if k in _PROPS:
                 return int(p[_PROPS[k]])
             axis = "XYZ".index(k[-1])
