@@ -72,7 +72,9 @@ class CupyBinding:
         rt.memcpy(host_ptr, src.ptr, nbytes, rt.memcpyDeviceToHost)
 
     def launch(self, fn, grid, block, shared: int, args: Sequence[DeviceBuffer]) -> None:
-        fn(tuple(grid), tuple(block), tuple(np.uint64(b.ptr) for b in args), shared_mem=shared)
+        mp = self.cp.cuda.MemoryPointer
+        fn(tuple(grid), tuple(block), tuple(b.owner if isinstance(b.owner, mp) else np.uint64(b.ptr) for b in args),
+           shared_mem=shared)
 
     def synchronize(self) -> None:
         self.cp.cuda.Device(0).synchronize()
