@@ -267,9 +267,7 @@ def fold_node_into_contraction(graph: Graph, site: Site) -> Graph:
         raise RuleNotApplicable(f"{site[1]!r} is not an affine map of {site[0]!r}'s contraction")
     merged, k = got
     new, consts = fold_node(graph, merged, k, set(graph.type_of))
-    (t,) = prod.outputs
-    g = rebuild(graph, swap_nodes(graph, [prod, consumer], new, consumer), new_constants=consts)
-    return replace(g, types=tuple((n, ty) for n, ty in g.types if n != t))
+    return rebuild(graph, swap_nodes(graph, [prod, consumer], new, consumer), new_constants=consts)
 
 
 # ---- rule: inputs a node no longer reads (left by hoisting and folding) ----------------------------

@@ -85,9 +85,9 @@ def test_resnet50_every_batchnorm_folded_and_every_relu_fused():
         sum(n.op_type == "Relu" for n in model.graph.node)
 
 
-def _prefix(model: onnx.ModelProto, relu_index: int) -> onnx.ModelProto:
-    """The model up to its ``relu_index``-th Relu (that Relu's output is the only output)."""
-    cut = [k for k, n in enumerate(model.graph.node) if n.op_type == "Relu"][relu_index]
+def _prefix(model: onnx.ModelProto, index: int, op_type: str = "Relu") -> onnx.ModelProto:
+    """The model up to its ``index``-th node of ``op_type`` (whose output is the only output)."""
+    cut = [k for k, n in enumerate(model.graph.node) if n.op_type == op_type][index]
     sub = onnx.ModelProto()
     sub.CopyFrom(model)
     del sub.graph.node[cut + 1:]
@@ -149,3 +149,19 @@ def test_transpose_chains_and_reshape_chains_vanish():
     feed = random_inputs(graph, seed=1)
     np.testing.assert_allclose(evaluate(rewritten, feed, np.float64)[graph.outputs[0]],
                                evaluate(graph, feed, np.float64)[graph.outputs[0]], rtol=1e-12)
+
+
+def test_inception_parallel_1x1_convs_merged():
+    """inception_v1 up to the first module's Concat, greedy rewrites: the 1x1, 3x3-reduce and 5x5-reduce convs
+    of the module (each + bias + relu, all reading the pooled input) are one conv over 64+96+16 channels."""
+    model = _prefix(randomized_light_model("inception_v1"), 0, "Concat")
+    imported = import_onnx_model(model)
+    graph, applied = rewrite_graph(imported.graph, OptimizeConfig(graph_search="greedy"))
+    assert applied.count("merge_parallel_contractions") == 1
+    pooled = [n for n in imported.graph.nodes if n.name.startswith("max_pool")][1].outputs[0]
+    readers = [n for n in graph.nodes if pooled in n.inputs and not n.is_extern
+               and any(st.reduce == "+=" for st in n.op.statements)]
+    assert len(readers) == 1 and graph.type_of[readers[0].outputs[0]].shape[1] == 64 + 96 + 16
+    feed = light_model_inputs(model)
+    got = evaluate(graph, {g: feed[n] for g, n in zip(graph.inputs, imported.input_names)}, np.float64)[graph.outputs[0]]
+    assert np.allclose(got, run_onnxruntime(model, feed)[0], rtol=1e-4, atol=1e-5)
