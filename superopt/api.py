@@ -57,6 +57,9 @@ class OptimizeConfig:
     # ONNX nodes with no native lowering: False runs them through the ONNX fallback (onnxruntime or
     # onnx.reference, one opaque node each, named in the report); True makes any such node an error
     strict: bool = False
+    # the global activation layout (search/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
+    # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
+    layout: str = "nchw"
     # wall-clock budget of the whole pipeline (``superopt optimize --budget``) and the schedule search's
     # measurements (``--trials``). With either, the kernels the database lacks are tuned (records go to
     # ``database``, a temporary one when None) within half the budget; the cost model's picks stop at 80%
@@ -329,7 +332,12 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
                                 alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience)
     cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
-    return search_graph(graph, cost, gconfig, rules)
+    graph, report = search_graph(graph, cost, gconfig, rules)
+    if config.layout != "nchw":  # the global layout choice (search/layout.py), after the rewrites
+        from search.layout import choose_layouts
+
+        graph = choose_layouts(graph, target, layout=config.layout)[0]
+    return graph, report
 
 
 def _graph_cost(target: Target, compiler: CompilerConfig):
