@@ -70,21 +70,26 @@ def from_blocked_compute(shape: tuple[int, ...], block: int, dtype: str = "float
 
 
 def conversion_kind(graph: Graph, node: Node) -> tuple[str, int] | None:
-    """``("to", B)`` for a to_blocked node, ``("from", B)`` for a from_blocked transpose, else None."""
+    """``("to", B)`` for a to_blocked node, ``("from", B)`` for a from_blocked transpose, else None
+    (structurally: any names, canonical ones included)."""
     if node.is_extern or len(node.inputs) != 1 or len(node.outputs) != 1 or len(node.op.statements) != 1:
         return None
     st = node.op.statements[0]
-    if st.reduce != "=" or st.padding or not isinstance(st.expr, Access):
+    if st.reduce != "=" or st.padding or not isinstance(st.expr, Access) or st.expr.tensor != node.op.inputs[0]:
         return None
     src, dst = graph.type_of[node.inputs[0]], graph.type_of[node.outputs[0]]
-    for block in BLOCKS:
-        if src.rank >= 3 and src.shape[1] % block == 0 and dst.shape == blocked_shape(src.shape, block) \
-                and node.op == to_blocked_compute(tuple(src.shape), block, src.dtype):
+    d, ix, ext = st.out_dims, st.expr.index, st.extent
+    if dst.rank == src.rank + 1 >= 4:  # O[n,cb,s..,c] = X[n, B*cb + c, s..]
+        block = ext[d[-1]]
+        chan = Affine.of({d[1]: block, d[-1]: 1})
+        want = (Affine.dim(d[0]), chan, *(Affine.dim(x) for x in d[2:-1]))
+        if ix == want and block in BLOCKS and dst.shape == blocked_shape(src.shape, block):
             return "to", block
-        if dst.rank >= 4 and dst.shape[2] == block and src.rank == dst.rank:
-            shape = (dst.shape[0], dst.shape[1] * block, *dst.shape[3:])
-            if node.op == from_blocked_compute(shape, block, src.dtype):
-                return "from", block
+    if dst.rank == src.rank >= 4:  # O[n,cb,c,s..] = X_c[n,cb,s..,c]
+        block = ext[d[2]]
+        want = (Affine.dim(d[0]), Affine.dim(d[1]), *(Affine.dim(x) for x in d[3:]), Affine.dim(d[2]))
+        if ix == want and block in BLOCKS and src.shape[-1] == block:
+            return "from", block
     return None
 
 

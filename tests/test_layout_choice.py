@@ -145,3 +145,13 @@ def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
     (conv,) = conversions(new)
     assert conversion_kind(new, conv)[0] == "from"
     assert [c.op.kind for c in new.consumers[conv.outputs[0]]] == ["reshape"]
+
+
+def test_optimize_takes_the_layout_from_its_config_and_verifies():
+    from superopt.api import OptimizeConfig, optimize
+
+    g = small_net(hw=6, seed=2)
+    prog = optimize(g, OptimizeConfig(threads=1, layout="nchw16c"))
+    assert prog.report.max_error is not None and prog.report.max_error < 1e-4  # checked against the reference
+    assert len(conversions(prog.graph)) == 2
+    assert not conversions(optimize(g, OptimizeConfig(threads=1)).graph)  # the default keeps NCHW
