@@ -99,28 +99,31 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
     return row
 
 
-def write(rows: list[dict], out: Path, meta: dict) -> None:
+def write(rows: list[dict], out: Path, meta: dict, stem: str = "layout") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "layout.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["# Global layout choice (issue 10): superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
              f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}; "
              f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs)",
              f"- load average at start {meta['load_start']}, at end {meta['load_end']} (2 cores shared with other "
              "engineers' jobs: a busy machine, so the numbers are noisy; every system is timed in alternation, medians)",
              f"- command: `{meta['command']}`", "",
-             "| workload | onnxruntime ms | superopt NCHW ms | superopt layout ms | NCHW vs ort | layout vs ort | chosen |"
-             " blocked nodes | conversions left | max rel err (nchw / layout) |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+             "| workload | onnxruntime ms | superopt NCHW ms | superopt layout ms | NCHW vs ort | layout vs ort |"
+             " layout vs NCHW | min ms (ort / NCHW / layout) | chosen | blocked nodes | conversions left |"
+             " max rel err (nchw / layout) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
     for r in rows:
         lay = r.get("layout", {})
         lines.append(f"| {r['workload']} | {r['onnxruntime_ms']:.3f} | {r['superopt_nchw_ms']:.3f} | "
                      f"{r['superopt_layout_ms']:.3f} | {r['nchw_vs_ort']:.2f}x | {r['layout_vs_ort']:.2f}x | "
+                     f"{r['superopt_nchw_ms'] / r['superopt_layout_ms']:.2f}x | {r['onnxruntime_min_ms']:.2f} / "
+                     f"{r['superopt_nchw_min_ms']:.2f} / {r['superopt_layout_min_ms']:.2f} | "
                      f"{lay.get('chosen')} | {lay.get('blocked_nodes')}/{lay.get('compute_nodes')} | "
                      f"{lay.get('conversions')} | {r['superopt_nchw_err']:.1e} / {r['superopt_layout_err']:.1e} |")
     lines += ["", "Conversions left per workload:", ""]
     for r in rows:
         lines.append(f"- {r['workload']}: {', '.join(r.get('layout', {}).get('conversions_at', [])) or 'none'}")
-    (out / "layout.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layout", default="auto")
     ap.add_argument("--graph-search", default="greedy", help="the rewrite pass's strategy (greedy: deterministic)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--stem", default="layout", help="file names: STEM.md and STEM.json")
     a = ap.parse_args(argv)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads,
             "graph_search": a.graph_search, "rounds": a.rounds, "layout": a.layout,
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "layout"}), flush=True)
         meta["load_end"] = [round(v, 2) for v in os.getloadavg()]
-        write(rows, Path(a.out), meta)
+        write(rows, Path(a.out), meta, a.stem)
 
 
 if __name__ == "__main__":
