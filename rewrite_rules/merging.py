@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
-from rewrite_rules.fusion import merge_nodes
+from rewrite_rules.fusion import elementwise_fusion_sites, merge_nodes
 from rewrite_rules.graph_edit import Memo, constant_inputs, constant_locals, rebuild
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
@@ -136,16 +136,25 @@ def _independent(graph: Graph, nodes: list[Node]) -> bool:
     return all(not (reach[n.name] & names) for n in nodes)
 
 
+def _unfused(graph: Graph) -> set[str]:
+    """Nodes whose elementwise reader could still join them: merged first, they would each need a slice
+    of the merged output and could no longer absorb it (fuse the bias first, then merge)."""
+    return {p for p, _ in elementwise_fusion_sites(graph)}
+
+
 def parallel_sites(graph: Graph) -> Iterator[Site]:
-    for nodes in _groups(graph).values():
-        if _independent(graph, nodes):
+    groups = _groups(graph)
+    unfused = _unfused(graph) if groups else set()
+    for nodes in groups.values():
+        if _independent(graph, nodes) and not any(n.name in unfused for n in nodes):
             yield tuple(n.name for n in nodes)
 
 
 def merge_parallel(graph: Graph, site: Site) -> Graph:
     nodes = [node_named(graph, name) for name in site]
     sigs = [_signature(graph, n) for n in nodes]
-    if any(s is None for s in sigs) or len({s[0] for s in sigs}) != 1 or not _independent(graph, nodes):
+    if any(s is None for s in sigs) or len({s[0] for s in sigs}) != 1 or not _independent(graph, nodes) \
+            or any(n.name in _unfused(graph) for n in nodes):
         raise RuleNotApplicable(f"nodes {site} are not parallel copies of one contraction")
     (_, axis, _), plan = sigs[0]
     widths = [graph.type_of[n.outputs[0]].shape[axis] for n in nodes]
