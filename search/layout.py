@@ -43,10 +43,11 @@ class LayoutReport:
 
 
 def is_conv(graph: Graph, node: Node) -> bool:
-    """A compute node with a contraction that reduces over the channel axis of an activation."""
+    """A compute node with a contraction that reduces over the channel axis of an activation (NCHW or blocked)."""
     if node.is_extern:
         return False
-    acts, _ = activation_locals(graph, node)
+    consts = {local for local, g in zip(node.op.inputs, node.inputs) if g in graph.constant}
+    acts = {n for n, t in node.op.types if t.rank in (4, 5) and n not in consts}  # NCHW or blocked
     for st in node.op.statements:
         if st.reduce != "+=" or not st.reduce_dims:
             continue
