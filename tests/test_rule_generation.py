@@ -59,12 +59,37 @@ def test_stored_rules_are_data_with_at_least_fifty_verified_generated_rules():
     rules = read_rules(str(DATA))
     assert len(rules) == len(doc["rules"]) == len(GENERATED_RULES) >= 50
     assert len({r.name for r in rules}) == len(rules)
+    merges = 0
     for r in rules:
         assert r.family in ("generated", "exploration") and r.math and len(r.bindings) >= 2
         lhs, rhs = len(r.lhs.steps), len(r.rhs.steps)
-        assert lhs > rhs if r.family == "generated" else lhs == rhs, r.math
+        if len(r.lhs.outputs) > 1:  # a merge: one op over concatenated inputs, an output sliced per sibling
+            merges += 1
+            assert r.family == "exploration" and len(r.rhs.outputs) == len(r.lhs.outputs) == lhs, r.math
+            assert all(r.rhs.step_of[o].op == "slice" for o in r.rhs.outputs), r.math
+        else:
+            assert lhs > rhs if r.family == "generated" else lhs == rhs, r.math
         assert r.polynomial == all(op != "relu" for op in r.lhs.ops() + r.rhs.ops())
-    assert sum(r.family == "generated" for r in rules) >= 50
+    assert sum(r.family == "generated" for r in rules) >= 50 and merges >= 6
+
+
+def test_merge_and_n_ary_rules_are_derived_from_sibling_concats_verified_and_reproducible():
+    worlds = {w.name: w for w in WORLDS}
+    t0 = time.perf_counter()
+    report = generate((worlds["conv_bias"], worlds["batched"]), ops=("convb", "matmul", "concat"))
+    again = generate((worlds["batched"],), ops=("matmul", "concat"), verify=False)
+    assert time.perf_counter() - t0 < 30
+    found = {r.math: r for r in report.rules}
+    for math in ("(convb(X, W0, B0), convb(X, W1, B1)) = split1(convb(X, concat0(W0, W1), concat0(B0, B1)), [o, o1])",
+                 "(X @ W0, X @ W1, X @ W2) = split2(X @ concat1(W0, W1, W2), [r, r1, r2])",
+                 "concat1(convb(X, W0, B0), convb(X, W1, B1), convb(X, W2, B2)) = "
+                 "convb(X, concat0(W0, W1, W2), concat0(B0, B1, B2))"):
+        assert math in found, f"{math} not generated; got {sorted(found)}"
+    assert not report.failed
+    stored = {r.name: r.to_json() for r in read_rules(str(DATA))}
+    assert all(stored.get(r.name) == r.to_json() for r in report.rules)  # the stored data is this generator's
+    batched = [r.to_json() for r in report.rules if r.inputs[0][1] == ("b", "p", "q")]
+    assert batched and all(r.to_json() in batched for r in again.rules if r.inputs[0][1] == ("b", "p", "q"))
 
 
 def _onnx_model():
@@ -159,3 +184,80 @@ def test_the_regeneration_command_writes_the_rules(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rewrite_rules.generator", "--out", str(out), "--worlds", "nope"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown world(s) ['nope']" in bad.stderr
+
+
+# ---- real model graphs: the generated rules find the sites that matter -------------------------------------------
+
+def _fragment(graph, first: str, last: str):
+    """The nodes from ``first`` to ``last`` (graph order) as a graph of their own: what they read is its input."""
+    from superopt.ir.graph import Graph
+
+    names = [n.name for n in graph.nodes]
+    nodes = graph.nodes[names.index(first): names.index(last) + 1]
+    made = {o for n in nodes for o in n.outputs}
+    read = {i for n in nodes for i in n.inputs}
+    inputs = tuple(sorted(read - made - set(graph.constant)))
+    outputs = tuple(sorted(o for o in made if not any(o in n.inputs for n in nodes)))
+    keep = read | made
+    return Graph(inputs, outputs, nodes, tuple((n, t) for n, t in graph.types if n in keep),
+                 tuple((n, c) for n, c in graph.constants if n in read), f"{graph.name}_{first}")
+
+
+def _merge_sites(graph):
+    """{frozenset of merged nodes: (rule, site)} for the generated merge rules."""
+    out = {}
+    for r in GENERATED_RULES:
+        if r.name.startswith("gen_merge_"):
+            k = next(len(d.lhs.outputs) for d in read_rules(str(DATA)) if d.name == r.name)
+            for site in r.sites(graph):
+                out[frozenset(site[:k])] = (r, site)
+    return out
+
+
+def test_generated_rules_match_inception_v1_as_imported_and_keep_what_it_computes():
+    from rewrite_rules.merging import MERGE_PARALLEL
+    from superopt.api import load_graph
+    from superopt.ir.prune import prune_graph
+    from superopt.testing.light_models import randomized_light_model
+
+    graph = prune_graph(load_graph(randomized_light_model("inception_v1")))
+    merges = _merge_sites(graph)
+    triples = [k for k in merges if len(k) == 3]
+    assert len(triples) == 9 and len(merges) == 9 + 3 * 9  # per module: its three 1x1 convs, and each pair of them
+    for roots in triples:  # 1x1 convs with a bias reading one tensor
+        nodes = [n for n in graph.nodes if n.name in roots]
+        assert len({n.inputs[0] for n in nodes}) == 1 and all(graph.type_of[n.inputs[1]].shape[2:] == (1, 1) for n in nodes)
+    assert {frozenset(s) for s in MERGE_PARALLEL.sites(graph)} <= set(merges)  # the hand-written merge's sites too
+    nary = BY_MATH["concat1(relu(X0), relu(X1), relu(X2), relu(X3)) = relu(concat1(X0, X1, X2, X3))"]
+    assert len(nary.sites(graph)) == 9  # each module's four-way concat of ReLUs
+    # one inception module (3a) rewritten by both, against the original, float64
+    frag = _fragment(graph, "conv_14", "concat")
+    rule, site = merges[frozenset(("conv_14", "conv_18", "conv_26"))]
+    merged = rule.apply(frag, site)
+    (nsite,) = nary.sites(merged)
+    new = nary.apply(merged, nsite)
+    assert sum(n.name.startswith("conv") for n in new.nodes) == sum(n.name.startswith("conv") for n in frag.nodes) - 2
+    assert len(frag.constants) + 2 == len(new.constants)  # the merged weights and biases: folded constants
+    _same_outputs(frag, new, _feed(frag))
+
+
+def test_generated_rules_merge_the_bert_encoders_q_k_v_projections_matching_onnxruntime():
+    pytest.importorskip("torch")
+    from rewrite_rules.merging import MERGE_PARALLEL
+    from superopt.api import load_graph
+    from superopt.ir.prune import prune_graph
+    from superopt.testing.exported_models import export_model, ort_session
+
+    model, feed = export_model("bert_encoder")
+    graph = prune_graph(load_graph(model))
+    merges = _merge_sites(graph)
+    assert len(merges) == 4 and frozenset(("matmul", "matmul_2", "matmul_8")) in merges  # Q/K/V: the triple, 3 pairs
+    assert {frozenset(s) for s in MERGE_PARALLEL.sites(graph)} <= set(merges)  # the hand-written merge's sites too
+    rule, site = merges[frozenset(("matmul", "matmul_2", "matmul_8"))]
+    new = rule.apply(graph, site)
+    assert sum(n.name.startswith("matmul") for n in new.nodes) == sum(n.name.startswith("matmul") for n in graph.nodes) - 2
+    x = {graph.inputs[0]: next(iter(feed.values()))}
+    _same_outputs(graph, new, x)
+    (want,) = ort_session(model).run(None, {k: v for k, v in feed.items()})
+    got = evaluate(new, x, np.float64)[new.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from rewrite_rules.generator.enumerate import WORLDS, World, enumerate_world
 from rewrite_rules.generator.match import make_rule
+from rewrite_rules.generator.multi import merge_rules
 from rewrite_rules.generator.pattern import RuleData
 from rewrite_rules.generator.prune import candidates, rule_data
 
@@ -62,8 +63,7 @@ def generate(worlds: tuple[World, ...] = WORLDS, max_ops: int | None = None, ops
         for k, v in stats.items():
             if k != "pairs":
                 report.pruned[k] = report.pruned.get(k, 0) + v
-        for c in kept:
-            data = rule_data(c)
+        for data in [rule_data(c) for c in kept] + merge_rules(world, kept):
             key = json.dumps([data.to_json()[k] for k in ("inputs", "lhs", "rhs")])
             if key in seen:
                 report.pruned["same_rule_in_another_world"] = report.pruned.get("same_rule_in_another_world", 0) + 1

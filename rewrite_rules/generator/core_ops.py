@@ -81,16 +81,23 @@ def _ewise_candidates(n_in: int):
     return cands
 
 
+def _matmul_fits(a: tuple, b: tuple) -> bool:
+    """numpy matmul without broadcasting: 2-D @ 2-D, batched (3-D/4-D) @ 2-D, or equal batch dimensions."""
+    if len(a) < 2 or len(b) < 2 or len(a) > 4 or a[-1] != b[-2]:
+        return False
+    return len(b) == 2 or (len(b) == len(a) and a[:-2] == b[:-2])
+
+
 def _matmul_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
     a, b = shapes
-    return (a[0], b[1]) if len(a) == 2 and len(b) == 2 and a[1] == b[0] else None
+    return a[:-1] + (b[-1],) if _matmul_fits(a, b) else None
 
 
 def _matmul_candidates(graph: Graph, node: Node) -> list[Attrs]:
     if not _compute(node, 2):
         return []
     (a, b), _ = _shapes(graph, node)
-    return [{}] if len(a) == 2 and len(b) == 2 and a[1] == b[0] else []
+    return [{}] if _matmul_fits(a, b) else []
 
 
 def _transpose_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
@@ -105,25 +112,35 @@ def _transpose_candidates(graph: Graph, node: Node) -> list[Attrs]:
 
 
 def _concat_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
-    a, b = shapes
+    a = shapes[0]
     ax = attrs["axis"]
-    if len(a) != len(b) or ax >= len(a) or any(a[k] != b[k] for k in range(len(a)) if k != ax):
+    if ax >= len(a) or any(len(b) != len(a) or any(a[k] != b[k] for k in range(len(a)) if k != ax) for b in shapes):
         return None
-    return a[:ax] + (dims.add(a[ax], b[ax]),) + a[ax + 1:]
+    total = a[ax]
+    for b in shapes[1:]:
+        total = dims.add(total, b[ax])
+    return a[:ax] + (total,) + a[ax + 1:]
+
+
+def _axes(rank: int) -> range | tuple[int, ...]:
+    """Axes a concat or slice is enumerated along: every axis up to rank 3; batch and channel of NCHW."""
+    return range(rank) if rank <= 3 else (0, 1)
 
 
 def _concat_choices(shapes: list[Shape]) -> list[Attrs]:
-    return [{"axis": ax} for ax in range(min(2, len(shapes[0])))]
+    return [{"axis": ax} for ax in _axes(len(shapes[0]))]
 
 
 def _concat_candidates(graph: Graph, node: Node) -> list[Attrs]:
-    if not _compute(node, 2):
+    """Concatenations of two or more inputs (a generated rule states an n-ary concat with n arguments)."""
+    if len(node.inputs) < 2 or not _compute(node, len(node.inputs)):
         return []
-    (a, b), out = _shapes(graph, node)
-    if len(a) != len(b) or len(out) != len(a):
+    ins, out = _shapes(graph, node)
+    a = ins[0]
+    if any(len(b) != len(a) for b in ins) or len(out) != len(a):
         return []
-    return [{"axis": ax} for ax in range(len(a)) if out[ax] == a[ax] + b[ax]
-            and all(a[k] == b[k] == out[k] for k in range(len(a)) if k != ax)]
+    return [{"axis": ax} for ax in range(len(a)) if out[ax] == sum(b[ax] for b in ins)
+            and all(b[k] == out[k] for b in ins for k in range(len(a)) if k != ax)]
 
 
 def _slice_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
@@ -136,7 +153,7 @@ def _slice_choices(shapes: list[Shape]) -> list[Attrs]:
     """Slices at the seams of a symbolic sum (what a split of a concatenation would cut)."""
     (a,) = shapes
     out = []
-    for ax in range(min(2, len(a))):
+    for ax in _axes(len(a)):
         parts = dims.units(a[ax])
         for k in range(1, len(parts)):
             head, tail = "+".join(parts[:k]), "+".join(parts[k:])
@@ -186,6 +203,72 @@ def _conv_candidates(graph: Graph, node: Node) -> list[Attrs]:
     return [{}] if len(x) == 4 and len(w) == 4 and w[2:] == (3, 3) and x[1] == w[1] else []
 
 
+def _convb_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    """Same-padded conv with bias: X (n,c,h,w), W (o,c,k,k) with an odd kernel extent k, bias (o)."""
+    x, w, bias = shapes
+    if len(x) != 4 or len(w) != 4 or len(bias) != 1 or x[1] != w[1] or w[2] != w[3] or bias[0] != w[0]:
+        return None
+    if w[2] in x[2:] or not all(d.isidentifier() for d in x[2:]):
+        return None  # (images have their own symbolic spatial extents: a weight is not convolved as an image)
+    return (x[0], w[0], x[2], x[3])
+
+
+def _convb_numpy(xs: list[np.ndarray], a: Attrs) -> np.ndarray:
+    x, w, bias = xs
+    k = w.shape[2]
+    p = (k - 1) // 2
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", win, w) + bias[None, :, None, None]
+
+
+def _convb_build(b: GraphBuilder, xs: list[str], a: Attrs) -> str:
+    p = (b.shape(xs[1])[2] - 1) // 2
+    return ops.conv2d(b, xs[0], xs[1], xs[2], pads=(p, p, p, p))
+
+
+def _convb_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if node.is_extern or len(node.inputs) != 3 or len(node.outputs) != 1 or len(node.op.statements) != 2:
+        return []
+    (x, w, bias), out = _shapes(graph, node)
+    ok = (len(x) == 4 and len(w) == 4 and w[2] == w[3] and w[2] % 2 == 1 and x[1] == w[1] and bias == (w[0],)
+          and out == (x[0], w[0], x[2], x[3]))
+    return [{}] if ok else []
+
+
+def _convk_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    """Same-padded conv without bias, any odd kernel extent k (ResNet's convs, followed by a BatchNorm)."""
+    x, w = shapes
+    return _convb_shape([x, w, (w[0],)], attrs) if len(w) == 4 else None
+
+
+def _convk_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 2):
+        return []
+    (x, w), out = _shapes(graph, node)
+    ok = (len(x) == 4 and len(w) == 4 and w[2] == w[3] and w[2] % 2 == 1 and x[1] == w[1]
+          and out == (x[0], w[0], x[2], x[3]))
+    return [{}] if ok else []
+
+
+def _convk_build(b: GraphBuilder, xs: list[str], a: Attrs) -> str:
+    p = (b.shape(xs[1])[2] - 1) // 2
+    return ops.conv2d(b, xs[0], xs[1], pads=(p, p, p, p))
+
+
+def _addb_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    """A bias along the last axis: X (..., r) + C (r)."""
+    x, c = shapes
+    return x if len(x) >= 2 and len(c) == 1 and x[-1] == c[0] else None
+
+
+def _addb_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 2):
+        return []
+    (x, c), out = _shapes(graph, node)
+    return [{}] if len(x) >= 2 and len(c) == 1 and x[-1] == c[0] and out == x else []
+
+
 def _reshape_candidates(rank_in: int, rank_out: int):
     def cands(graph: Graph, node: Node) -> list[Attrs]:
         if not node.is_extern or node.op.kind != "reshape" or len(node.inputs) != 1:
@@ -226,6 +309,10 @@ CORE_OPS: dict[str, CoreOp] = {op.name: op for op in [
            _slice_candidates, _slice_choices),
     CoreOp("conv3x3", 2, True, _conv_shape, _conv_numpy,
            lambda b, xs, a: ops.conv2d(b, xs[0], xs[1], pads=(1, 1, 1, 1)), _conv_candidates),
+    CoreOp("convb", 3, True, _convb_shape, _convb_numpy, _convb_build, _convb_candidates),
+    CoreOp("convk", 2, True, _convk_shape, lambda xs, a: _convb_numpy([*xs, np.zeros(xs[1].shape[0])], a), _convk_build,
+           _convk_candidates),
+    CoreOp("addb", 2, True, _addb_shape, lambda xs, a: xs[0] + xs[1], lambda b, xs, a: ops.add(b, *xs), _addb_candidates),
     CoreOp("flatten", 1, True, lambda s, a: (dims.mul(*s[0]),) if len(s[0]) == 2 else None,
            lambda xs, a: xs[0].reshape(-1), lambda b, xs, a: ops.reshape(b, xs[0], [-1]),
            _reshape_candidates(2, 1), extern=True),

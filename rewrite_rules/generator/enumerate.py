@@ -47,6 +47,21 @@ WORLDS: tuple[World, ...] = (
                    ("V", ("o", "c", "3", "3"))),
           ("add", "relu", "conv3x3", "concat"),
           _b(n=2, c=3, o=4, h=5, w=6), (_b(n=1, c=2, o=3, h=4, w=5), _b(n=2, c=3, o=2, h=3, w=4))),
+    # real convs carry a bias and have any odd kernel (same padding); sibling weights have their own channels
+    World("conv_bias", (("X", ("n", "c", "h", "w")), ("W", ("o", "c", "k", "k")), ("V", ("u", "c", "k", "k")),
+                        ("B", ("o",)), ("D", ("u",))),
+          ("convb", "relu", "concat"),
+          _b(n=2, c=3, o=4, u=2, h=5, w=6, k=3), (_b(n=1, c=2, o=3, u=2, h=4, w=5, k=1),
+                                                  _b(n=2, c=3, o=2, u=3, h=5, w=4, k=3))),
+    World("conv_same", (("X", ("n", "c", "h", "w")), ("W", ("o", "c", "k", "k")), ("V", ("u", "c", "k", "k"))),
+          ("convk", "concat"),
+          _b(n=2, c=3, o=4, u=2, h=5, w=6, k=3), (_b(n=1, c=2, o=3, u=2, h=4, w=5, k=1),
+                                                  _b(n=2, c=3, o=2, u=3, h=5, w=4, k=3))),
+    # transformer projections: batched activations (b, p, q) against 2-D weights, per-column biases
+    World("batched", (("X", ("b", "p", "q")), ("Y", ("b", "p", "q")), ("W", ("q", "r")), ("V", ("q", "s")),
+                      ("C", ("r",)), ("E", ("r",))),
+          ("matmul", "addb", "add", "concat"),
+          _b(b=2, p=3, q=4, r=5, s=3), (_b(b=2, p=2, q=3, r=4, s=2), _b(b=3, p=4, q=2, r=3, s=5))),
     World("reshape", (("A", ("p", "q")), ("B", ("p", "q"))),
           ("add", "mul", "relu", "transpose", "flatten", "unflatten"),
           _b(p=3, q=4), (_b(p=2, q=3), _b(p=4, q=5))),
@@ -136,9 +151,16 @@ def enumerate_world(world: World, max_ops: int | None = None, ops: tuple[str, ..
             if op.arity == 1:
                 for a in list(reps[size - 1]):
                     offer(op_name, (a,), size)
-            else:
+            elif op.arity == 2:
                 for s1 in range(size):
                     for a in list(reps[s1]):
                         for c in list(reps[size - 1 - s1]):
                             offer(op_name, (a, c), size)
+            else:
+                for s1 in range(size):
+                    for s2 in range(size - s1):
+                        for a in list(reps[s1]):
+                            for c in list(reps[s2]):
+                                for d in list(reps[size - 1 - s1 - s2]):
+                                    offer(op_name, (a, c, d), size)
     return Enumeration(world, terms, pairs, sum(len(v) for v in reps.values()))

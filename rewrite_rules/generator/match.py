@@ -26,6 +26,7 @@ from superopt.ir.graph import Constant, Graph, Node
 class Match:
     tensors: tuple[tuple[str, str], ...]  # pattern input -> graph tensor
     nodes: tuple[tuple[str, Node], ...]  # pattern step output -> graph node
+    roots: tuple[str, ...]  # the nodes computing the pattern's outputs, by name
     binding: tuple[tuple[str, Any], ...]  # symbol -> extent (``*S`` -> a shape)
 
 
@@ -35,18 +36,38 @@ class _Matcher:
         self.inputs = dict(data.inputs)
         self.prog: Program = data.lhs
         self.step = data.lhs.step_of
-        self.of_node = graph_index(graph).of_node
+        index = graph_index(graph)
+        self.of_node, self.by_op, self.position = index.of_node, index.by_op, index.position
         self.producer = graph.producer
 
     def at(self, root: Node) -> Iterator[Match]:
+        """Matches whose first output is ``root``'s; a multi-output pattern's further outputs are nodes after
+        the previous one in graph order (its outputs are siblings: any order of them is the same match)."""
         if len(root.outputs) != 1:
             return
         seen = set()
-        for vars_, nodes, attrs in self._tensor(self.prog.output, root.outputs[0], {}, {}, {}):
-            m = self._finish(vars_, nodes, attrs)
-            if m is not None and m.tensors not in seen:
-                seen.add(m.tensors)
-                yield m
+        for vars_, nodes, attrs in self._tensor(self.prog.outputs[0], root.outputs[0], {}, {}, {}):
+            for v, n, a in self._more(1, root, vars_, nodes, attrs):
+                m = self._finish(v, n, a)
+                if m is not None and (m.tensors, m.roots) not in seen:
+                    seen.add((m.tensors, m.roots))
+                    yield m
+
+    def _more(self, k: int, prev: Node, vars_: dict, nodes: dict, attrs: dict):
+        if k == len(self.prog.outputs):
+            yield vars_, nodes, attrs
+            return
+        p = self.prog.outputs[k]
+        step = self.step[p]
+        after = self.position[id(prev)]
+        bound = [vars_[a] for a in step.args if a in vars_]  # a root reads a bound tensor: look among its readers
+        pool = self.graph.consumers.get(bound[0], []) if bound else self.by_op.get(step.op, [])
+        taken = {id(n) for n in nodes.values()}
+        for node in sorted({id(n): n for n in pool}.values(), key=lambda n: self.position[id(n)]):
+            if self.position[id(node)] <= after or id(node) in taken or len(node.outputs) != 1:
+                continue
+            for v, n, a in self._tensor(p, node.outputs[0], vars_, nodes, attrs):
+                yield from self._more(k + 1, node, v, n, a)
 
     def _tensor(self, p: str, g: str, vars_: dict, nodes: dict, attrs: dict):
         if p in self.inputs:
@@ -64,6 +85,8 @@ class _Matcher:
         if node is None or len(node.outputs) != 1 or any(n is node for n in nodes.values()):
             return
         step = self.step[p]
+        if len(node.inputs) != len(step.args):
+            return
         for op, at in self.of_node[id(node)]:
             if op != step.op:
                 continue
@@ -112,18 +135,20 @@ class _Matcher:
             return None
         inner = {id(n) for n in nodes.values()}
         for p, node in nodes.items():
-            if p == self.prog.output:
+            if p in self.prog.outputs:
                 continue
             out = node.outputs[0]
             if out in self.graph.outputs or any(id(c) not in inner for c in self.graph.consumers.get(out, [])):
                 return None
-        return Match(tuple(sorted(vars_.items())), tuple(nodes.items()), tuple(sorted(binding.items())))
+        roots = tuple(nodes[p].name for p in self.prog.outputs)
+        return Match(tuple(sorted(vars_.items())), tuple(nodes.items()), roots, tuple(sorted(binding.items())))
 
 
 @dataclass(frozen=True)
 class _Index:
     by_op: dict[str, list[Node]]  # core op -> the nodes computing it
     of_node: dict[int, list[tuple[str, Attrs]]]  # id(node) -> what it computes
+    position: dict[int, int]  # id(node) -> its index in graph order
 
 
 _INDEX: list[tuple[Graph, _Index]] = []  # the last few graphs seen
@@ -140,7 +165,7 @@ def graph_index(graph: Graph) -> _Index:
         of_node[id(node)] = found = classify(graph, node)
         for op, _ in found:
             by_op.setdefault(op, []).append(node)
-    index = _Index(by_op, of_node)
+    index = _Index(by_op, of_node, {id(n): k for k, n in enumerate(graph.nodes)})
     _INDEX.insert(0, (graph, index))
     del _INDEX[8:]
     return index
@@ -151,59 +176,85 @@ def _roots(graph: Graph, data: RuleData) -> Iterator[Node]:
 
 
 def rule_sites(graph: Graph, data: RuleData) -> Iterator[Site]:
+    """Sites ``(root node names..., bound tensor per pattern input...)``: one root per pattern output."""
     m = _Matcher(graph, data)
     order = data.input_names
     for root in _roots(graph, data):
         for match in m.at(root):
             tensors = dict(match.tensors)
-            yield (root.name, *(tensors[n] for n in order))
+            yield (*match.roots, *(tensors[n] for n in order))
 
 
 def rewrite_at(graph: Graph, data: RuleData, site: Site) -> Graph:
-    root = node_named(graph, str(site[0]))
+    k = len(data.lhs.outputs)
+    roots, bound = tuple(str(s) for s in site[:k]), tuple(site[k:])
+    root = node_named(graph, roots[0])
     order = data.input_names
     for match in _Matcher(graph, data).at(root):
         tensors = dict(match.tensors)
-        if tuple(tensors[n] for n in order) == tuple(site[1:]):
-            return _rewrite(graph, data, root, match)
+        if match.roots == roots and tuple(tensors[n] for n in order) == bound:
+            return _rewrite(graph, data, match)
     raise RuleNotApplicable(f"{data.name} does not match at {site}")
 
 
-def _rewrite(graph: Graph, data: RuleData, root: Node, match: Match) -> Graph:
-    out = root.outputs[0]
-    matched = {id(n) for _, n in match.nodes}
-    dropped = {n.outputs[0] for _, n in match.nodes if n is not root}
+def _topological(nodes: list[Node], ready: set[str]) -> list[Node]:
+    """``nodes`` in an order where each reads only tensors written before it (the given order where it is)."""
+    out: list[Node] = []
+    have = set(ready)
+    pending = list(nodes)
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i in have for i in n.inputs):
+                out.append(n)
+                have.update(n.outputs)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            raise RuleNotApplicable("the rewrite would create a cycle")
+        pending = rest
+    return out
+
+
+def _rewrite(graph: Graph, data: RuleData, match: Match) -> Graph:
+    by_name = {n.name: n for _, n in match.nodes}
+    roots = [by_name[r] for r in match.roots]
+    outs = [r.outputs[0] for r in roots]
+    dropped = {n.outputs[0] for _, n in match.nodes if n.name not in match.roots}
     b = GraphBuilder(graph.name)
     b.types = dict(graph.type_of)
     b.constants = {n: c.array for n, c in graph.constants}
     b._node_names = {n.name for n in graph.nodes}
-    t = build_program(b, data.rhs, dict(match.tensors), dict(match.binding))
-    if b.types[t] != graph.type_of[out]:
-        raise RuleNotApplicable(f"{data.name}: the right-hand side is {b.types[t]}, not {graph.type_of[out]}")
-    new_nodes = list(b.nodes)
+    built = build_program(b, data.rhs, dict(match.tensors), dict(match.binding), fold_constants=True)
+    for t, out in zip(built, outs):
+        if b.types[t] != graph.type_of[out]:
+            raise RuleNotApplicable(f"{data.name}: the right-hand side is {b.types[t]}, not {graph.type_of[out]}")
     rename: dict[str, str] = {}
-    if any(t in n.outputs for n in new_nodes):
-        rename[t] = out
-    elif out in graph.outputs:  # the result is an existing tensor, but the output keeps its name: copy it
-        ix = ",".join(f"i{k}" for k in range(len(b.types[t].shape)))
-        c = b.compute1(f"O[{ix}] = X[{ix}]", {"X": t}, "copy")
-        new_nodes = list(b.nodes)
-        rename[c] = out
-    else:  # readers of the root's output read the existing tensor instead
-        dropped.add(out)
-        rename[out] = t
+    for t, out in zip(built, outs):
+        if any(t in n.outputs for n in b.nodes) and t not in rename:
+            rename[t] = out
+        elif out in graph.outputs or t in rename:  # an existing tensor, but the output keeps its name: copy it
+            ix = ",".join(f"i{k}" for k in range(len(b.types[t].shape)))
+            rename[b.compute1(f"O[{ix}] = X[{ix}]", {"X": t}, "copy")] = out
+        else:  # readers of the root's output read the existing tensor instead
+            dropped.add(out)
+            rename[out] = t
+    new_nodes = list(b.nodes)
 
     def wire(n: Node) -> Node:
         return replace(n, inputs=tuple(rename.get(i, i) for i in n.inputs),
                        outputs=tuple(rename.get(o, o) for o in n.outputs))
 
+    matched = {id(n) for _, n in match.nodes}
     nodes: list[Node] = []
     for n in graph.nodes:
-        if n is root:
+        if n is roots[0]:
             nodes += [wire(x) for x in new_nodes]
         elif id(n) not in matched:
             nodes.append(wire(n) if rename else n)
-    gone = dropped | {k for k in rename if k != out}
+    if len(roots) > 1:  # the merged op reads what every root read: later producers move before it
+        nodes = _topological(nodes, set(graph.inputs) | {n for n, _ in graph.constants} | set(b.constants))
+    gone = dropped | {k for k in rename if k not in outs}
     used = {i for n in nodes for i in n.inputs} | set(graph.outputs)
     types = [(n, ty) for n, ty in graph.types if n not in gone]
     have = {n for n, _ in types}

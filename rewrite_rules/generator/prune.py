@@ -211,7 +211,7 @@ def _program(terms: list[Term], tid: int, var: dict[str, str], sym: dict[str, st
         return name[i]
 
     out = visit(tid)
-    return Program(tuple(steps), out)
+    return Program(tuple(steps), (out,))
 
 
 ELEMENTWISE_BINDINGS = (((dims.SHAPE_VARIABLE, (3, 4)),), ((dims.SHAPE_VARIABLE, (5,)),),
