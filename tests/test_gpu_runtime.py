@@ -151,3 +151,23 @@ def test_capsule_votes_on_the_gpu_at_full_size(gpu):
     caps = compile_op(CAPSULE, {"P": (8, 15, 15, 32, 4, 4), "W": (3, 3, 32, 32, 4, 4)})
     (k,) = _check_computes(gpu, [(caps, gpu_default_schedule(caps, gpu.target))], rtol=1e-3, atol=1e-3)
     assert k.time(repeat=5)["median_ms"] > 0
+
+
+def test_measure_gpu_gives_the_cpu_error_codes_from_worker_processes():
+    """Through the emulator binding in worker processes: OK with times, ILLEGAL_SCHEDULE for a reduction bound to
+    blocks, every candidate RUNTIME_ERROR naming GpuUnavailable when the worker cannot open the GPU, and
+    TIMEOUT (a fresh worker per candidate) when a worker outlives its limit."""
+    from superopt.runtime.gpu.measure import GpuMeasureConfig, measure_gpu
+    from superopt.runtime.target import h200_target
+    from superopt.schedule.primitives import Bind
+
+    mm = compile_op(MATMUL, {"A": (33, 20), "B": (20, 40)})
+    items = [(mm, gpu_default_schedule(mm, h200_target())), (mm, [Bind("C", "k", "block_x")])]
+    ok, illegal = measure_gpu(items, GpuMeasureConfig(binding="emulator", repeats=2))
+    assert ok.error_code == "OK" and len(ok.times_s) == 2 and ok.median_s > 0 and ok.target["kind"] == "cuda"
+    assert illegal.error_code == "ILLEGAL_SCHEDULE" and "binds only to thread_x" in illegal.error_msg
+    assert ok.workload_key == illegal.workload_key and ok.trace == tuple(items[0][1])
+    nogpu = measure_gpu(items, GpuMeasureConfig(binding="no-such-binding"))
+    assert [r.error_code for r in nogpu] == ["RUNTIME_ERROR"] * 2 and all("GpuUnavailable" in r.error_msg for r in nogpu)
+    slow = measure_gpu(items, GpuMeasureConfig(binding="emulator", build_timeout_s=0.2, run_timeout_s=0.01))
+    assert [r.error_code for r in slow] == ["TIMEOUT"] * 2
