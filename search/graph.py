@@ -25,15 +25,17 @@ Making it fast on real models (resnet50: 176 nodes, about 190 rewrites on the wa
   of the nodes it names, where their inputs come from, who reads their outputs), so the repeated
   blocks of a network share estimates; enumerating moves applies nothing;
 - queued moves are applied only when popped (lazy expansion);
-- with ``batch`` each expansion also queues the graph with every improving move applied (known
+- with ``batch`` each expansion also queues the graph with every improving move applied (moves of
+  the exploration families excluded: they pay off only through later moves; known
   improvements best first, then the moves not estimated yet; one per node; each kept only if the
   exact cost drops), so independent improvements, which commute, are not explored in every order:
   the search reaches greedy quality in a few expansions and spends its budget on the alternatives;
 - node costs and canonical op digests are cached per node/op object.
 
-Budgets: ``budget_s`` seconds and ``max_expansions`` expanded graphs (and optionally ``patience``)
-bound the exploration; the first batch descent from the start graph always completes (it does what a
-greedy pass does, in about the same time), so a search is never cut off worse than greedy.
+Budgets: ``budget_s`` seconds and ``max_expansions`` expanded graphs (and optionally ``patience``).
+With ``finish_descent`` the first batch descent from the start graph completes even past ``budget_s``
+(it does what a greedy pass does, in about the same time), so the search is never cut off worse than
+greedy; the budget then bounds the exploration after it (the pipeline's setting).
 Deterministic under ``seed``: moves are enumerated in rule and site order, ties are broken by a
 seeded random key; only hitting ``budget_s`` makes the result depend on the machine's speed.
 """
@@ -71,6 +73,7 @@ class GraphSearchConfig:
     batch: bool = True  # also queue "every improving move at once" per expansion (see the module docstring)
     batch_passes: int = 8  # rounds of the batch move (each round enumerates the moves the last one enabled)
     patience: int = 0  # stop after this many expansions without a gain of min_gain (0: never)
+    finish_descent: bool = False  # the first batch descent completes even past budget_s (never worse than greedy)
     min_gain: float = 1e-3  # relative cost reduction that counts as progress for patience
     rollout_depth: int = 4  # mcts: random rewrites per rollout
     exploration: float = 0.5  # mcts: UCT exploration constant (rewards are relative cost reductions)
@@ -295,7 +298,7 @@ class _Explorer:
         except Exception as err:  # noqa: BLE001 - a broken rule loses this move, named in the report
             self.error(rule, f"apply at {site}", err)
             return None
-        c = self.cost(new)
+        c = cost + self.cost.delta(graph, new)
         if key is not None:
             self._deltas[key] = c - cost
         return new, c
@@ -318,12 +321,15 @@ class _Explorer:
         moves = self.moves(state)
         for _ in range(passes):
             applied = len(path)
-            known = sorted((m for m in moves if m.estimate is not None and m.estimate < cost - eps),
+            known = sorted((m for m in moves if m.estimate is not None and m.estimate < cost - eps
+                            and m.rule.family not in EXPLORATION_FAMILIES),
                            key=lambda m: (m.estimate, m.order))
             start, touched = graph, set()
             # moves not estimated yet: simplifications before fusion (fusing first would hide, inside one
             # node, what a folding or hoisting rule rewrites across two), otherwise in enumeration order
-            unknown = sorted((m for m in moves if m.estimate is None), key=lambda m: (m.rule.family == "fusion", m.order))
+            # (exploration moves, which only pay off through later moves, are left to the search proper)
+            unknown = sorted((m for m in moves if m.estimate is None and m.rule.family not in EXPLORATION_FAMILIES),
+                             key=lambda m: (m.rule.family == "fusion", m.order))
             for m in known + unknown:
                 if cut and self.budget.out_of_time():
                     break
@@ -387,7 +393,7 @@ def _backtracking(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: 
             return best, STOP_NO_RULE
         first = False
         if config.batch:
-            b = ex.batch(state, config.batch_passes, cut=state is not start)
+            b = ex.batch(state, config.batch_passes, cut=not (config.finish_descent and state is start))
             if b is not None:
                 if b.cost < best.cost:
                     best = b
@@ -447,7 +453,8 @@ def _mcts(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: random.R
                 return best, STOP_EXHAUSTED
             continue
         move = node.untried.pop(0)
-        child_state = ex.batch(node.state, config.batch_passes, cut=node is not root) if move == "batch" else \
+        child_state = ex.batch(node.state, config.batch_passes, cut=not (config.finish_descent and node is root)) \
+            if move == "batch" else \
             ex.apply(node.state, move)
         if child_state is None:
             continue

@@ -322,6 +322,13 @@ class GraphCost:
         """Predicted seconds of ``graph``: the sum over its nodes."""
         return sum(self.node(graph, n) for n in graph.nodes)
 
+    def delta(self, before: Graph, after: Graph) -> float:
+        """``self(after) - self(before)`` from the nodes that differ (as objects: a rewrite keeps the
+        nodes it does not touch)."""
+        old, new = {id(n) for n in before.nodes}, {id(n) for n in after.nodes}
+        return (sum(self.node(after, n) for n in after.nodes if id(n) not in old)
+                - sum(self.node(before, n) for n in before.nodes if id(n) not in new))
+
     def breakdown(self, graph: Graph) -> list[tuple[str, float]]:
         """(node name, seconds) per node, in graph order."""
         return [(n.name, self.node(graph, n)) for n in graph.nodes]

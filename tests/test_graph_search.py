@@ -330,7 +330,7 @@ def test_a_rule_that_raises_is_named_in_the_report_and_the_search_goes_on():
     def broken(graph, site):
         raise ValueError("planted bug")
 
-    bad = Rule("planted_broken_rule", "exploration", "x = x", FUSE_ELEMENTWISE.matches, broken, lambda: [])
+    bad = Rule("planted_broken_rule", "planted", "x = x", FUSE_ELEMENTWISE.matches, broken, lambda: [])
     g = scaled_relu(8, 8)
     best, report = search_graph(g, cost(), GraphSearchConfig(budget_s=30), [bad, FUSE_ELEMENTWISE])
     assert report.applied == ("fuse_elementwise_into_producer",)
