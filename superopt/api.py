@@ -330,7 +330,8 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     else:
         rules = [r for r in everything if strategy != "greedy" or r.family not in EXPLORATION_FAMILIES]
     gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
-                                alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience)
+                                alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience,
+                                finish_descent=True)  # never worse than the greedy pass, whatever the budget
     cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
     graph, report = search_graph(graph, cost, gconfig, rules)
     if config.layout != "nchw":  # the global layout choice (search/layout.py), after the rewrites
