@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 DEFAULT = ("conv_bn_relu", "squeezenet", "inception_v1", "resnet50")
 
 
-def compile_program(graph, target, threads: int, layout: str | None):
+def compile_program(graph, target, threads: int, layout: str | None, cost_model: str | None = "pretrained"):
     """(executor, layout report or None, compile seconds) for the rewritten ``graph``."""
     from search.layout import choose_layouts
     from superopt.api import load_cost_model, schedule_graph
@@ -40,7 +40,7 @@ def compile_program(graph, target, threads: int, layout: str | None):
     if layout is not None:
         graph, report = choose_layouts(graph, target, layout=layout)
     graph = canonicalize_kernels(graph)
-    schedules, _, _ = schedule_graph(graph, target, None, load_cost_model("pretrained"))
+    schedules, _, _ = schedule_graph(graph, target, None, load_cost_model(cost_model))
     ex = GraphExecutor(graph, schedules, ExecutorConfig(threads, CompilerConfig(), target))
     return ex, report, time.perf_counter() - t0
 
@@ -58,7 +58,8 @@ def ort_session(data: bytes, threads: int):
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
-def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search: str = "greedy") -> dict:
+def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search: str = "greedy",
+                 cost_model: str | None = "pretrained") -> dict:
     from benchmarks.workloads import WORKLOADS_BY_NAME
     from superopt.api import OptimizeConfig, load_graph, rewrite_graph
     from superopt.interp import evaluate
@@ -77,7 +78,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
     row: dict = {"workload": name}
     fns = {}
     for system, lay in (("superopt_nchw", None), ("superopt_layout", layout)):
-        ex, rep, secs = compile_program(graph, target, threads, lay)
+        ex, rep, secs = compile_program(graph, target, threads, lay, cost_model)
         out = ex(x)[graph.outputs[0]]
         row[f"{system}_err"] = float(np.abs(out - ref).max()) / scale
         row[f"{system}_compile_s"] = secs
@@ -104,7 +105,8 @@ def write(rows: list[dict], out: Path, meta: dict, stem: str = "layout") -> None
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["# Global layout choice (issue 10): superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
              f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}; "
-             f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs)",
+             f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs); "
+             f"schedules: cost model {meta.get('cost_model', 'pretrained')}",
              f"- load average at start {meta['load_start']}, at end {meta['load_end']} (2 cores shared with other "
              "engineers' jobs: a busy machine, so the numbers are noisy; every system is timed in alternation, medians)",
              f"- command: `{meta['command']}`", "",
@@ -134,15 +136,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layout", default="auto")
     ap.add_argument("--graph-search", default="greedy", help="the rewrite pass's strategy (greedy: deterministic)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--cost-model", default="pretrained", help="pretrained, a model file, or none (default schedules)")
     ap.add_argument("--stem", default="layout", help="file names: STEM.md and STEM.json")
     a = ap.parse_args(argv)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads,
-            "graph_search": a.graph_search, "rounds": a.rounds, "layout": a.layout,
+            "graph_search": a.graph_search, "cost_model": a.cost_model, "rounds": a.rounds, "layout": a.layout,
             "load_start": [round(v, 2) for v in os.getloadavg()], "cpu": platform.processor() or platform.machine(),
             "command": "python benchmarks/layout.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     rows = []
     for name in a.only.split(","):
-        row = run_workload(name, a.threads, a.layout, a.rounds, a.graph_search)
+        row = run_workload(name, a.threads, a.layout, a.rounds, a.graph_search,
+                           None if a.cost_model == "none" else a.cost_model)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "layout"}), flush=True)
         meta["load_end"] = [round(v, 2) for v in os.getloadavg()]
