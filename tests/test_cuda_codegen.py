@@ -243,3 +243,30 @@ def test_blocked_tile_loads_and_stores_merge_into_float4(tmp_path):
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.f32", body)) == 4
     assert len(re.findall(r"ld\.global(\.nc)?\.f32", body)) == 0
     assert body.count("fma.rn.f32") == 64 and "st.global.v4.f32" in body
+
+
+def test_schedule_space_on_a_cuda_target_explores_gpu_sketches():
+    """The search's ScheduleSpace and the default heuristic dispatch on the target: a cuda target gets the
+    GPU sketches, its default point is the GPU default, and random points are legal GPU schedules."""
+    import random
+
+    from superopt.schedule.default import default_schedule
+    from superopt.schedule.space import ScheduleSpace
+
+    c = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (256, 128), "B": (128, 96)})
+    space = ScheduleSpace(c, h200_target(), frozenset())
+    assert space.sketches[0] == GPU_TILED
+    default = space.trace(space.default_point())
+    assert tuple(default) == tuple(gpu_default_schedule(c, h200_target()))
+    assert tuple(default_schedule(c, h200_target())) == tuple(default)
+    assert any(isinstance(p, Bind) for p in default)
+    rng = random.Random(0)
+    legal = 0
+    for _ in range(12):
+        try:
+            trace = space.trace(space.sample(rng))
+        except ScheduleError:
+            continue
+        legal += 1
+        assert any(isinstance(p, Bind) for p in trace)
+    assert legal >= 6

@@ -422,6 +422,10 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
 
 def sketch_names(compute: Compute, target: Target) -> list[str]:
     """The sketches (structures) that apply to ``compute``, most aggressive first."""
+    if target.kind == "cuda":
+        from superopt.schedule.gpu_default import gpu_sketch_names
+
+        return gpu_sketch_names(compute, target)
     stmts = list(compute.statements)
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
@@ -445,6 +449,10 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     """The trace of ``sketch`` with ``knobs`` (the heuristic's values where not overridden).
 
     Raises ValueError (or ScheduleError at lowering) when the sketch does not fit the compute."""
+    if target.kind == "cuda":
+        from superopt.schedule.gpu_default import build_gpu_sketch
+
+        return build_gpu_sketch(compute, target, consts, sketch, knobs)
     kn = knobs or KnobRecorder()
     stmts = list(compute.statements)
     final = stmts[-1]
