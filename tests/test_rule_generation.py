@@ -261,3 +261,21 @@ def test_generated_rules_merge_the_bert_encoders_q_k_v_projections_matching_onnx
     (want,) = ort_session(model).run(None, {k: v for k, v in feed.items()})
     got = evaluate(new, x, np.float64)[new.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_generated_merge_of_a_1x1_and_a_3x3_conv_matches_squeezenets_fire_modules():
+    from superopt.api import load_graph
+    from superopt.ir.prune import prune_graph
+    from superopt.testing.light_models import randomized_light_model
+
+    graph = prune_graph(load_graph(randomized_light_model("squeezenet")))
+    rule = BY_MATH["(convb(X, W0, B0), convb(X, W1, B1)) = "
+                   "split1(convb(X, concat0(enlarge(W0), W1), concat0(B0, B1)), [o, o1])"]
+    sites = rule.sites(graph)
+    assert len(sites) == 8  # each fire module's expand 1x1 and expand 3x3 over the squeeze output
+    frag = _fragment(graph, "conv_6", "concat")  # fire2's expand convs, ReLUs and concat
+    (site,) = rule.sites(frag)
+    new = rule.apply(frag, site)
+    merged = [n for n in new.nodes if n.name.startswith("conv")]
+    assert len(merged) == 1 and new.type_of[merged[0].inputs[1]].shape[2:] == (3, 3)  # the 1x1 kernel enlarged
+    _same_outputs(frag, new, _feed(frag))

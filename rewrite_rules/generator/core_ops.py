@@ -256,6 +256,21 @@ def _convk_build(b: GraphBuilder, xs: list[str], a: Attrs) -> str:
     return ops.conv2d(b, xs[0], xs[1], pads=(p, p, p, p))
 
 
+def _enlarge_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    """A conv kernel (o,c,k,k) zero-padded by one on each side: (o,c,k+2,k+2) (TASO's kernel enlargement)."""
+    (w,) = shapes
+    if len(w) != 4 or w[2] != w[3] or not w[2].isidentifier():
+        return None
+    return w[:2] + (dims.add(w[2], "2"),) * 2
+
+
+def _enlarge_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 1):
+        return []
+    (w,), out = _shapes(graph, node)
+    return [{}] if len(w) == 4 and out == (w[0], w[1], w[2] + 2, w[3] + 2) else []
+
+
 def _addb_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
     """A bias along the last axis: X (..., r) + C (r)."""
     x, c = shapes
@@ -312,6 +327,8 @@ CORE_OPS: dict[str, CoreOp] = {op.name: op for op in [
     CoreOp("convb", 3, True, _convb_shape, _convb_numpy, _convb_build, _convb_candidates),
     CoreOp("convk", 2, True, _convk_shape, lambda xs, a: _convb_numpy([*xs, np.zeros(xs[1].shape[0])], a), _convk_build,
            _convk_candidates),
+    CoreOp("enlarge", 1, True, _enlarge_shape, lambda xs, a: np.pad(xs[0], ((0, 0), (0, 0), (1, 1), (1, 1))),
+           lambda b, xs, a: ops.pad(b, xs[0], (0, 0, 1, 1, 0, 0, 1, 1)), _enlarge_candidates),
     CoreOp("addb", 2, True, _addb_shape, lambda xs, a: xs[0] + xs[1], lambda b, xs, a: ops.add(b, *xs), _addb_candidates),
     CoreOp("flatten", 1, True, lambda s, a: (dims.mul(*s[0]),) if len(s[0]) == 2 else None,
            lambda xs, a: xs[0].reshape(-1), lambda b, xs, a: ops.reshape(b, xs[0], [-1]),

@@ -50,7 +50,7 @@ WORLDS: tuple[World, ...] = (
     # real convs carry a bias and have any odd kernel (same padding); sibling weights have their own channels
     World("conv_bias", (("X", ("n", "c", "h", "w")), ("W", ("o", "c", "k", "k")), ("V", ("u", "c", "k", "k")),
                         ("B", ("o",)), ("D", ("u",))),
-          ("convb", "relu", "concat"),
+          ("convb", "relu", "concat", "enlarge"),
           _b(n=2, c=3, o=4, u=2, h=5, w=6, k=3), (_b(n=1, c=2, o=3, u=2, h=4, w=5, k=1),
                                                   _b(n=2, c=3, o=2, u=3, h=5, w=4, k=3))),
     World("conv_same", (("X", ("n", "c", "h", "w")), ("W", ("o", "c", "k", "k")), ("V", ("u", "c", "k", "k"))),

@@ -39,10 +39,11 @@ class _Matcher:
         index = graph_index(graph)
         self.of_node, self.by_op, self.position = index.of_node, index.by_op, index.position
         self.producer = graph.producer
+        self.ordered = _interchangeable(data)
 
     def at(self, root: Node) -> Iterator[Match]:
         """Matches whose first output is ``root``'s; a multi-output pattern's further outputs are nodes after
-        the previous one in graph order (its outputs are siblings: any order of them is the same match)."""
+        the previous one in graph order when its outputs are interchangeable (any order is the same match)."""
         if len(root.outputs) != 1:
             return
         seen = set()
@@ -64,7 +65,7 @@ class _Matcher:
         pool = self.graph.consumers.get(bound[0], []) if bound else self.by_op.get(step.op, [])
         taken = {id(n) for n in nodes.values()}
         for node in sorted({id(n): n for n in pool}.values(), key=lambda n: self.position[id(n)]):
-            if self.position[id(node)] <= after or id(node) in taken or len(node.outputs) != 1:
+            if self.ordered and self.position[id(node)] <= after or id(node) in taken or len(node.outputs) != 1:
                 continue
             for v, n, a in self._tensor(p, node.outputs[0], vars_, nodes, attrs):
                 yield from self._more(k + 1, node, v, n, a)
@@ -142,6 +143,28 @@ class _Matcher:
                 return None
         roots = tuple(nodes[p].name for p in self.prog.outputs)
         return Match(tuple(sorted(vars_.items())), tuple(nodes.items()), roots, tuple(sorted(binding.items())))
+
+
+def _interchangeable(data: RuleData) -> bool:
+    """Whether a multi-output pattern's outputs are alike up to renaming their own inputs and extents (then
+    matching them in graph order only finds each site once)."""
+    if len(data.lhs.outputs) == 1:
+        return True
+    step = data.lhs.step_of
+    shape_of = dict(data.inputs)
+    args = [[a for a in step[o].args if a in shape_of] for o in data.lhs.outputs]
+    readers: dict[str, set[int]] = {}
+    for k, xs in enumerate(args):
+        for x in xs:
+            for d in shape_of[x]:
+                for s in dims.symbols(d):
+                    readers.setdefault(s, set()).add(k)
+    common = {s for s, ks in readers.items() if len(ks) > 1}
+
+    def sig(x: str) -> tuple[str, ...]:
+        return tuple(d if dims.symbols(d) <= common else "_" for d in shape_of[x])
+
+    return len({(step[o].op, tuple(map(sig, xs))) for o, xs in zip(data.lhs.outputs, args)}) == 1
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,10 @@ def merge_rules(world: World, kept: list[Candidate]) -> list[RuleData]:
             if tau is None:
                 continue
             if shared:  # siblings reading one tensor: merged
-                out += _derive(world, c, t, r, sigma, shared, own, tau, lift=False)
+                merged = _derive(world, c, t, r, sigma, shared, own, tau, lift=False)
+                out += merged
+                if _enlarges(kept, terms[t.args[0]].op):
+                    out += [m for m in map(_mixed_kernels, merged[:1]) if m is not None]
             if cat == c.lhs:  # the concat of siblings is the bigger side: the same for an n-ary concat
                 out += _derive(world, c, t, r, sigma, shared, own, tau, lift=True)
     return out
@@ -196,3 +199,36 @@ def _rename_attr(v, sym: dict[str, str]):
     if isinstance(v, tuple):
         return tuple(_rename_attr(x, sym) for x in v)
     return v
+
+
+def _enlarges(kept: list[Candidate], conv: str | None) -> bool:
+    """Whether a kept rule states ``conv(X, enlarge(W), ..) = conv(X, W, ..)`` (a kernel zero-padded by one
+    computes the same same-padded conv)."""
+    for c in kept:
+        lhs, rhs = c.terms[c.lhs], c.terms[c.rhs]
+        if lhs.op == conv and rhs.op == conv and len(lhs.args) > 1 and c.terms[lhs.args[1]].op == "enlarge" \
+                and c.terms[lhs.args[1]].args[0] == rhs.args[1] and lhs.args[0] == rhs.args[0]:
+            return True
+    return False
+
+
+def _mixed_kernels(data: RuleData) -> RuleData | None:
+    """A two-sibling conv merge where the second sibling's kernel is larger by two (squeezenet's expand 1x1
+    and 3x3 over one input): the first sibling's weights are enlarged (zero-padded) before the concat.
+    The composition of the merge with the enumerated ``conv(X, enlarge(W), ..) = conv(X, W, ..)``."""
+    kernels = [x for x, sh in data.inputs if len(sh) == 4 and sh[2] == sh[3] == "k"]
+    first = [x for x in kernels if x.endswith("0")]
+    second = [x for x in kernels if x.endswith("1")]
+    if len(first) != 1 or len(second) != 1:
+        return None
+    w0, w1 = first[0], second[0]
+    big = dims.add("k", "2")
+    inputs = tuple((x, sh[:2] + (big, big) if x == w1 else sh) for x, sh in data.inputs)
+    steps = [Step("e0", "enlarge", (w0,))]
+    for st in data.rhs.steps:
+        steps.append(Step(st.out, st.op, tuple("e0" if a == w0 else a for a in st.args), st.attrs))
+    rhs = Program(tuple(steps), data.rhs.outputs)
+    names = [x for x, _ in inputs]
+    math = f"{data.lhs.text(names)} = {rhs.text(names)}"
+    name = "gen_merge_" + hashlib.sha1(f"mixed|{data.name}".encode()).hexdigest()[:10]
+    return RuleData(name, "exploration", math, data.polynomial, inputs, data.lhs, rhs, data.bindings)
