@@ -9,7 +9,7 @@
     dev.time_ms(lambda: ..., repeat=20)  # CUDA events around each call, median
 
 Bindings are tried in the order of :data:`BINDINGS` (pycuda where it imports, then NVIDIA's
-``cuda-bindings``, then CuPy); ``SUPEROPT_GPU_BINDING`` picks one, or ``emulator``: the CPU stand-in
+``cuda-bindings``, then CuPy); ``require_gpu(binding=...)`` picks one, or ``emulator``: the CPU stand-in
 of ``_emulator.py`` (g++-emulated kernels, host memory) that runs this whole interface without a GPU.
 Without a driver or a device the error is one line naming what is missing (``GpuUnavailable: no CUDA driver (libcuda.so.1) ...``).
 """
@@ -149,9 +149,9 @@ _DEVICES: dict[str, GpuDevice] = {}  # binding name (or "auto") -> the device op
 def require_gpu(binding: str | None = None) -> GpuDevice:
     """The GPU (device 0) through the first binding that works, opened once per process and binding.
 
-    ``binding`` (or ``$SUPEROPT_GPU_BINDING``) picks one of :data:`BINDINGS` (or ``emulator``). Raises
+    ``binding`` picks one of :data:`BINDINGS` (or ``emulator``). Raises
     :class:`GpuUnavailable` with a one-line reason: no driver, no device, or no binding that imports."""
-    want = binding or os.environ.get("SUPEROPT_GPU_BINDING") or None
+    want = binding or None
     key = want or "auto"
     if key in _DEVICES:
         return _DEVICES[key]
