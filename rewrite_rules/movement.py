@@ -559,6 +559,6 @@ READ_THROUGH_RESHAPE = Rule("read_through_reshape", "movement",
                             split_reshape_sites, read_through_reshape, _split_reshape_examples, polynomial=True)
 SPLIT_LOOPS = Rule("split_loops_through_merging_reshape", "movement",
                    "C(reshape(X, (.., n1*n2, ..))) = reshape(C'(X)) with C's loop over the merged axis split in (n1, n2)",
-                   merge_reshape_sites, split_loops_through_reshape, _merge_reshape_examples, polynomial=False)
+                   merge_reshape_sites, split_loops_through_reshape, _merge_reshape_examples, polynomial=True)
 
 RULES = [INLINE_COPY, REMOVE_IDENTITY, MERGE_RESHAPES, READ_THROUGH_RESHAPE, SPLIT_LOOPS]
