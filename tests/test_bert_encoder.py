@@ -18,13 +18,21 @@ from superopt.frontends.onnx_frontend import import_onnx_model  # noqa: E402
 from superopt.ir.expr import Access, Binary, Unary  # noqa: E402
 from superopt.testing.exported_models import export_model, max_rel_error, ort_session  # noqa: E402
 
+# the default pipeline (backtracking graph search; given time to converge on a busy machine, it stops when
+# converged) and the greedy driver (every shrinking rule to a fixed point)
+PIPELINES = {"search": OptimizeConfig(graph_budget_s=30.0), "greedy": OptimizeConfig(graph_search="greedy")}
+
 
 @functools.cache
-def _encoder():
+def _exported():
     model, feed = export_model("bert_encoder")
-    imported = import_onnx_model(model)
-    # the default pipeline (backtracking graph search), with time to converge on a busy machine
-    return model, feed, imported, rewrite_graph(imported.graph, OptimizeConfig(graph_budget_s=30.0))
+    return model, feed, import_onnx_model(model)
+
+
+@functools.cache
+def _encoder(pipeline: str = "search"):
+    model, feed, imported = _exported()
+    return model, feed, imported, rewrite_graph(imported.graph, PIPELINES[pipeline])
 
 
 def _fns(node) -> set[str]:
@@ -36,8 +44,9 @@ def _contractions_with_constant(graph, node) -> list:
     return [st for st in node.op.statements if st.reduce == "+=" and any(a.tensor in consts for a in st.expr.accesses())]
 
 
-def test_qkv_projections_merged_into_one_contraction():
-    model, _, imported, (graph, applied) = _encoder()
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_qkv_projections_merged_into_one_contraction(pipeline):
+    model, _, imported, (graph, applied) = _encoder(pipeline)
     x = graph.inputs[0]
     init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     # the three projections of the input, in Q, K, V order (the exported MatMuls reading the input)
@@ -52,16 +61,18 @@ def test_qkv_projections_merged_into_one_contraction():
     assert "merge_parallel_contractions" in applied
 
 
-def test_bias_gelu_fused_into_its_contraction():
-    _, _, _, (graph, _) = _encoder()
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_bias_gelu_fused_into_its_contraction(pipeline):
+    _, _, _, (graph, _) = _encoder(pipeline)
     (ffn,) = [n for n in graph.nodes if not n.is_extern and "erf" in _fns(n)]
     (mm,) = _contractions_with_constant(graph, ffn)
     bias = [st for st in ffn.op.statements if st.reduce == "=" and any(a.tensor == mm.out for a in st.expr.accesses())]
     assert len(bias) == 1 and isinstance(bias[0].expr, Binary) and bias[0].expr.op == "+"  # P + b, then GELU: one node
 
 
-def test_residual_add_and_layer_norm_fused():
-    _, _, imported, (graph, _) = _encoder()
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_residual_add_and_layer_norm_fused(pipeline):
+    _, _, imported, (graph, _) = _encoder(pipeline)
     norms = [n for n in graph.nodes if not n.is_extern and "rsqrt" in _fns(n)]
     assert len(norms) == 2
     for node in norms:
@@ -79,8 +90,10 @@ def test_residual_add_and_layer_norm_fused():
 
 
 def test_attention_is_one_node():
-    """scores = Q K^T / sqrt(d), softmax, and the weighted sum of V: one node (rewrite_rules.vertical_fusion)."""
-    _, _, _, (graph, applied) = _encoder()
+    """scores = Q K^T / sqrt(d), softmax, and the weighted sum of V: one node (rewrite_rules.vertical_fusion), once
+    the movement rules have removed the reshapes around the softmax. Greedy only: to the graph search's cost those
+    reshapes are free aliases, so removing them is no gain and it stops before the attention fusion they enable."""
+    _, _, _, (graph, applied) = _encoder("greedy")
     (attn,) = [n for n in graph.nodes if not n.is_extern and "exp" in _fns(n)]
     sums = [st for st in attn.op.statements if st.reduce == "+="]
     scores, weighted = sums[0], sums[-1]
@@ -91,7 +104,7 @@ def test_attention_is_one_node():
 
 
 def test_encoder_matches_onnxruntime():
-    model, feed, _, _ = _encoder()
+    model, feed, _ = _exported()
     prog = optimize(model, feed, OptimizeConfig(cost_model=None))
     want = ort_session(model).run(None, feed)
     for got, w in zip(prog(**feed), want):
