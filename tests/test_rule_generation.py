@@ -65,12 +65,12 @@ def test_stored_rules_are_data_with_at_least_fifty_verified_generated_rules():
         lhs, rhs = len(r.lhs.steps), len(r.rhs.steps)
         if len(r.lhs.outputs) > 1:  # a merge: one op over concatenated inputs, an output sliced per sibling
             merges += 1
-            assert r.family == "exploration" and len(r.rhs.outputs) == len(r.lhs.outputs) == lhs, r.math
+            assert r.family == "exploration" and len(r.rhs.outputs) == len(r.lhs.outputs) <= lhs, r.math
             assert all(r.rhs.step_of[o].op == "slice" for o in r.rhs.outputs), r.math
         else:
             assert lhs > rhs if r.family == "generated" else lhs == rhs, r.math
         assert r.polynomial == all(op != "relu" for op in r.lhs.ops() + r.rhs.ops())
-    assert sum(r.family == "generated" for r in rules) >= 50 and merges >= 6
+    assert sum(r.family == "generated" for r in rules) >= 50 and merges >= 20
 
 
 def test_merge_and_n_ary_rules_are_derived_from_sibling_concats_verified_and_reproducible():
@@ -251,11 +251,14 @@ def test_generated_rules_merge_the_bert_encoders_q_k_v_projections_matching_onnx
     model, feed = export_model("bert_encoder")
     graph = prune_graph(load_graph(model))
     merges = _merge_sites(graph)
-    assert len(merges) == 4 and frozenset(("matmul", "matmul_2", "matmul_8")) in merges  # Q/K/V: the triple, 3 pairs
+    # Q/K/V: the triple and the 3 pairs, as matmuls and as matmuls with their bias adds
+    assert len(merges) == 8 and frozenset(("matmul", "matmul_2", "matmul_8")) in merges
     assert {frozenset(s) for s in MERGE_PARALLEL.sites(graph)} <= set(merges)  # the hand-written merge's sites too
-    rule, site = merges[frozenset(("matmul", "matmul_2", "matmul_8"))]
+    rule, site = merges[frozenset(("add", "add_4", "add_10"))]
+    assert rule.math.startswith("(addb((X @ W0), Z0), addb((X @ W1), Z1), addb((X @ W2), Z2)) = ")
     new = rule.apply(graph, site)
     assert sum(n.name.startswith("matmul") for n in new.nodes) == sum(n.name.startswith("matmul") for n in graph.nodes) - 2
+    assert sum(n.name.startswith("add") for n in new.nodes) == sum(n.name.startswith("add") for n in graph.nodes) - 2
     x = {graph.inputs[0]: next(iter(feed.values()))}
     _same_outputs(graph, new, x)
     (want,) = ort_session(model).run(None, {k: v for k, v in feed.items()})

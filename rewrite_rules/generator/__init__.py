@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from rewrite_rules.generator.enumerate import WORLDS, World, enumerate_world
 from rewrite_rules.generator.match import make_rule
-from rewrite_rules.generator.multi import merge_rules
+from rewrite_rules.generator.multi import Distributor, distributors, merge_rules, through
 from rewrite_rules.generator.pattern import RuleData
 from rewrite_rules.generator.prune import candidates, rule_data
 
@@ -55,11 +55,13 @@ def generate(worlds: tuple[World, ...] = WORLDS, max_ops: int | None = None, ops
     t0 = time.perf_counter()
     report = GenerationReport([])
     seen: set[str] = set()
+    dists: list[Distributor] = []
     for world in worlds:
         e = enumerate_world(world, max_ops=max_ops, ops=ops)
         report.terms += len(e.terms)
         report.pairs += len(e.pairs)
         kept, stats = candidates(e)
+        dists += distributors(world, kept)
         for k, v in stats.items():
             if k != "pairs":
                 report.pruned[k] = report.pruned.get(k, 0) + v
@@ -69,6 +71,20 @@ def generate(worlds: tuple[World, ...] = WORLDS, max_ops: int | None = None, ops
                 report.pruned["same_rule_in_another_world"] = report.pruned.get("same_rule_in_another_world", 0) + 1
                 continue
             seen.add(key)
+            if verify:
+                try:
+                    verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))
+                except RuleVerificationError as err:
+                    report.failed.append((data.math, str(err)))
+                    continue
+            report.rules.append(data)
+    # merges followed by a per-sibling op that commutes with the concat (biases): across worlds
+    merges = [r for r in report.rules if len(r.lhs.outputs) > 1]
+    for d in sorted(set(dists), key=repr):
+        for m in merges:
+            data = through(m, d)
+            if data is None:
+                continue
             if verify:
                 try:
                     verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))

@@ -62,6 +62,10 @@ WORLDS: tuple[World, ...] = (
                       ("C", ("r",)), ("E", ("r",))),
           ("matmul", "addb", "add", "concat"),
           _b(b=2, p=3, q=4, r=5, s=3), (_b(b=2, p=2, q=3, r=4, s=2), _b(b=3, p=4, q=2, r=3, s=5))),
+    # per-column ops on sibling results of their own widths (a merge's outputs): how they commute with a concat
+    World("columns", (("A", ("b", "p", "r")), ("B", ("b", "p", "s")), ("C", ("r",)), ("E", ("s",))),
+          ("addb", "concat"),
+          _b(b=2, p=3, r=4, s=3), (_b(b=2, p=2, r=3, s=2), _b(b=3, p=2, r=2, s=4))),
     World("reshape", (("A", ("p", "q")), ("B", ("p", "q"))),
           ("add", "mul", "relu", "transpose", "flatten", "unflatten"),
           _b(p=3, q=4), (_b(p=2, q=3), _b(p=4, q=5))),

@@ -18,6 +18,7 @@ relu(X3)) = relu(concat1(X0, .., X3))``): a real concat has as many inputs as a 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from rewrite_rules.generator import dims
 from rewrite_rules.generator.core_ops import CORE_OPS, Shape
@@ -232,3 +233,99 @@ def _mixed_kernels(data: RuleData) -> RuleData | None:
     math = f"{data.lhs.text(names)} = {rhs.text(names)}"
     name = "gen_merge_" + hashlib.sha1(f"mixed|{data.name}".encode()).hexdigest()[:10]
     return RuleData(name, "exploration", math, data.polynomial, inputs, data.lhs, rhs, data.bindings)
+
+
+# ---- merges through a distributing op: (f(L0, C0), f(L1, C1)) = split(f(R, concat(C0, C1))) ----------------------
+
+@dataclass(frozen=True)
+class Distributor:
+    """An enumerated rule ``concat_a(f(A, C), f(B, E)) = f(concat_a(A, B), concat_b(C, E))`` over inputs: the op
+    ``f`` applied to each sibling's output and its own operand (a per-column bias) commutes with the concat."""
+
+    op: str
+    pos: int  # the argument of f that is the concatenated tensor
+    tensor: Shape  # its shape in the world (A)
+    other: Shape  # the own operand's shape (C)
+    axis: int  # a
+    other_axis: int  # b
+    attrs: tuple
+
+
+def distributors(world: World, kept: list[Candidate]) -> list[Distributor]:
+    shape_of = dict(world.inputs)
+    out = []
+    for c in kept:
+        terms = c.terms
+        for cat, r in ((c.lhs, c.rhs), (c.rhs, c.lhs)):
+            t, u = terms[cat], terms[r]
+            if t.op != "concat" or u.op is None or u.op == "concat" or len(u.args) != 2:
+                continue
+            f0, f1 = (terms[a] for a in t.args)
+            if f0.op != u.op or f1.op != u.op or f0.attrs != u.attrs or f1.attrs != u.attrs:
+                continue
+            if any(terms[a].op is not None for a in f0.args + f1.args):
+                continue
+            cats = [terms[a] for a in u.args]
+            if any(x.op != "concat" or any(terms[a].op is not None for a in x.args) for x in cats):
+                continue
+            for pos in (0, 1):
+                want = [(terms[f0.args[k]].name, terms[f1.args[k]].name) for k in (pos, 1 - pos)]
+                got = [tuple(terms[a].name for a in cats[k].args) for k in (pos, 1 - pos)]
+                a_name, c_name = want[0][0], want[1][0]
+                if want == got and dict(cats[pos].attrs) == dict(t.attrs) and len({*want[0], *want[1]}) == 4:
+                    out.append(Distributor(u.op, pos, shape_of[a_name], shape_of[c_name], dict(t.attrs)["axis"],
+                                           dict(cats[1 - pos].attrs)["axis"], u.attrs))
+    return out
+
+
+def _program_shapes(program: Program, inputs: dict[str, Shape]) -> dict[str, Shape]:
+    shapes = dict(inputs)
+    for s in program.steps:
+        shape = CORE_OPS[s.op].shape([shapes[a] for a in s.args], s.attr)
+        if shape is None:
+            raise ValueError(f"{s.op} does not apply to {[shapes[a] for a in s.args]}")
+        shapes[s.out] = shape
+    return shapes
+
+
+def through(merge: RuleData, d: Distributor) -> RuleData | None:
+    """The merge followed by ``d.op`` on every sibling (each with its own operand): one ``d.op`` on the merged
+    result over the concatenated operands, then the split (Q/K/V projections with their biases)."""
+    cuts = [merge.rhs.step_of[o] for o in merge.rhs.outputs]
+    if any(c.op != "slice" for c in cuts) or cuts[0].attr["axis"] != d.axis:
+        return None
+    inputs = dict(merge.inputs)
+    shapes = _program_shapes(merge.lhs, inputs)
+    new_inputs = list(merge.inputs)
+    lsteps, louts = list(merge.lhs.steps), []
+    own = []
+    for k, o in enumerate(merge.lhs.outputs):
+        shape = shapes[o]
+        if len(shape) != len(d.tensor) or not all(x.isidentifier() for x in d.tensor):
+            return None
+        unify = dict(zip(d.tensor, shape))
+        try:
+            other = tuple(unify[x] if x in unify else x for x in d.other)
+        except KeyError:
+            return None
+        name = f"Z{k}"
+        new_inputs.append((name, other))
+        own.append(name)
+        args = (o, name) if d.pos == 0 else (name, o)
+        lsteps.append(Step(f"f{k}", d.op, args, d.attrs))
+        louts.append(f"f{k}")
+    cut_of = {c.out for c in cuts}
+    rsteps = [s for s in merge.rhs.steps if s.out not in cut_of]
+    merged = cuts[0].args[0]
+    rsteps.append(Step("zc", "concat", tuple(own), (("axis", d.other_axis),)))
+    rsteps.append(Step("fm", d.op, (merged, "zc") if d.pos == 0 else ("zc", merged), d.attrs))
+    routs = []
+    for k, c in enumerate(cuts):
+        rsteps.append(Step(f"s{k}", "slice", ("fm",), c.attrs))
+        routs.append(f"s{k}")
+    lhs, rhs = Program(tuple(lsteps), tuple(louts)), Program(tuple(rsteps), tuple(routs))
+    names = [x for x, _ in new_inputs]
+    math = f"{lhs.text(names)} = {rhs.text(names)}"
+    name = "gen_merge_" + hashlib.sha1(f"through|{merge.name}|{d}".encode()).hexdigest()[:10]
+    polynomial = merge.polynomial and CORE_OPS[d.op].polynomial
+    return RuleData(name, "exploration", math, polynomial, tuple(new_inputs), lhs, rhs, merge.bindings)
