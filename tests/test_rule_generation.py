@@ -282,3 +282,16 @@ def test_a_generated_merge_of_a_1x1_and_a_3x3_conv_matches_squeezenets_fire_modu
     merged = [n for n in new.nodes if n.name.startswith("conv")]
     assert len(merged) == 1 and new.type_of[merged[0].inputs[1]].shape[2:] == (3, 3)  # the 1x1 kernel enlarged
     _same_outputs(frag, new, _feed(frag))
+
+
+def test_a_merge_with_its_slices_swapped_is_caught_by_the_verifier():
+    from dataclasses import replace
+
+    from rewrite_rules.generator.match import make_rule
+    from rewrite_rules.verify import RuleVerificationError
+
+    data = next(r for r in read_rules(str(DATA)) if r.math.startswith("(X @ W0, X @ W1) = split2("))
+    verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))
+    swapped = replace(data, name="planted_swapped_merge", rhs=replace(data.rhs, outputs=data.rhs.outputs[::-1]))
+    with pytest.raises((RuleVerificationError, RuleNotApplicable), match="planted_swapped_merge"):
+        verify_rule(make_rule(swapped), seeds=(0,), field_seeds=(0,))

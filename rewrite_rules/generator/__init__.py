@@ -3,11 +3,17 @@
 Pipeline (:func:`generate`):
 
 1. :mod:`.enumerate` - per *world* (matrix: matmul/add/mul/relu/transpose/concat/slice over 2-D inputs;
-   conv: 3x3 conv/add/relu/concat over NCHW inputs and OIHW weights; reshape: flatten/unflatten with
-   add/mul/relu/transpose), every program of up to 3 ops built from representatives, fingerprinted on
+   conv: 3x3 conv/add/relu/concat over NCHW inputs and OIHW weights; conv_bias / conv_same: same-padded
+   convs of any odd kernel with / without bias; batched: 3-D activations by 2-D weights, per-column bias;
+   columns; reshape: flatten/unflatten with add/mul/relu/transpose), every program of up to 3 ops built
+   from representatives, fingerprinted on
    random inputs (float64, plus exact residues for polynomial programs);
 2. :mod:`.prune` - fingerprint-equal pairs become oriented candidate rules; trivial ones, unmatchable
    ones, renamed duplicates and instances of more general rules are dropped;
+2b. :mod:`.multi` - from rules whose one side concatenates two siblings (same ops, own inputs): multi-output
+   merges (n = 2, 3 siblings sharing an input = one op over concatenated inputs, then a split; also with a
+   1x1-to-3x3 kernel enlargement, and followed by an op that commutes with the concat, as a bias add) and the
+   rule for an n-ary concat (n = 3, 4);
 3. verification - each candidate becomes a :class:`~rewrite_rules.Rule` (:mod:`.match`: it matches
    real graphs by recognising nodes as core ops) and must pass :func:`rewrite_rules.verify.verify_rule`
    on its examples (the left side built at two or three extents) in float64 and over the finite field;
