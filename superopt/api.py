@@ -44,10 +44,10 @@ class OptimizeConfig:
     # stops after graph_budget_s seconds, graph_expansions expanded graphs, or graph_patience expansions
     # without a 0.1% gain; graph_alpha: queue rewrites costing up to alpha x the best graph (TASO's relaxation)
     graph_search: str = "backtracking"
-    graph_budget_s: float = 2.0
-    graph_expansions: int = 40
+    graph_budget_s: float = 1.0
+    graph_expansions: int = 20
     graph_alpha: float = 1.05
-    graph_patience: int = 8
+    graph_patience: int = 4
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
     database: str | Path | None = None  # a tuning database (search.database) consulted before the default
