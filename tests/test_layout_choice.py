@@ -155,3 +155,19 @@ def test_optimize_takes_the_layout_from_its_config_and_verifies():
     assert prog.report.max_error is not None and prog.report.max_error < 1e-4  # checked against the reference
     assert len(conversions(prog.graph)) == 2
     assert not conversions(optimize(g, OptimizeConfig(threads=1)).graph)  # the default keeps NCHW
+
+
+def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
+    from search.layout import blocked_kernels
+    from superopt.api import load_cost_model, schedule_graph
+    from superopt.ir.canonical import canonicalize_kernels
+
+    g = canonicalize_kernels(choose_layouts(small_net(hw=6), TARGET, layout="nchw16c")[0])
+    blocked = blocked_kernels(g)
+    assert {"conv1", "pool", "conv2", "avg"} <= set(blocked) and "gemm" not in blocked
+    model = load_cost_model("pretrained")
+    if model is None:
+        pytest.skip("no pretrained cost model in this checkout")
+    schedules, _, _ = schedule_graph(g, TARGET, None, model)
+    default = default_schedules(g, TARGET)
+    assert all(schedules[n] == default[n] for n in blocked)
