@@ -378,9 +378,11 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
 
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
     if cost_model is not None:
+        from search.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
         from search.model_guided import schedules_from_model
 
-        chosen, picks = schedules_from_model(graph, target, cost_model, skip=hits, deadline=deadline)
+        chosen, picks = schedules_from_model(graph, target, cost_model, skip=[*hits, *blocked_kernels(graph)],
+                                             deadline=deadline)
         schedules = chosen | schedules
         picked = [name for name, p in picks.items() if not p.is_default]
     if any(not n.is_extern and n.name not in schedules for n in graph.nodes):
