@@ -462,7 +462,24 @@ def split_loops_through_reshape(graph: Graph, site: Site) -> Graph:
         nodes += [new_reader, *after] if n is reader else [n]
     if not any(reshape.outputs[0] in n.inputs for n in nodes if n is not reshape) and reshape.outputs[0] not in graph.outputs:
         nodes = [n for n in nodes if n is not reshape]
-    return rebuild(graph, nodes, new_types=new_types, new_constants=new_consts)
+    split = rebuild(graph, nodes, new_types=new_types, new_constants=new_consts)
+    return _read_through_unsplit(split, {n.name for n in after})
+
+
+def _read_through_unsplit(graph: Graph, unsplit: set[str]) -> Graph:
+    """The reshapes back to the old shape read through where their readers allow (a reshape of them merged,
+    an identity removed, a compute reader re-indexed): the split and its clean-up are one move."""
+    for _ in range(8 * len(unsplit) + 8):
+        touched = unsplit | {r.name for n in graph.nodes if n.name in unsplit for r in graph.consumers.get(n.outputs[0], [])
+                             if _is_reshape(r)}
+        for rule in (MERGE_RESHAPES, REMOVE_IDENTITY, READ_THROUGH_RESHAPE):
+            site = next((s for s in rule.matches(graph) if s[0] in touched), None)
+            if site is not None:
+                graph = rule.apply(graph, site)
+                break
+        else:
+            return graph
+    return graph
 
 
 # ---- examples -------------------------------------------------------------------------------------

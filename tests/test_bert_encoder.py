@@ -89,11 +89,11 @@ def test_residual_add_and_layer_norm_fused(pipeline):
         assert sums and residual[0].out in temps
 
 
-def test_attention_is_one_node():
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_attention_is_one_node(pipeline):
     """scores = Q K^T / sqrt(d), softmax, and the weighted sum of V: one node (rewrite_rules.vertical_fusion), once
-    the movement rules have removed the reshapes around the softmax. Greedy only: to the graph search's cost those
-    reshapes are free aliases, so removing them is no gain and it stops before the attention fusion they enable."""
-    _, _, _, (graph, applied) = _encoder("greedy")
+    the movement rules have split the softmax's row loop (the frontend flattens its rows with a reshape)."""
+    _, _, _, (graph, applied) = _encoder(pipeline)
     (attn,) = [n for n in graph.nodes if not n.is_extern and "exp" in _fns(n)]
     sums = [st for st in attn.op.statements if st.reduce == "+="]
     scores, weighted = sums[0], sums[-1]
