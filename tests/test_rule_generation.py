@@ -134,6 +134,15 @@ def test_generated_rules_match_torch_export_and_hand_written_index_notation():
     graph = load_graph(Module(), (torch.randn(3, 4), torch.randn(4, 5), torch.randn(4, 5)))
     assert BY_MATH["(C @ A) + (C @ B) = C @ (A + B)"].sites(graph) and BY_MATH["A^T^T = A"].sites(graph)
 
+    class Batched(torch.nn.Module):  # batched matmul against a transposed batch, transposed back
+        def forward(self, q, k):
+            return (q @ k.transpose(-1, -2)).transpose(-1, -2)
+
+    graph = load_graph(Batched(), (torch.randn(2, 3, 4), torch.randn(2, 3, 4)))  # (the rule: A, B of one shape)
+    rule = BY_MATH["(A @ B^T(last two))^T(last two) = B @ A^T(last two)"]
+    (site,) = rule.sites(graph)
+    _same_outputs(graph, rule.apply(graph, site), _feed(graph))
+
     b = GraphBuilder("hand_written")  # any dimension names, any operand order of a commutative op
     x, y = b.input("x", (2, 6, 3, 3)), b.input("y", (2, 6, 3, 3))
     w = b.input("w", (4, 6, 3, 3))

@@ -271,6 +271,18 @@ def _enlarge_candidates(graph: Graph, node: Node) -> list[Attrs]:
     return [{}] if len(w) == 4 and out == (w[0], w[1], w[2] + 2, w[3] + 2) else []
 
 
+def _transpose_last_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
+    (a,) = shapes
+    return a[:-2] + (a[-1], a[-2]) if 3 <= len(a) <= 4 else None
+
+
+def _transpose_last_candidates(graph: Graph, node: Node) -> list[Attrs]:
+    if not _compute(node, 1):
+        return []
+    (a,), out = _shapes(graph, node)
+    return [{}] if 3 <= len(a) <= 4 and out == a[:-2] + (a[-1], a[-2]) else []
+
+
 def _addb_shape(shapes: list[Shape], attrs: Attrs) -> Shape | None:
     """A bias along the last axis: X (..., r) + C (r)."""
     x, c = shapes
@@ -329,6 +341,9 @@ CORE_OPS: dict[str, CoreOp] = {op.name: op for op in [
            _convk_candidates),
     CoreOp("enlarge", 1, True, _enlarge_shape, lambda xs, a: np.pad(xs[0], ((0, 0), (0, 0), (1, 1), (1, 1))),
            lambda b, xs, a: ops.pad(b, xs[0], (0, 0, 1, 1, 0, 0, 1, 1)), _enlarge_candidates),
+    CoreOp("transpose_last", 1, True, _transpose_last_shape, lambda xs, a: np.swapaxes(xs[0], -1, -2),
+           lambda b, xs, a: ops.transpose(b, xs[0], (*range(len(b.shape(xs[0])) - 2), len(b.shape(xs[0])) - 1,
+                                                     len(b.shape(xs[0])) - 2)), _transpose_last_candidates),
     CoreOp("addb", 2, True, _addb_shape, lambda xs, a: xs[0] + xs[1], lambda b, xs, a: ops.add(b, *xs), _addb_candidates),
     CoreOp("flatten", 1, True, lambda s, a: (dims.mul(*s[0]),) if len(s[0]) == 2 else None,
            lambda xs, a: xs[0].reshape(-1), lambda b, xs, a: ops.reshape(b, xs[0], [-1]),

@@ -60,7 +60,7 @@ WORLDS: tuple[World, ...] = (
     # transformer projections: batched activations (b, p, q) against 2-D weights, per-column biases
     World("batched", (("X", ("b", "p", "q")), ("Y", ("b", "p", "q")), ("W", ("q", "r")), ("V", ("q", "s")),
                       ("C", ("r",)), ("E", ("r",))),
-          ("matmul", "addb", "add", "concat"),
+          ("matmul", "addb", "add", "concat", "transpose_last"),
           _b(b=2, p=3, q=4, r=5, s=3), (_b(b=2, p=2, q=3, r=4, s=2), _b(b=3, p=4, q=2, r=3, s=5))),
     # per-column ops on sibling results of their own widths (a merge's outputs): how they commute with a concat
     World("columns", (("A", ("b", "p", "r")), ("B", ("b", "p", "s")), ("C", ("r",)), ("E", ("s",))),

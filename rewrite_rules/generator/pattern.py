@@ -95,6 +95,8 @@ class Program:
                 return e if top else f"({e})"
             if s.op == "transpose":
                 return f"{a[0]}^T"
+            if s.op == "transpose_last":
+                return f"{a[0]}^T(last two)"
             if s.op == "concat":
                 return f"concat{at['axis']}({', '.join(a)})"
             if s.op == "slice":
