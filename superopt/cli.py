@@ -160,13 +160,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.trials is not None and args.trials < 1:
         raise UsageError(f"bad --trials {args.trials}: at least 1")
     target = _optimize_target(args)
+    graph = {}  # the graph search gets a tenth of --budget (its own default otherwise), more expansions with it
+    if budget is not None:
+        graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": 10**6, "graph_patience": 20}
     db = _optimize_db(args)  # with --budget/--trials the search's records go here (a temporary file when None)
     path = _model_file(args.model)
     prog = optimize(path, _onnx_shapes(args, path),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
                                    cost_model=_cost_model_arg(args), strict=args.strict, target=target,
                                    seed=args.seed, budget_s=budget, tune_trials=args.trials,
-                                   progress=not (args.no_progress or args.json)))
+                                   progress=not (args.no_progress or args.json), graph_search=args.graph_search,
+                                   **graph))
     log = sys.stderr if args.json else sys.stdout
     print(f"optimized {args.model}: {prog.report}", file=log)
     for line in prog.report.fallback_lines():
@@ -465,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=None, help="schedule search: at most this many measurements")
     p.add_argument("--seed", type=int, default=0, help="seed of the searches and of the verification inputs")
     p.add_argument("--target", default="cpu", choices=("cpu", "cuda"), help="what to compile for (default: cpu)")
+    p.add_argument("--graph-search", default="backtracking", choices=("backtracking", "mcts", "greedy"),
+                   help="how the rewrite rules are explored (default: cost-based backtracking)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(fn=cmd_optimize)
     t = sub.add_parser("tune", help="search schedules for every kernel of a model (or one op); record them in "
