@@ -118,20 +118,21 @@ def _is_window(graph: Graph, node: Node) -> bool:
     return not is_conv(graph, node) and any(st.reduce != "=" and st.reduce_dims for st in node.op.statements)
 
 
-def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = None, nchw_conv_efficiency: float = 0.75,
+def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = None, nchw_conv_efficiency: float = 0.85,
                 nchw_window_slowdown: float = 4.0) -> Callable[[Graph], float]:
     """A roofline over kernels that sees layouts: max(flops / ceiling, bytes / bandwidth) per compute node.
 
     A conv on blocked tensors of two vectors' lanes reaches the ceiling (its vector loop over output-channel
     lanes loads and stores contiguously, each broadcast feeds two FMAs); on one vector's lanes half of it
     (a broadcast per FMA); on NCHW ``nchw_conv_efficiency`` of it (the output tile is stored transposed,
-    with a stride of H*W; measured on this 2-core Zen 3, one thread: a 64->64 3x3 conv at 56x56 with its
-    epilogue, 5.68 ms NCHW vs 4.29 ms NCHW16c). A pooling window on NCHW vectorizes along a strided row:
-    ``nchw_window_slowdown`` times its memory time (measured 3.28 ms vs 0.41 ms for resnet50's 3x3/2 max
-    pool). Conversions move their bytes twice. ``peak`` defaults to 2 FMA pipes x lanes x 2 flops x 3 GHz
-    per thread."""
+    with a stride of H*W; measured on this 2-core Zen 3, one thread, default schedules: a 64->64 3x3 conv
+    at 56x56 with its epilogue, 5.68 ms NCHW vs 4.29 ms NCHW16c; whole resnet50 1.18x; in the pipeline,
+    where the learned model tunes the NCHW kernels, 1.05-1.11x: hence 0.85). A pooling window on NCHW
+    vectorizes along a strided row: ``nchw_window_slowdown`` times its memory time (measured 3.28 ms vs
+    0.41 ms for resnet50's 3x3/2 max pool). Conversions move their bytes twice. ``peak`` defaults to the
+    target's FMA pipes x lanes x 2 flops x 3 GHz per thread."""
     lanes = target.lanes("float32")
-    ceiling = peak if peak is not None else 2 * 2 * lanes * 3e9 * target.threads
+    ceiling = peak if peak is not None else target.fma_units * 2 * lanes * 3e9 * target.threads
 
     def lane_width(graph: Graph, n: Node) -> int | None:
         for o in n.outputs:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rewrite_rules import RULES, node_named
-from rewrite_rules.layout_choice import block_node_in, cancel_all, conversion_kind, conversions
+from rewrite_rules.layout_choice import _conv_graph, block_node_in, cancel_all, conversion_kind, conversions
 from search.layout import blocked_graph, choose_layouts, is_conv
 from superopt.api import load_graph, random_inputs, rewrite_graph
 from superopt.builder import GraphBuilder
@@ -110,10 +110,12 @@ def test_the_compiled_blocked_graph_matches_the_reference_and_vectorizes_over_ch
     assert _max_rel_err(got, evaluate(g, feed, np.float64), g.outputs) < 1e-5
 
 
-def test_auto_prefers_the_blocked_layout_for_convs_and_keeps_nchw_without_them():
-    g = small_net()
-    _, report = choose_layouts(g, TARGET)
+def test_auto_weighs_the_conversions_against_the_convs_and_keeps_nchw_without_convs():
+    _, report = choose_layouts(small_net(c=64, hw=16), TARGET)  # convs outweigh the two edge conversions
     assert report.chosen == "nchw16c" and dict(report.costs)["nchw16c"] < dict(report.costs)["nchw"]
+    b, y = _conv_graph("one_conv", 16, 16, 4, 1, 0)  # one tiny conv: its two conversions cost more
+    _, report = choose_layouts(b.build([y]), TARGET)
+    assert report.chosen == "nchw" and dict(report.costs)["nchw16c"] > dict(report.costs)["nchw"]
     b = GraphBuilder("no_conv")
     x = b.input("x", (1, 16, 4, 4))
     g2 = b.build([b.compute1("O[n,c,y,x] = relu(X[n,c,y,x])", {"X": x}, "relu")])
