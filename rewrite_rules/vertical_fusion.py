@@ -19,23 +19,13 @@ from rewrite_rules import Rule, RuleNotApplicable, Site, node_named
 from rewrite_rules.fusion import merge_nodes
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, Binary, Unary, map_expr
+from superopt.ir.expr import Access, Affine, Binary, Unary, map_expr, product_accesses
 from superopt.ir.graph import Graph, Node
 from superopt.ir.statement import Statement
 
 
-def _product_accesses(e) -> list[Access] | None:
-    if isinstance(e, Access):
-        return [e]
-    if isinstance(e, Binary) and e.op == "*":
-        a, b = _product_accesses(e.a), _product_accesses(e.b)
-        if a is not None and b is not None:
-            return a + b
-    return None
-
-
 def _is_contraction(st: Statement) -> bool:
-    accs = _product_accesses(st.expr)
+    accs = product_accesses(st.expr)
     return st.reduce == "+=" and bool(st.reduce_dims) and accs is not None and len(accs) == 2 and accs[0] != accs[1]
 
 

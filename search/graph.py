@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 from rewrite_rules import EXPLORATION_FAMILIES, Rule, RuleNotApplicable, Site, rewrite_greedy
 from search.graph_cost import CanonicalDigests, GraphCost
+from superopt.ir.canonical import structural_hashes
 from superopt.ir.graph import Graph, Node
 
 STRATEGIES = ("backtracking", "mcts", "greedy")
@@ -132,23 +133,9 @@ class GraphDigests:
         self.canonical = canonical or CanonicalDigests()
 
     def __call__(self, graph: Graph) -> str:
-        tensor: dict[str, str] = {}
-
-        def sha(text: str) -> str:
-            return hashlib.sha256(text.encode()).hexdigest()
-
-        for k, name in enumerate(graph.inputs):
-            t = graph.type_of[name]
-            tensor[name] = sha(f"input {k} {t.shape} {t.dtype}")
-        for name, c in graph.constants:
-            tensor[name] = sha(f"const {c.digest()}")
-        nodes = []
-        for node in graph.nodes:
-            head = f"{self.canonical.digest(node.op)} ({','.join(tensor[i] for i in node.inputs)})"
-            nodes.append(sha(head))
-            for k, o in enumerate(node.outputs):
-                tensor[o] = sha(f"{head} -> {k}")
-        return sha("outputs " + ",".join(tensor[o] for o in graph.outputs) + " nodes " + ",".join(sorted(nodes)))
+        tensor, nodes = structural_hashes(graph, self.canonical.digest)
+        text = "outputs " + ",".join(tensor[o] for o in graph.outputs) + " nodes " + ",".join(sorted(nodes))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(eq=False)

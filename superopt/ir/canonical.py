@@ -18,12 +18,12 @@ stage and loop names) applies to every op with that canonical form.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Expr, IndexValue, map_expr
-from superopt.ir.graph import Graph, Node
+from superopt.ir.graph import Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
@@ -101,34 +101,48 @@ def canonicalize_kernels(graph: Graph) -> Graph:
     return graph.replace(nodes=nodes)
 
 
-def graph_digest(graph: Graph) -> str:
-    """A rename-invariant structural digest of what ``graph`` computes (hash-consing).
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def structural_hashes(graph: Graph, op_digest: Callable[[Compute | Extern], str] | None = None
+                      ) -> tuple[dict[str, str], list[str]]:
+    """Hash-consing: (tensor -> hash, one hash per node in graph order).
 
     Each tensor's hash is built from what defines it: a graph input from its position and type, a
-    constant from its content, a node output from the node's canonical op, its input tensors'
-    hashes and the output position. The digest hashes the outputs' hashes in order, so node and
-    tensor names, the graph's name and the order of independent nodes do not matter, and dead
-    nodes are ignored. Graph search uses it to deduplicate explored graphs and to key caches.
-    """
+    constant from its content, a node output from the node's op digest (``op_digest``; default: the
+    canonical compute's digest or an extern's text), its input tensors' hashes and the output position.
+    Names (of nodes, tensors, the graph) do not enter any hash."""
+    if op_digest is None:
+        memo: dict[int, str] = {}
+
+        def op_digest(op: Compute | Extern) -> str:
+            if id(op) not in memo:
+                memo[id(op)] = op.text() if isinstance(op, Extern) else canonicalize(op).digest()
+            return memo[id(op)]
+
     tensor: dict[str, str] = {}
-
-    def sha(text: str) -> str:
-        return hashlib.sha256(text.encode()).hexdigest()
-
     for k, name in enumerate(graph.inputs):
         t = graph.type_of[name]
-        tensor[name] = sha(f"input {k} {t.shape} {t.dtype}")
+        tensor[name] = _sha(f"input {k} {t.shape} {t.dtype}")
     for name, c in graph.constants:
-        tensor[name] = sha(f"const {c.digest()}")
-    op_text: dict[int, str] = {}
+        tensor[name] = _sha(f"const {c.digest()}")
+    nodes = []
     for node in graph.nodes:
-        key = id(node.op)
-        if key not in op_text:
-            op_text[key] = node.op.text() if node.is_extern else canonicalize(node.op).digest()
-        head = f"{op_text[key]} ({','.join(tensor[i] for i in node.inputs)})"
+        head = f"{op_digest(node.op)} ({','.join(tensor[i] for i in node.inputs)})"
+        nodes.append(_sha(head))
         for k, o in enumerate(node.outputs):
-            tensor[o] = sha(f"{head} -> {k}")
-    return sha("outputs " + ",".join(tensor[o] for o in graph.outputs))
+            tensor[o] = _sha(f"{head} -> {k}")
+    return tensor, nodes
+
+
+def graph_digest(graph: Graph) -> str:
+    """A rename-invariant structural digest of what ``graph`` computes (hash-consing, see
+    :func:`structural_hashes`): the outputs' hashes in order, so node and tensor names, the graph's
+    name and the order of independent nodes do not matter, and dead nodes are ignored. Graph search
+    uses it to deduplicate explored graphs and to key caches."""
+    tensor, _ = structural_hashes(graph)
+    return _sha("outputs " + ",".join(tensor[o] for o in graph.outputs))
 
 
 def workload_key(compute: Compute, constant_inputs: Iterable[str] = frozenset()) -> str:
@@ -152,4 +166,4 @@ def canonical_constants(compute: Compute, constant_inputs: Iterable[str]) -> fro
 
 
 __all__ = ["Canonical", "canonical_constants", "canonical_form", "canonicalize", "canonicalize_kernels",
-           "graph_digest", "workload_key"]
+           "graph_digest", "structural_hashes", "workload_key"]

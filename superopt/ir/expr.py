@@ -327,3 +327,14 @@ def substitute_dims(e: Expr, mapping: Mapping[str, Affine]) -> Expr:
 
 def rename_tensors(e: Expr, mapping: Mapping[str, str]) -> Expr:
     return map_expr(e, lambda n: Access(mapping.get(n.tensor, n.tensor), n.index) if isinstance(n, Access) else n)
+
+
+def product_accesses(e: Expr) -> list[Access] | None:
+    """The reads of ``e`` when it is a bare read or a product of bare reads (``A[i,k] * B[k,j]``), else None."""
+    if isinstance(e, Access):
+        return [e]
+    if isinstance(e, Binary) and e.op == "*":
+        a, b = product_accesses(e.a), product_accesses(e.b)
+        if a is not None and b is not None:
+            return a + b
+    return None

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Binary, Unary
+from superopt.ir.expr import Access, Binary, Unary, product_accesses
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
@@ -46,16 +46,6 @@ def _is_cheap(e) -> bool:
         if isinstance(x, Unary) and x.fn in EXPENSIVE_FNS or isinstance(x, Binary) and x.op in EXPENSIVE_OPS:
             return False
     return True
-
-
-def _product_accesses(e) -> list[Access] | None:
-    if isinstance(e, Access):
-        return [e]
-    if isinstance(e, Binary) and e.op == "*":
-        a, b = _product_accesses(e.a), _product_accesses(e.b)
-        if a is not None and b is not None:
-            return a + b
-    return None
 
 
 def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent: int) -> tuple[list, str, int]:
@@ -115,7 +105,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
-    accs = _product_accesses(st.expr)
+    accs = product_accesses(st.expr)
     if not accs or len(accs) != 2 or accs[0] == accs[1] or not st.reduce_dims:
         raise ValueError("not a two-operand contraction")  # (X[i,j] * X[i,j] is a sum of squares)
     last = st.out_dims[-1]
@@ -360,7 +350,7 @@ ROWS_INTO_CONTRACTION = "rows+contraction"  # attention: every temporary compute
 
 
 def _is_contraction(st: Statement) -> bool:
-    accs = _product_accesses(st.expr)
+    accs = product_accesses(st.expr)
     return st.reduce == "+=" and bool(st.reduce_dims) and accs is not None and len(set(accs)) >= 2
 
 
@@ -410,7 +400,7 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     stmts = list(compute.statements)
     out: dict[str, str] = {}
     for p in stmts:
-        accs = _product_accesses(p.expr)
+        accs = product_accesses(p.expr)
         if p.reduce != "+=" or not accs or len(accs) != 2 or accs[0] == accs[1] or not p.reduce_dims:
             continue
         for c in stmts:
@@ -418,6 +408,16 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
                     and c.out not in out and reduce_epilogue_dims(c, p) is not None:
                 out[c.out] = p.out
     return out
+
+
+def inlinable(st: Statement, stmts: list[Statement], outputs: tuple[str, ...]) -> bool:
+    """An elementwise temporary the sketches inline into its readers: read by some stage, none of which
+    pads it, and not a padded copy feeding a window (inlined, its bounds checks would return)."""
+    if st.out in outputs or st.reduce != "=" or len(stmts) < 2:
+        return False
+    consumers = [c for c in stmts if st.out in c.inputs()]
+    padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
+    return bool(consumers) and not padded_copy and all(st.out not in c.pad_value for c in consumers)
 
 
 def sketch_names(compute: Compute, target: Target) -> list[str]:
@@ -431,7 +431,7 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     temps = [s for s in stmts if s.out not in compute.outputs]
     # every temporary computed row by row inside the last stage's outermost loop(s)
     # (a sum of squares such as Q[i] += D[i,r] * D[i,r] is a row reduction, not a contraction)
-    contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(_product_accesses(t.expr) or [])) >= 2]
+    contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(product_accesses(t.expr) or [])) >= 2]
     out = []
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
@@ -490,14 +490,10 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     inlined: set[str] = set()
     for st in stmts:
         reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
-        if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
-            consumers = [c for c in stmts if st.out in c.inputs()]
-            # a padded copy feeding a window stays a copy: inlined, its bounds checks would return
-            padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
-            if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
-                trace.append(Inline(st.out))
-                inlined.add(st.out)
-                continue
+        if inlinable(st, stmts, compute.outputs):
+            trace.append(Inline(st.out))
+            inlined.add(st.out)
+            continue
         if st.out in folded:
             trace.append(ReduceEpilogue(st.out, folded[st.out]))
             continue

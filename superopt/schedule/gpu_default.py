@@ -30,9 +30,10 @@ are inlined into their consumers (never stored), except padded copies that feed 
 from __future__ import annotations
 
 from superopt.ir.compute import Compute
+from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target
-from superopt.schedule.default import _product_accesses
+from superopt.schedule.default import inlinable
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     Bind,
@@ -54,7 +55,7 @@ GPU_ROWWISE, GPU_TILED, GPU_SIMPLE = "gpu-rowwise", "gpu-tiled", "gpu-simple"
 
 def gpu_sketch_names(compute: Compute, target: Target) -> list[str]:
     """The GPU sketches that apply to ``compute``, most aggressive first."""
-    tiled = any(st.reduce == "+=" and len(set(_product_accesses(st.expr) or [])) == 2 and st.out_dims
+    tiled = any(st.reduce == "+=" and len(set(product_accesses(st.expr) or [])) == 2 and st.out_dims
                 for st in compute.statements)
     stmts = list(compute.statements)
     final = stmts[-1]
@@ -186,7 +187,7 @@ def tiled_gpu_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     """Blocks x threads x register tile for a two-operand contraction (see the module docstring)."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, dict(st.extent)
-    accs = _product_accesses(st.expr)
+    accs = product_accesses(st.expr)
     if st.reduce != "+=" or not accs or len(set(accs)) != 2 or not st.reduce_dims or not st.out_dims:
         raise ValueError("not a two-operand contraction")
     out = list(st.out_dims)
@@ -276,7 +277,7 @@ def _pack_rows(st: Statement, inputs: tuple[str, ...], m: tuple[str, int, int] |
     if m is None or not blocked or m[2] != 1:
         return []
     row = m[0]
-    readers = [a for a in _product_accesses(st.expr) or [] if any(row in ix.dims for ix in a.index)]
+    readers = [a for a in product_accesses(st.expr) or [] if any(row in ix.dims for ix in a.index)]
     if len(readers) != 1 or readers[0].tensor not in inputs:
         return []
     a = readers[0]
@@ -302,13 +303,10 @@ def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], s
     tiled: set[str] = set()
     for st in stmts:
         reads[st.out] = set().union(*(reads[i] if i in inlined else {i} for i in st.inputs()))
-        if st.out not in compute.outputs and st.reduce == "=" and len(stmts) > 1:
-            consumers = [c for c in stmts if st.out in c.inputs()]
-            padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
-            if consumers and not padded_copy and all(st.out not in c.pad_value for c in consumers):
-                trace.append(Inline(st.out))
-                inlined.add(st.out)
-                continue
+        if inlinable(st, stmts, compute.outputs):
+            trace.append(Inline(st.out))
+            inlined.add(st.out)
+            continue
         if sketch == GPU_TILED and st.reduce == "+=":
             try:
                 trace += tiled_gpu_schedule(st, target, kn, tuple(compute.inputs))
