@@ -90,6 +90,7 @@ class OptimizeReport:
     shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
     graph_search: dict | None = None  # search.graph.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
+    schedule_source: dict = field(default_factory=dict)  # compute node -> "database" | "cost model" | "default"
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -470,7 +471,9 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
                             len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune,
-                            graph_report.to_dict() if graph_report is not None else None)
+                            graph_report.to_dict() if graph_report is not None else None,
+                            {n.name: "database" if n.name in hits else "cost model" if n.name in picked else "default"
+                             for n in graph.nodes if not n.is_extern})
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
 
 

@@ -181,7 +181,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
         first = getattr(prog, "first", prog)  # an OptimizedModel (symbolic dims): its first compiled shape
         source = _load(path).SerializeToString()
-        out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads)
+        rep = first.report
+        out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads,
+                                     tuple((rep.graph_search or {}).get("applied", ())), rep.schedule_source)
         if args.json:
             print(json.dumps({"artifact": str(out), **report}, indent=1, default=str))
         else:

@@ -82,6 +82,8 @@ def test_explain_and_bench_print_json(artifact, capsys):
     assert main(["explain", str(artifact), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["kernels"] and all("trace" in k for k in doc["kernels"])
+    assert "fuse_elementwise_into_producer" in doc["rewrites"]  # the graph search's rewrites, in order
+    assert {k["schedule_source"] for k in doc["kernels"]} == {"default"}  # --no-db --no-cost-model
     assert main(["bench", str(artifact), "--rounds", "2", "--threads", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["latency_ms"]["superopt"] > 0 and "onnxruntime" in doc["speedup_vs"]
@@ -145,6 +147,12 @@ def test_optimize_with_a_trial_budget_searches_schedules_and_records_them(model_
     assert tune["measured"] >= 1 and tune["stop_reason"]
     assert "schedule search" in doc["report"]["stop_reason"] and doc["report"]["max_error"] < 1e-4
     assert len(TuningDatabase(db).records()) >= tune["measured"]
+    # a second optimize reads the database the search wrote; its artifact says where each schedule came from
+    assert main(["optimize", str(model_path), "--db", str(db), "--threads", "1", "--no-cost-model",
+                 "-o", str(tmp_path / "OUT")]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(tmp_path / "OUT"), "--json"]) == 0
+    assert "database" in {k["schedule_source"] for k in json.loads(capsys.readouterr().out)["kernels"]}
 
 
 def test_run_rejects_wrong_shape_dtype_and_names_and_propagates_nan(artifact, model_path, tmp_path, capsys):
