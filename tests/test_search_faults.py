@@ -1,6 +1,6 @@
-"""A search in which planted candidates segfault, hang and compute wrong answers still returns a verified
-program (issue 12): each failure is recorded by kind, the batch carries on, and the best schedule found is
-one that measured correct."""
+"""A search in which planted candidates segfault, hang, compute wrong answers and exceed the workers' memory cap
+still returns a verified program (issue 12): each failure is recorded by kind, the batch carries on, and the
+best schedule found is one that measured correct."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ PLANTS = {
     1: ("RUNTIME_ERROR", _src("planted_segv", "  *(volatile int *)0 = 1;")),
     2: ("TIMEOUT", _src("planted_hang", "  volatile int x = 0; for (;;) x++;")),
     3: ("WRONG_ANSWER", _src("planted_wrong", f"  float *C = args[2]; for (int i = 0; i < {N * N}; i++) C[i] = 1.0f;")),
+    # a 3 GiB scratch buffer against the workers' 2 GiB cap (without the cap it would just be reserved)
+    4: ("OUT_OF_MEMORY", dataclasses.replace(_src("planted_oom", "  (void)args;"), workspace=(3 << 30,))),
 }
 
 
@@ -54,7 +56,7 @@ def report(tmp_path_factory):
     mm = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (N, N), "B": (N, N)})
     target = host_target(1)
     cfg = MeasureConfig(threads=1, target=target, run_timeout_s=2.0, min_repeat_s=0.002, repeats=3,
-                        compiler=CompilerConfig(cache_dir=tmp_path_factory.mktemp("kcache")))
+                        compiler=CompilerConfig(cache_dir=tmp_path_factory.mktemp("kcache")), memory_limit_bytes=2 << 30)
     with MeasureService(cfg) as service:
         r = search_compute(mm, target, SearchConfig(trials=10, batch_size=5, seed=0), service=PlantingMeasurer(service))
     return mm, target, r
@@ -65,6 +67,7 @@ def test_each_planted_failure_is_counted_by_kind(report):
     assert r.failures.get("RUNTIME_ERROR", 0) >= 1
     assert r.failures.get("TIMEOUT", 0) >= 1
     assert r.failures.get("WRONG_ANSWER", 0) >= 1
+    assert r.failures.get("OUT_OF_MEMORY", 0) >= 1
     assert r.trials == 10 and r.best_s is not None and r.stop_reason
 
 

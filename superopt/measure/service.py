@@ -17,6 +17,7 @@ Use :class:`MeasureService` directly to keep workers (and the reference cache) a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import select
@@ -52,6 +53,7 @@ class ErrorCode(Enum):
     RUNTIME_ERROR = 3  # the kernel crashed its worker (or could not be loaded)
     TIMEOUT = 4  # build or run exceeded its limit
     WRONG_ANSWER = 5  # outputs differ from the reference interpreter
+    OUT_OF_MEMORY = 6  # the candidate's buffers exceed the worker's memory cap (MeasureConfig.memory_limit_bytes)
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,22 @@ class MeasureConfig:
     reference_cache: int = 8  # distinct workloads whose inputs/reference outputs are kept
     max_tasks_per_worker: int = 500  # a worker is recycled after this many (it keeps every library loaded)
     target: Target | None = None  # None: this machine (host_target) with ``threads`` threads
+    # address-space cap of each measurement worker (RLIMIT_AS): a runaway candidate gets OUT_OF_MEMORY instead
+    # of taking the machine down. None: half of this machine's physical memory; 0: no cap
+    memory_limit_bytes: int | None = None
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
+
+    def worker_memory_cap(self) -> int | None:
+        if self.memory_limit_bytes == 0:
+            return None
+        if self.memory_limit_bytes is not None:
+            return self.memory_limit_bytes
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (ValueError, OSError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -148,6 +163,13 @@ def random_inputs(compute: Compute, seed: int) -> list[np.ndarray]:
     return out
 
 
+def _cap_memory(limit: int) -> None:
+    """In the worker child before exec: cap its address space (allocations beyond raise MemoryError)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 class _WorkerProc:
     """One worker subprocess and the workloads whose data it already holds."""
 
@@ -156,7 +178,9 @@ class _WorkerProc:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-c", "from superopt.measure.worker import main; main()"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+        cap = config.worker_memory_cap()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env,
+                                     preexec_fn=None if cap is None else functools.partial(_cap_memory, cap))
         self.known: OrderedDict[str, None] = OrderedDict()
         self.tasks = 0
         self.limit = config.reference_cache

@@ -142,6 +142,8 @@ class Worker:
             per_call = [(k, name, copies[k]) for k, name in enumerate(compute.inputs)
                         if name in kernel.pack_fns and name not in consts]
             outs = _fresh_outputs(compute)
+        except MemoryError:
+            return {"code": "OUT_OF_MEMORY", "times_s": [], "msg": "kernel buffers exceed the worker's memory cap"}
         except Exception as e:  # noqa: BLE001 - any failure to set up is this candidate's runtime error
             return {"code": "RUNTIME_ERROR", "times_s": [], "msg": f"kernel setup failed: {e!r}"}
         args = ins + outs
@@ -189,6 +191,8 @@ def main() -> None:
             return
         try:
             reply = worker.handle(task)
+        except MemoryError:
+            reply = {"code": "OUT_OF_MEMORY", "times_s": [], "msg": "the run exceeded the worker's memory cap"}
         except Exception:  # noqa: BLE001 - report, keep serving
             msg = "worker error: " + traceback.format_exc(limit=5)
             reply = {"code": "RUNTIME_ERROR", "times_s": [], "msg": msg}
