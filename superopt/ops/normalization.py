@@ -44,9 +44,12 @@ def _norm_over_tail(
     ext.update({f"r{k}": shape[k] for k in range(a, rank)})
     inputs = {"X": x}
     if center:
+        # float32 rows are summed in float64: the mean of a constant row is then exact, so it centers to exactly
+        # zero (as onnxruntime's double accumulators do), instead of a rounding residue a following norm blows up
+        wide = b.type(x).dtype == "float32"
         lines = [
-            f"S[{keep}] += X[{red}]",
-            f"Mu[{keep}] = S[{keep}] / {n}.0",
+            f"S[{keep}] += cast_float64(X[{red}])" if wide else f"S[{keep}] += X[{red}]",
+            f"Mu[{keep}] = cast_float32(S[{keep}] / {n}.0)" if wide else f"Mu[{keep}] = S[{keep}] / {n}.0",
             f"D[{full}] = X[{full}] - Mu[{zero}]",
             f"Q[{keep}] += D[{red}] * D[{red}]",
             f"R[{keep}] = rsqrt(Q[{keep}] / {n}.0 + {lit(eps)})",
