@@ -117,7 +117,10 @@ def c_combine(op: str, a: str, b: str, dtype: str) -> str:
     return f"so_{fn}{suf}({a}, {b})" if is_float(dtype) else f"SO_{fn.upper()}({a}, {b})"
 
 
-def c_value(v: Value) -> str:
+def c_value(v: Value, clamp_guarded: bool = False) -> str:
+    """C for ``v``. ``clamp_guarded``: a padded read also clamps its index to 0 when out of range (used for the
+    branches of a select: gcc 12.2 -O3 -mavx2 if-converts and vectorizes ``c ? (g ? A[i] : 0) : (h ? B[j] : 0)``
+    into wrong values; fuzz seed 21387, a Concat read as where(d1 < 3, A[..], B[d1 - 3..]), lost elements)."""
     if isinstance(v, Literal):
         return c_float(v.value, v.dtype)
     if isinstance(v, IndexNumber):
@@ -133,7 +136,10 @@ def c_value(v: Value) -> str:
                 conds.append(f"({c}) >= 0")
             if chk.upper is not None:
                 conds.append(f"({c}) < {chk.upper}")
-        return f"({' && '.join(conds)} ? {ref} : {c_value(v.fill)})"
+        cond = " && ".join(conds)
+        if clamp_guarded and isinstance(v.source, BufferAccess):
+            ref = f"{v.source.buffer}[({cond}) ? ({c_index(v.source.index)}) : 0]"
+        return f"({cond} ? {ref} : {c_value(v.fill)})"
     return _c_op(v)
 
 
@@ -145,7 +151,8 @@ def _c_op(v: Op) -> str:
     if op == "cast":
         return f"(({ctype(dt)})({args[0]}))"
     if op == "where":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
+        a, b = (c_value(x, clamp_guarded=True) for x in v.args[1:])
+        return f"({args[0]} ? {a} : {b})"
     if len(args) == 1:
         x = args[0]
         if op == "isnan":  # of a float operand (integers are never NaN: the loop nest folds those to false)
