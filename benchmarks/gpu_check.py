@@ -247,49 +247,37 @@ def space_points(compute, target, budget: int, seed: int) -> list[tuple[str, dic
     consts = frozenset(compute.inputs)
     rng = random.Random(seed)
     out, seen = [], set()
-    sketches = gpu_sketch_names(compute, target)
     domains = {}
-    for sk in sketches:
-        kn = KnobRecorder()
+
+    def add(sk: str, knobs: dict) -> KnobRecorder | None:
+        """Build and check the point; keep it when legal and new. Returns its recorder (None: illegal)."""
+        kn = KnobRecorder(knobs)
         try:
             trace = build_gpu_sketch(compute, target, consts, sk, kn)
             lower(compute, trace, target)
         except (ScheduleError, ValueError, KeyError):
-            continue
-        domains[sk] = kn.domains
+            return None
         key = trace_to_json(trace)
         if key not in seen:
             seen.add(key)
-            out.append((sk, {}, trace))
+            out.append((sk, knobs, trace))
+        return kn
+
+    for sk in gpu_sketch_names(compute, target):
+        kn = add(sk, {})
+        if kn is not None:
+            domains[sk] = kn.domains
     for sk, dom in domains.items():  # the tiled sketch's strong candidates first, then random points
         stages = sorted({k.split(".")[0] for k in dom})
         for roles in CURATED.get(sk, []):
             if len(out) >= budget + 1:
                 break
-            knobs = {f"{st}.{r}": v for st in stages for r, v in roles.items() if f"{st}.{r}" in dom}
-            try:
-                trace = build_gpu_sketch(compute, target, consts, sk, KnobRecorder(knobs))
-                lower(compute, trace, target)
-            except (ScheduleError, ValueError, KeyError):
-                continue
-            key = trace_to_json(trace)
-            if key not in seen:
-                seen.add(key)
-                out.append((sk, knobs, trace))
+            add(sk, {f"{st}.{r}": v for st in stages for r, v in roles.items() if f"{st}.{r}" in dom})
     tries = 0
     while len(out) < budget + 1 and tries < 60 * max(budget, 1) and domains:
         tries += 1
         sk = rng.choice(list(domains))
-        knobs = {k: rng.choice(list(v)) for k, v in domains[sk].items()}
-        try:
-            trace = build_gpu_sketch(compute, target, consts, sk, KnobRecorder(knobs))
-            lower(compute, trace, target)
-        except (ScheduleError, ValueError, KeyError):
-            continue
-        key = trace_to_json(trace)
-        if key not in seen:
-            seen.add(key)
-            out.append((sk, knobs, trace))
+        add(sk, {k: rng.choice(list(v)) for k, v in domains[sk].items()})
     return out
 
 
