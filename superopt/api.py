@@ -98,8 +98,11 @@ class OptimizeReport:
                 f"compile {self.compile_s:.2f}s, verify {self.verify_s:.2f}s; {err}; {self.stop_reason}")
         if self.graph_search:
             g = self.graph_search
-            text += (f"; graph search ({g['strategy']}): predicted {g['cost_before'] * 1e3:.3g} -> "
-                     f"{g['cost_after'] * 1e3:.3g} ms, {g['expansions']} expansions, {g['stop_reason']}")
+            if str(g.get("cost_method", "")).startswith("not costed"):  # nothing to search: no cost was computed
+                text += f"; graph search ({g['strategy']}): {g['stop_reason']}"
+            else:
+                text += (f"; graph search ({g['strategy']}): predicted {g['cost_before'] * 1e3:.3g} -> "
+                         f"{g['cost_after'] * 1e3:.3g} ms, {g['expansions']} expansions, {g['stop_reason']}")
         if self.fallbacks:
             from superopt.frontends.onnx_fallback import summarize
 
