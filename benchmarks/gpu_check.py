@@ -287,7 +287,7 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
     from superopt.ir.flops import flop_count
     from superopt.lang import compile_op
     from superopt.runtime.gpu import require_gpu
-    from superopt.runtime.gpu.kernel import build_gpu_kernels
+    from superopt.runtime.gpu.kernel import build_gpu_kernels_each
     from superopt.schedule.primitives import trace_to_json
 
     dev = require_gpu(binding)
@@ -318,16 +318,9 @@ def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: st
     points = space_points(compute, target, budget, seed)
     report["space_points"] = len(points)
     t = time.monotonic()
-    try:
-        kernels = build_gpu_kernels([(compute, tr) for _, _, tr in points], dev)
-    except Exception as e:  # noqa: BLE001 (one bad kernel must not cost the others: build them one by one)
-        report["batch_build_error"] = f"{type(e).__name__}: {e}"[:1000]
-        kernels = []
-        for _, _, tr in points:
-            try:
-                kernels.append(build_gpu_kernels([(compute, tr)], dev)[0])
-            except Exception as e2:  # noqa: BLE001
-                kernels.append(e2)
+    kernels, batch_error = build_gpu_kernels_each([(compute, tr) for _, _, tr in points], dev)
+    if batch_error is not None:  # one bad kernel did not cost the others: they were built one by one
+        report["batch_build_error"] = batch_error[:1000]
     report["build_seconds"] = round(time.monotonic() - t, 2)
     inputs = [arrays[i] for i in compute.inputs]
     scale = max(1.0, float(np.abs(ref).max()))

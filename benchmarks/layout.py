@@ -45,23 +45,11 @@ def compile_program(graph, target, threads: int, layout: str | None, cost_model:
     return ex, report, time.perf_counter() - t0
 
 
-def ort_session(data: bytes, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-
-
 def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search: str = "greedy",
                  cost_model: str | None = "pretrained") -> dict:
     from benchmarks.workloads import WORKLOADS_BY_NAME
     from superopt.api import OptimizeConfig, load_graph, rewrite_graph
+    from superopt.cli_artifact import _ort_session
     from superopt.interp import evaluate
     from superopt.measure.timing import TimingConfig, time_alternating
     from superopt.runtime.target import host_target
@@ -87,7 +75,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
                              "compute_nodes": sum(not n.is_extern for n in graph.nodes),
                              "conversions": rep.conversions, "conversions_at": list(rep.conversions_at)}
         fns[system] = (lambda ex=ex: ex(x))
-    sess = ort_session(data, threads)
+    sess = _ort_session(data, threads)
     feeds = {sess.get_inputs()[0].name: x[graph.inputs[0]]}
     fns["onnxruntime"] = lambda: sess.run(None, feeds)
     res = time_alternating(fns, TimingConfig(warmup_calls=3, rounds=rounds, min_sample_s=0.1))

@@ -62,6 +62,17 @@ def generate(worlds: tuple[World, ...] = WORLDS, max_ops: int | None = None, ops
     report = GenerationReport([])
     seen: set[str] = set()
     dists: list[Distributor] = []
+
+    def keep(data) -> None:
+        """Add the rule to the report when it verifies (with ``verify``), else record its failure."""
+        if verify:
+            try:
+                verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))
+            except RuleVerificationError as err:
+                report.failed.append((data.math, str(err)))
+                return
+        report.rules.append(data)
+
     for world in worlds:
         e = enumerate_world(world, max_ops=max_ops, ops=ops)
         report.terms += len(e.terms)
@@ -77,27 +88,14 @@ def generate(worlds: tuple[World, ...] = WORLDS, max_ops: int | None = None, ops
                 report.pruned["same_rule_in_another_world"] = report.pruned.get("same_rule_in_another_world", 0) + 1
                 continue
             seen.add(key)
-            if verify:
-                try:
-                    verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))
-                except RuleVerificationError as err:
-                    report.failed.append((data.math, str(err)))
-                    continue
-            report.rules.append(data)
+            keep(data)
     # merges followed by a per-sibling op that commutes with the concat (biases): across worlds
     merges = [r for r in report.rules if len(r.lhs.outputs) > 1]
     for d in sorted(set(dists), key=repr):
         for m in merges:
             data = through(m, d)
-            if data is None:
-                continue
-            if verify:
-                try:
-                    verify_rule(make_rule(data), seeds=(0,), field_seeds=(0,))
-                except RuleVerificationError as err:
-                    report.failed.append((data.math, str(err)))
-                    continue
-            report.rules.append(data)
+            if data is not None:
+                keep(data)
     report.seconds = time.perf_counter() - t0
     return report
 

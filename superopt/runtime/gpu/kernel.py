@@ -98,3 +98,21 @@ def build_gpu_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], devi
     image = compile_cuda(translation_unit(sources), "cubin", config) if device.needs_cubin else b""
     module = device.load(image, sources)
     return [GpuKernel(device, module, s, c) for s, (c, _) in zip(sources, items)]
+
+
+def build_gpu_kernels_each(items: Sequence[tuple[Compute, Sequence[Primitive]]], device: GpuDevice,
+                           config: NvccConfig | None = None) -> tuple[list[GpuKernel | Exception], str | None]:
+    """``build_gpu_kernels`` for all ``items`` in one nvcc start; when that fails, each item alone, so one
+    kernel nvcc rejects costs only itself. Returns a kernel or the item's exception per item, and the
+    batch build's error (None when the batch built)."""
+    try:
+        return list(build_gpu_kernels(items, device, config)), None
+    except Exception as e:  # noqa: BLE001 - find the items nvcc rejects
+        batch_error = f"{type(e).__name__}: {e}"
+    out: list[GpuKernel | Exception] = []
+    for item in items:
+        try:
+            out.append(build_gpu_kernels([item], device, config)[0])
+        except Exception as e:  # noqa: BLE001
+            out.append(e)
+    return out, batch_error

@@ -110,7 +110,7 @@ def _worker(request: Path, results: Path) -> int:
         return 3
     from superopt.codegen.lower import lower
     from superopt.interp import evaluate_compute
-    from superopt.runtime.gpu.kernel import build_gpu_kernels
+    from superopt.runtime.gpu.kernel import build_gpu_kernels_each
 
     target = dev.target
     tdict = target.to_dict()
@@ -122,15 +122,7 @@ def _worker(request: Path, results: Path) -> int:
         except Exception as e:  # noqa: BLE001
             put({"index": i, "code": "ILLEGAL_SCHEDULE", "msg": f"{type(e).__name__}: {e}"[:2000], "target": tdict})
     t0 = time.perf_counter()
-    try:
-        kernels = build_gpu_kernels([(c, tr) for _, c, tr in legal], dev)
-    except Exception:  # noqa: BLE001 (find the candidates nvcc rejects)
-        kernels = []
-        for _, c, tr in legal:
-            try:
-                kernels.append(build_gpu_kernels([(c, tr)], dev)[0])
-            except Exception as e:  # noqa: BLE001
-                kernels.append(e)
+    kernels, _ = build_gpu_kernels_each([(c, tr) for _, c, tr in legal], dev)
     build_s = (time.perf_counter() - t0) / max(len(legal), 1)
     rng = np.random.default_rng(config.seed)
     for (i, c, _), k in zip(legal, kernels):
