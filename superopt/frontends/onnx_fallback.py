@@ -221,7 +221,8 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
 
 
 def outer_scope_reads(node: onnx.NodeProto) -> list[str]:
-    """Names the node's subgraphs (recursively) read from the enclosing graph, in first-use order."""
+    """Names the node's subgraphs (recursively) read from the enclosing graph, in first-use order (node inputs,
+    then subgraph outputs that name an enclosing-graph value)."""
     seen: dict[str, None] = {}
 
     def walk(g: onnx.GraphProto, bound: set[str]) -> None:
@@ -234,6 +235,9 @@ def outer_scope_reads(node: onnx.NodeProto) -> list[str]:
             for sub in _subgraphs(n):
                 walk(sub, bound)
             bound |= set(n.output)
+        for o in g.output:  # an output may name an enclosing-graph value directly
+            if o.name not in bound:
+                seen.setdefault(o.name, None)
 
     for g in _subgraphs(node):
         walk(g, set())

@@ -4,6 +4,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     activations,
     attention,
     constant,
+    control_flow,
     elementwise,
     geometry,
     indexing,

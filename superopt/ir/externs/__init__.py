@@ -9,9 +9,10 @@ interpreter call the numpy ``evaluate`` for the rest. The kinds, by family:
 - sorting: ``topk`` (sort, argsort), ``arg_reduce`` (argmax, argmin)
 - scan: ``cumulative`` (cumsum, cumprod)
 - resize: ``resize``
+- control_flow: ``if``, ``loop``, ``scan`` (branches and bodies are Graphs, run compiled)
 """
 
-from superopt.ir.externs import indexing, movement, resize, scan, sorting  # noqa: F401  (they register kinds)
+from superopt.ir.externs import control_flow, indexing, movement, resize, scan, sorting  # noqa: F401  (they register kinds)
 from superopt.ir.externs.registry import EXTERNS, Evaluate, Infer, evaluate_extern, infer_extern, register
 from superopt.ir.types import dtype_name
 
