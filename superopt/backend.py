@@ -4,8 +4,10 @@
 executes it. Execution strategies are pluggable: :data:`RUNNERS` maps a mode name to a factory
 ``(ImportedModel) -> runner(list[np.ndarray]) -> list[np.ndarray]``; other engineers add e.g. "compiled".
 
-Integer graph inputs that the model uses as compile-time values (a Reshape target, Slice bounds, ...) are
-bound at run time: the model is then imported once per distinct value of those inputs.
+Graph inputs that the model uses as compile-time values (a Reshape target, Slice bounds, Resize scales or
+roi, a Compress condition, ...) are bound at run time: a converter that needs a value it does not have raises
+``NeedsConstant`` naming the tensor, the graph inputs that tensor is computed from are bound to the values
+given, and the model is imported and compiled once per distinct value of those inputs (cached).
 
 The backend imports strictly by default (``prepare(model, strict=True)``): it measures what superopt
 lowers natively (ONNX's conformance node tests), so a node with no native lowering is an error rather
@@ -76,34 +78,58 @@ class SuperoptRep(BackendRep):
         self._all_inputs = [
             vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}
         ]
-        # inputs that may carry compile-time values: integer tensors and small (scalar-like) tensors
-        self._int_inputs = [
-            vi.name
-            for vi in model.graph.input
-            if vi.name in self._all_inputs
-            and (
-                vi.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
-                or int(np.prod([d.dim_value for d in vi.type.tensor_type.shape.dim])) <= 1
-            )
-        ]
         self._cache: dict[Any, tuple[ImportedModel, Runner]] = {}
         self._static: tuple[ImportedModel, Runner] | None = None
+        self._bound: list[str] = []  # graph inputs bound as compile-time values, learnt from NeedsConstant
         try:
             im = import_onnx_model(model, strict=strict)
             self._static = (im, self._factory(im))
-        except _NeedsConstant:
-            if not self._int_inputs:
+        except _NeedsConstant as err:
+            self._bound = self._inputs_behind(err)
+            if not self._bound:
                 raise
+
+    def _inputs_behind(self, err: _NeedsConstant) -> list[str]:
+        """The graph inputs the tensor ``err`` needs is computed from (through the ONNX nodes); where the tensor
+        is not named, every integer or one-element input (the shape-like ones)."""
+        if err.tensor is None:
+            return [n for n in self._all_inputs if self._shape_like(n)]
+        producer = {o: nd for nd in self.model.graph.node for o in nd.output if o}
+        found, todo, seen = [], [err.tensor], set()
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in self._all_inputs:
+                found.append(t)
+            elif t in producer:
+                todo += [n for n in producer[t].input if n]
+        return [n for n in self._all_inputs if n in found]
+
+    def _shape_like(self, name: str) -> bool:
+        tt = next(vi for vi in self.model.graph.input if vi.name == name).type.tensor_type
+        small = int(np.prod([d.dim_value for d in tt.shape.dim])) <= 1
+        return tt.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or small
 
     def _for(self, feed: dict[str, np.ndarray]) -> tuple[ImportedModel, Runner]:
         if self._static is not None:
             return self._static
-        bind = {n: np.asarray(feed[n]) for n in self._int_inputs}
-        key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in bind.items())
-        if key not in self._cache:
-            im = import_onnx_model(self.model, bind=bind, strict=self.strict)
+        while True:
+            bind = {n: np.asarray(feed[n]) for n in self._bound}
+            key = tuple((n, v.dtype.str, v.shape, v.tobytes()) for n, v in bind.items())
+            if key in self._cache:
+                return self._cache[key]
+            try:
+                im = import_onnx_model(self.model, bind=bind, strict=self.strict)
+            except _NeedsConstant as err:  # another value is needed too (or a tensor computed from several inputs)
+                more = [n for n in self._inputs_behind(err) if n not in self._bound]
+                if not more:
+                    raise
+                self._bound += more
+                continue
             self._cache[key] = (im, self._factory(im))
-        return self._cache[key]
+            return self._cache[key]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, dict):

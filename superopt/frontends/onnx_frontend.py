@@ -1,6 +1,7 @@
 """ONNX -> superopt Graph (the driver; the per-op converters live in :mod:`superopt.frontends.onnx_ops`).
 
-Checks the opset (9 to the newest the installed onnx knows), fixes symbolic input dimensions to the
+Checks the opset (1 to the newest the installed onnx knows; op versions older than opset 9 are restated in
+their opset-9 form by :mod:`superopt.frontends.onnx_ops.old_versions`), fixes symbolic input dimensions to the
 shapes given (:mod:`superopt.frontends.onnx_shapes`), runs ONNX shape inference, folds every node whose
 inputs are all constants at import time (Shape of a static tensor, ConstantOfShape, Constant, shape
 arithmetic, ...), and maps every other node onto :mod:`superopt.ops` through its converter.
@@ -41,10 +42,11 @@ from superopt.frontends.onnx_fallback import (
 from superopt.frontends.onnx_ops import CONST_ONLY, CONVERTERS, ELEM, Converter, OnnxImportError, _Ctx
 from superopt.frontends.onnx_ops.context import _NeedsConstant
 from superopt.frontends.onnx_shapes import declared_inputs, resolve_shapes, specialize, symbolic_inputs
+from superopt.frontends.onnx_ops.old_versions import converter_at
 from superopt.interp.reference import evaluate
 from superopt.ir.graph import Graph
 
-MIN_OPSET = 9
+MIN_OPSET = 1  # opsets below 9 go through the old-version adapters (onnx_ops.old_versions)
 MAX_OPSET = 21  # the newest opset the converters were written against
 # Every later opset the installed onnx knows is accepted too: for the ops mapped natively the versions after 21
 # add element types (bfloat16, float8, int4, ...), which fall back by type; new ops fall back by op.
@@ -226,6 +228,8 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping
         conv = CONVERTERS.get(node.op_type)
         reason = _native_reason(node, conv)
         if reason is None and any(elem_of.get(n) not in ELEM and elem_of.get(n) not in FLOAT_EDGE_ELEM
+        if reason is None:
+            conv, reason = converter_at(node.op_type, opset, conv)
                                   for n in node.input if n):
             reason = "element type " + ", ".join(sorted({onnx.TensorProto.DataType.Name(elem_of[n]) for n in node.input
                                                          if n and elem_of.get(n) not in ELEM}))
@@ -292,9 +296,11 @@ def _convert(b: GraphBuilder, opset: int, node: onnx.NodeProto, conv: Converter,
         outs = _fold(ctx, conv, ins) if folding else conv(ctx, ins)
     except OnnxImportError as err:
         msg = str(err)
-        raise (_NeedsConstant if isinstance(err, _NeedsConstant) else OnnxImportError)(
-            msg if label in msg else f"{where}: {msg}"
-        ) from None
+        msg = msg if label in msg else f"{where}: {msg}"
+        if isinstance(err, _NeedsConstant):  # name the ONNX tensor it needs (the backend binds the inputs behind it)
+            onnx_name = next((k for k, v in env.items() if v == err.tensor), None) if err.tensor else None
+            raise _NeedsConstant(msg, tensor=onnx_name) from None
+        raise OnnxImportError(msg) from None
     except Exception as err:
         raise OnnxImportError(f"cannot import {where}: {type(err).__name__}: {err}") from None
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]

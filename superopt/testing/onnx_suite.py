@@ -182,16 +182,9 @@ EXCLUDE = [
     r"test_bitwise_not_[34]d",  # uint16 / uint64 inputs, not in the name
     r"test_attention_.*softmax_precision_expanded",  # float16 inputs; the expanded body's casts are not all at the edges
     r"test_range_.*_expanded_cpu$",  # the expanded Range function body is a Loop (control flow)
-    # Resize/Upsample scales and roi arrive as float graph inputs; the backend binds only integer or one-element
-    # inputs as compile-time values, so these need a constant it does not have (with constant scales they pass)
-    r"test_resize_.*(scales_(nearest|linear|cubic)|tf_crop_and_resize)|test_upsample_nearest",
-    r"test_resize_.*_antialias",  # Resize antialias=1 is not lowered (the fallback's job)
     # the expected imaginary parts hold the generator's float32 rounding (1.9e-7 where the input implies 0; atol 1e-7)
     r"test_dft_inverse(_opset19)?_cpu$",
     r"test_mvn_cpu$",  # strict ONNX shape inference rejects the function body's Constant (onnx bug); _expanded passes
-    # models at opsets below 9 (the importer accepts opsets 9 to the installed onnx's newest)
-    r"test_(and|or|xor)_bcast|test_not_[234]d_cpu",
-    r"OnnxBackendPyTorchConverted.*|test_(log_)?softmax_(lastdim|dim3|functional_dim3)_cpu",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Resampling: Resize (opsets 10 to 19) and the older Upsample, onto superopt.ops.resize."""
+"""Resampling: Resize (opsets 10 to 19, antialias included) and the older Upsample, onto superopt.ops.resize."""
 
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ def _resize(c: _Ctx, x):
         scales = [float(s) for s in c.const(x[1], "Resize scales").reshape(-1)]
         sizes = [int(np.floor(s * n)) for s, n in zip(scales, shape, strict=True)]
         return resize(c.b, x[0], sizes, scales, mode, "asymmetric", "floor")
-    if c.attr("antialias", 0):
-        raise OnnxImportError("Resize with antialias=1 is not supported")
     axes = c.attr("axes")
     axes = list(range(rank)) if axes is None else [a % rank for a in axes]
     roi_v, scales_v, sizes_v = (c.const(x[k] if len(x) > k else None, f"Resize {what}")
@@ -67,13 +65,15 @@ def _resize(c: _Ctx, x):
         bool(c.attr("exclude_outside", 0)),
         float(c.attr("extrapolation_value", 0.0)),
         roi,
+        bool(c.attr("antialias", 0)),  # linear/cubic: the kernel widened by 1/scale when down-sampling
     )
 
 
 @_conv("Upsample")
 def _upsample(c: _Ctx, x):
-    """Upsample-7 (scales attribute) and -9 (scales input): Resize-10's asymmetric transform."""
+    """Upsample-9 (scales input; Upsample-1/7 come here through onnx_ops.old_versions): Resize-10's asymmetric
+    transform."""
     shape = c.b.shape(x[0])
-    scales = c.attr("scales") if c.opset < 9 else [float(s) for s in c.const(x[1], "Upsample scales").reshape(-1)]
+    scales = [float(s) for s in c.const(x[1], "Upsample scales").reshape(-1)]
     sizes = [int(np.floor(s * n)) for s, n in zip(scales, shape, strict=True)]
     return resize(c.b, x[0], sizes, list(scales), _mode(c), "asymmetric", "floor")

@@ -45,7 +45,8 @@ def is_identity_axis(attrs: dict[str, Any], axis: int, in_len: int, rank: int) -
 def source_coordinates(in_len: int, out_len: int, scale: float, mode: str,
                        roi: tuple[float, float] = (0.0, 1.0)) -> tuple[np.ndarray, np.ndarray | None]:
     """x_original (float64, one per output position) and, for tf_crop_and_resize, the positions that
-    fall outside the input (they take the extrapolation value); ONNX's formulas."""
+    fall outside the input (they take the extrapolation value); ONNX's formulas. align_corners divides by
+    the unrounded resized length ``in_len * scale`` (as the ONNX reference does: scale 0.6 of 4 is 2.4)."""
     y = np.arange(out_len, dtype=np.float64)
     if mode == "half_pixel":
         return (y + 0.5) / scale - 0.5, None
@@ -56,7 +57,10 @@ def source_coordinates(in_len: int, out_len: int, scale: float, mode: str,
     if mode == "pytorch_half_pixel":
         return ((y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)), None
     if mode == "align_corners":
-        return (y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)), None
+        resized = in_len * scale
+        if np.isclose(resized, out_len, rtol=1e-12, atol=0.0):  # scale given as a size ratio: exactly out_len
+            resized = float(out_len)
+        return (y * (in_len - 1) / (resized - 1) if resized != 1 else np.zeros(out_len)), None
     if mode == "asymmetric":
         return y / scale, None
     if mode == "tf_half_pixel_for_nn":
