@@ -3,11 +3,14 @@
 from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     activations,
     attention,
+    bitcast,
     constant,
     control_flow,
+    detection,
     elementwise,
     geometry,
     indexing,
+    linalg,
     losses,
     movement,
     nn,
@@ -17,6 +20,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     resize,
     sorting,
     spectral,
+    text,
 )
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (

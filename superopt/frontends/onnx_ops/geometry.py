@@ -139,3 +139,56 @@ def _grid_sample(c: _Ctx, x):
             val = ops.mul(b, val, ops.reshape(b, wt, [n, 1, q]))
         total = val if total is None else ops.add(b, total, val)
     return ops.reshape(b, total, [n, ch, *out])
+
+
+@_conv("DeformConv")
+def _deform_conv(c: _Ctx, x):
+    """2-D deformable convolution (opsets 19, 22): per offset group, the input sampled bilinearly (zeros
+    outside) at each kernel tap's shifted position -- a GridSample over pixel positions normalized with
+    align_corners -- times the mask, then a grouped contraction with the weights in index notation."""
+    b = c.b
+    xs, ws = b.shape(x[0]), b.shape(x[1])
+    if len(xs) != 4:
+        raise OnnxImportError(f"DeformConv: only 2-D inputs are supported, not rank {len(xs)}")
+    n, ch, h, w = xs
+    oc, cpg, kh, kw = ws
+    if h < 2 or w < 2:
+        raise OnnxImportError(f"DeformConv: an input extent of 1 ({h}x{w}) has no normalized grid position")
+    groups, og = int(c.attr("group", 1)), int(c.attr("offset_group", 1))
+    sh, sw = c.attr("strides", [1, 1])
+    dh, dw = c.attr("dilations", [1, 1])
+    pt, pl = c.attr("pads", [0, 0, 0, 0])[:2]
+    off = x[2]
+    oh, ow = b.shape(off)[2:]
+    k = kh * kw
+    if ch != cpg * groups or oc % groups or ch % og or b.shape(off)[1] != og * k * 2:
+        raise OnnxImportError(f"DeformConv: X {xs}, W {ws}, offset {b.shape(off)} do not fit group {groups}, "
+                              f"offset_group {og}")
+    dt = b.type(x[0]).dtype
+    taps = np.arange(k)
+    base_y = (-pt + sh * np.arange(oh))[None, :, None] + (taps // kw * dh)[:, None, None] + 0 * np.arange(ow)
+    base_x = (-pl + sw * np.arange(ow))[None, None, :] + (taps % kw * dw)[:, None, None] + 0 * np.arange(oh)[:, None]
+    off6 = ops.reshape(b, off, [n, og, k, 2, oh, ow])
+    sample = _Ctx(b, max(c.opset, 20), c.node, {"mode": "linear", "padding_mode": "zeros", "align_corners": 1})
+    cpo = ch // og
+    cols = []
+    for g in range(og):
+        grid = []
+        for axis, base, extent in ((1, base_x, w), (0, base_y, h)):  # GridSample takes (x, y)
+            d = ops.reshape(b, ops.slice_(b, off6, [g, axis], [g + 1, axis + 1], [1, 3]), [n, k, oh, ow])
+            pos = ops.add(b, d, b.constant(base.astype(dt), dtype=dt))
+            norm = ewise(b, f"{{0}} / {lit(extent - 1.0)} * 2.0 - 1.0", [pos], "deform_grid")
+            grid.append(ops.reshape(b, norm, [n, k * oh, ow, 1]))
+        xg = ops.slice_(b, x[0], [g * cpo], [(g + 1) * cpo], [1]) if og > 1 else x[0]
+        col = ops.reshape(b, _grid_sample(sample, [xg, ops.concat(b, grid, 3)]), [n, cpo, k, oh, ow])
+        if len(x) > 4 and x[4] is not None:
+            m = ops.slice_(b, ops.reshape(b, x[4], [n, og, k, oh, ow]), [g], [g + 1], [1])
+            col = ops.mul(b, col, m)
+        cols.append(col)
+    cols = ops.concat(b, cols, 1) if og > 1 else cols[0]
+    y = ops.einsum(b, "ngckij,gock->ngoij", ops.reshape(b, cols, [n, groups, cpg, k, oh, ow]),
+                   ops.reshape(b, x[1], [groups, oc // groups, cpg, k]))
+    y = ops.reshape(b, y, [n, oc, oh, ow])
+    if len(x) > 3 and x[3] is not None:
+        y = ops.add(b, y, ops.reshape(b, x[3], [1, oc, 1, 1]))
+    return y

@@ -1,4 +1,4 @@
-"""Extern kinds for data movement: ``reshape`` (an alias) and ``gather`` with run-time indices."""
+"""Extern kinds for data movement: ``reshape`` (an alias), ``gather`` with run-time indices, ``bitcast``."""
 
 from __future__ import annotations
 
@@ -29,3 +29,22 @@ def _gather_type(ts, a):
 
 # gather(axis): out[..., i..., ...] = data[..., idx[i...], ...] with run-time indices.
 register("gather", _gather, _gather_type)
+
+
+def _bitcast(xs, a):
+    x = np.array(xs[0], dtype=a["from_dtype"])  # a contiguous copy (the reference interpreter may widen floats)
+    return [x.view(a["dtype"])]
+
+
+def _bitcast_type(ts, a):
+    x = ts[0]
+    src, dst = np.dtype(a["from_dtype"]), np.dtype(a["dtype"])
+    if x.dtype != a["from_dtype"]:
+        raise TypeError(f"bitcast: the input is {x.dtype}, not {a['from_dtype']}")
+    if src.itemsize != dst.itemsize or "bool" in (x.dtype, a["dtype"]):
+        raise TypeError(f"bitcast: {x.dtype} and {a['dtype']} differ in size (or one is bool)")
+    return [TensorType(x.shape, a["dtype"])]
+
+
+# bitcast(from_dtype, dtype): the same bytes read as another element type of the same size (ONNX BitCast).
+register("bitcast", _bitcast, _bitcast_type)
