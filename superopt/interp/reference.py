@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
-from superopt.ir.externs import evaluate_extern
+from superopt.ir.externs import evaluate_extern, run_time_shaped
 from superopt.ir.graph import Graph
 from superopt.ir.statement import REDUCE_IDENTITY, Statement
 from superopt.ir.types import DTYPES, TensorType, is_float
@@ -260,9 +260,9 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
             outs = evaluate_extern(node.op.kind, ins, node.op.attr)
         else:
             outs = evaluate_compute(node.op, ins, float_dtype)
-        for name, val in zip(node.outputs, outs):
+        for name, val, dynamic in zip(node.outputs, outs, run_time_shaped(node)):
             t = graph.type_of[name]
-            if tuple(val.shape) != t.shape:
+            if tuple(val.shape) != t.shape and not dynamic:  # (a run-time shape: its type is an upper bound)
                 raise ValueError(f"node {node.name!r} produced {name!r} with shape {val.shape}, expected {t.shape}")
             env[name] = val
     if keep_intermediates:

@@ -28,6 +28,7 @@ from superopt import ops
 from superopt.builder import GraphBuilder
 from superopt.frontends.onnx_fallback import outer_scope_reads
 from superopt.frontends.onnx_ops.context import NeedsConstant, OnnxImportError, _conv, _Ctx
+from superopt.ir.externs import run_time_shaped
 from superopt.ir.externs.control_flow import Body
 from superopt.ir.graph import Graph
 from superopt.ir.types import TensorType
@@ -89,6 +90,8 @@ def import_body(c: _Ctx, g: onnx.GraphProto, formal: Sequence[TensorType | str],
         raise NeedsConstant(f"{what}: {err}", tensor=onnx_name) from None
     except OnnxImportError as err:
         raise OnnxImportError(f"{what}: {err}") from None
+    if any(any(run_time_shaped(n)) for n in im.graph.nodes):
+        raise OnnxImportError(f"{what} gives a value whose shape is known only at run time (NonZero, Unique, ...)")
     runtime = {n: t for n, t in given if n not in consts}
     return im.graph, [runtime[n] for n in im.input_names if n in runtime]
 

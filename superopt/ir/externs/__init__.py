@@ -10,11 +10,13 @@ interpreter call the numpy ``evaluate`` for the rest. The kinds, by family:
 - scan: ``cumulative`` (cumsum, cumprod)
 - resize: ``resize``
 - linalg: ``det``; text: ``tfidf``; detection: ``roi_align``
+- data_dependent: ``nonzero``, ``unique``, ``nms`` (output shapes known only at run time)
 - control_flow: ``if``, ``loop``, ``scan`` (branches and bodies are Graphs, run compiled)
 """
 
 from superopt.ir.externs import (  # noqa: F401  (they register kinds)
     control_flow,
+    data_dependent,
     detection,
     indexing,
     linalg,
@@ -24,7 +26,18 @@ from superopt.ir.externs import (  # noqa: F401  (they register kinds)
     sorting,
     text,
 )
-from superopt.ir.externs.registry import EXTERNS, Evaluate, Infer, evaluate_extern, infer_extern, register
+from superopt.ir.externs.registry import (
+    EXTERNS,
+    RUN_TIME_SHAPED,
+    Evaluate,
+    Infer,
+    check_run_time_shapes,
+    evaluate_extern,
+    infer_extern,
+    register,
+    run_time_shaped,
+)
 from superopt.ir.types import dtype_name
 
-__all__ = ["EXTERNS", "Evaluate", "Infer", "register", "evaluate_extern", "infer_extern", "dtype_name"]
+__all__ = ["EXTERNS", "RUN_TIME_SHAPED", "Evaluate", "Infer", "register", "evaluate_extern", "infer_extern", "dtype_name",
+           "run_time_shaped", "check_run_time_shapes"]
