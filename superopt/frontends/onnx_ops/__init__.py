@@ -9,12 +9,10 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     data_dependent,
     detection,
     elementwise,
-    flex_attention,
     geometry,
     indexing,
     linalg,
     losses,
-    ml,
     movement,
     nn,
     normalization,
@@ -24,7 +22,6 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     sorting,
     spectral,
     text,
-    training,
 )
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (
