@@ -70,10 +70,10 @@ def test_check_raises_only_schedule_error():
 
 
 def test_knob_values_outside_the_domain_are_rejected_with_schedule_error():
-    c = compile_op(MATMUL, {"A": (64, 64), "B": (64, 64)})
+    c = compile_op(MATMUL, {"A": (256, 256), "B": (256, 256)})
     space = ScheduleSpace(c, host_target(2))
-    with pytest.raises(ScheduleError):
-        space.trace(Point.of(space.default_point().sketch, {"C.rows": 64, "C.width": 64}))  # 4096-element tile
+    with pytest.raises(ScheduleError):  # a 32768-element tile: past any target's register budget (8x its file)
+        space.trace(Point.of(space.default_point().sketch, {"C.rows": 128, "C.width": 256}))
     with pytest.raises(ScheduleError):
         space.trace(Point.of("no-such-sketch"))
 

@@ -10,7 +10,7 @@ tree (see :mod:`superopt.loopnest.build`); this module only chooses C spellings.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from superopt.codegen.c_prelude import PRELUDE
 from superopt.codegen.lower import KernelPlan
@@ -35,6 +35,7 @@ from superopt.loopnest import (
     Node,
     Op,
     PackNest,
+    PeeledLoop,
     RegisterRef,
     RestoreNan,
     Scope,
@@ -221,6 +222,8 @@ class _CPrinter:
             self.line("}")
         elif isinstance(n, Loop):
             self.loop(n)
+        elif isinstance(n, PeeledLoop):
+            self.peeled(n)
         elif isinstance(n, Alloc):
             self.alloc(n)
         elif isinstance(n, Fill):
@@ -274,7 +277,18 @@ class _CPrinter:
         else:  # local buffer or register tile
             self.line(f"{ct} {a.name}[{a.size}] __attribute__((aligned(64)));")
 
-    def loop(self, lp: Loop) -> None:
+    def peeled(self, n: PeeledLoop) -> None:
+        lp, v = n.loop, n.loop.var
+        full = str(n.split)
+        if n.outer_full:
+            conds = " && ".join(f"{c_linear(t.offset)} + {extent} <= {t.limit}" for extent, t in n.outer_full)
+            self.line(f"const int {v}_full = ({conds}) ? {n.split} : 0;")
+            full = f"{v}_full"
+        self.line(f"/* {v} < {full}: full register tiles, constant trip counts */")
+        self.loop(lp, stop=full)
+        self.loop(replace(lp, body=n.general), start=full)
+
+    def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
         if lp.kind == "parallel":
             self.line("#pragma omp parallel for schedule(static)")
         elif lp.kind == "unrolled":
@@ -282,11 +296,11 @@ class _CPrinter:
         elif lp.kind == "vectorized":
             clauses = "".join(f" reduction({_OMP_REDUCTION[r.op]}:{r.var})" for r in lp.reductions)
             self.line("#pragma omp simd" + clauses)
-        bound = str(lp.extent)
+        bound = str(lp.extent) if stop is None else stop
         for t in lp.tail:
             bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
         v = lp.var
-        self.line(f"for (int {v} = 0; {v} < {bound}; ++{v}) {{")
+        self.line(f"for (int {v} = {start}; {v} < {bound}; ++{v}) {{")
         self.ind += 1
         self.nodes(lp.body)
         self.ind -= 1

@@ -8,7 +8,8 @@ walk this tree; see :mod:`superopt.loopnest.walk`.
 
 Modules: ``index`` (accesses, flat indices, strides), ``values`` (typed scalar values), ``loop``,
 ``alloc``, ``statements``, ``kernel`` (the root and pack routines), ``build`` (plan -> nest),
-``walk`` (traversal and summaries), ``outline`` (an indented text view for people).
+``versioning`` (full register tiles peeled from the tail), ``walk`` (traversal and
+summaries), ``outline`` (an indented text view for people).
 """
 
 from superopt.loopnest.alloc import Alloc, Fill
@@ -24,6 +25,7 @@ from superopt.loopnest.statements import (
     Epilogue,
     Guard,
     Node,
+    PeeledLoop,
     RestoreNan,
     Scope,
     SplitIndex,
@@ -36,7 +38,7 @@ from superopt.loopnest.walk import AccessVisit, Visit, accesses, allocations, st
 __all__ = [
     "Accumulate", "AccessVisit", "Alloc", "Assign", "BufferAccess", "CombineLanes", "Epilogue", "Fill", "FlatIndex",
     "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
-    "Node", "Op", "PackNest", "Param", "ReductionClause", "RegisterRef", "RestoreNan", "Scope", "SplitIndex",
+    "Node", "Op", "PackNest", "Param", "PeeledLoop", "ReductionClause", "RegisterRef", "RestoreNan", "Scope", "SplitIndex",
     "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
     "build_loopnest", "op_counts", "outline", "statement_ops", "walk",
 ]

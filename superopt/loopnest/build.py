@@ -53,6 +53,7 @@ from superopt.loopnest.statements import (
     WriteBack,
 )
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value
+from superopt.loopnest.versioning import peel_tile_tails
 
 _CLAUSE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}
 
@@ -61,8 +62,10 @@ Bounds = dict[str, tuple[TailLimit, ...]]  # loop var -> its tail limits
 
 def build_loopnest(plan: KernelPlan) -> LoopNest:
     """The loop nest of ``plan`` (a legal lowering): kernel body and pack routines."""
-    b = _Builder(plan)
-    return b.kernel()
+    nest = _Builder(plan).kernel()
+    if plan.target.kind == "cpu":  # (the CUDA printer maps tiles to threads: no tails to version there)
+        nest = peel_tile_tails(nest)
+    return nest
 
 
 class _Builder:

@@ -20,6 +20,7 @@ from superopt.loopnest.statements import (
     Epilogue,
     Guard,
     Node,
+    PeeledLoop,
     RestoreNan,
     Scope,
     SplitIndex,
@@ -58,6 +59,13 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
     elif isinstance(n, Scope):
         out.append(f"{pad}scope")
         for c in n.body:
+            _lines(c, depth + 1, out)
+    elif isinstance(n, PeeledLoop):
+        cond = "".join(f" if {_lin(t.offset)} + {extent} <= {t.limit}" for extent, t in n.outer_full)
+        out.append(f"{pad}peeled {n.loop.var} < {n.split}{cond}: full tiles")
+        _lines(n.loop, depth + 1, out)
+        out.append(f"{pad}then the rest")
+        for c in n.general:
             _lines(c, depth + 1, out)
     elif isinstance(n, Loop):
         extra = "".join(f" tail<{t.limit}-({_lin(t.offset)})" for t in n.tail)

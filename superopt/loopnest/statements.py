@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from superopt.loopnest.alloc import Alloc, Fill
 from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
-from superopt.loopnest.loop import Loop
+from superopt.loopnest.loop import Loop, TailLimit
 from superopt.loopnest.values import Value
 
 
@@ -110,5 +110,19 @@ class CombineLanes:
     op: str = "+"
 
 
+@dataclass(frozen=True)
+class PeeledLoop:
+    """A loop over register tiles run as two: ``for var in [0, full)`` over ``loop.body`` (the tiles'
+    tails dropped: constant trip counts), then ``for var in [full, extent)`` over ``general`` (the
+    body as built). ``full`` is ``split`` when every condition of ``outer_full`` holds (a tail on an
+    enclosing loop's variable, ``offset + extent <= limit``), else 0. ``loop`` keeps the extent, kind
+    and tail of the original loop. See :mod:`superopt.loopnest.versioning`."""
+
+    loop: Loop
+    general: tuple[Node, ...]
+    split: int
+    outer_full: tuple[tuple[int, TailLimit], ...] = ()
+
+
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard
-        | SplitIndex | CombineLanes)
+        | SplitIndex | CombineLanes | PeeledLoop)

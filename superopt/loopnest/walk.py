@@ -27,6 +27,7 @@ from superopt.loopnest.statements import (
     Epilogue,
     Guard,
     Node,
+    PeeledLoop,
     Scope,
     StageNest,
     WriteBack,
@@ -48,6 +49,8 @@ def _children(n: Node) -> tuple[Node, ...]:
         return n.body
     if isinstance(n, (Epilogue, Guard)):
         return (n.body,)
+    if isinstance(n, PeeledLoop):  # the full-tile loop: what almost every tile runs (same accesses as the rest)
+        return (n.loop,)
     return ()
 
 
