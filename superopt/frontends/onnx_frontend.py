@@ -36,13 +36,14 @@ from superopt.frontends.onnx_fallback import (
     infer_node_outputs,
     make_spec,
     onnx_np_dtype,
+    outer_scope_reads,
     session,
     superopt_dtype,
 )
 from superopt.frontends.onnx_ops import CONST_ONLY, CONVERTERS, ELEM, Converter, OnnxImportError, _Ctx
-from superopt.frontends.onnx_ops.context import _NeedsConstant
-from superopt.frontends.onnx_shapes import declared_inputs, resolve_shapes, specialize, symbolic_inputs
+from superopt.frontends.onnx_ops.context import _NeedsConstant, op_key
 from superopt.frontends.onnx_ops.old_versions import converter_at
+from superopt.frontends.onnx_shapes import declared_inputs, resolve_shapes, specialize, symbolic_inputs
 from superopt.interp.reference import evaluate
 from superopt.ir.graph import Graph
 
@@ -150,15 +151,46 @@ def _infer_shapes(m: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(m, strict_mode=not custom, data_prop=True)
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise OnnxImportError(f"ONNX shape inference failed: {first}") from None
+    filled = _with_default_attributes(m)
+    if filled is not None:  # ONNX's inference of a function-bodied op can fail on an attribute left at its default
+        try:                # (MeanVarianceNormalization-13's body reads ``axes`` by reference): the same model, stated
+            return onnx.shape_inference.infer_shapes(filled, strict_mode=not custom, data_prop=True)
+        except Exception:  # noqa: BLE001  (the first error is the one to report)
+            pass
+    raise OnnxImportError(f"ONNX shape inference failed: {first}")
+
+
+def _with_default_attributes(m: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``m`` whose default-domain nodes state every attribute their schema gives a default for
+    (the same model); None when nothing is missing."""
+    opset = _opset(m)
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    changed = False
+    for node in out.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset)
+        except onnx.defs.SchemaError:
+            continue
+        have = {a.name for a in node.attribute}
+        for name, a in schema.attributes.items():
+            if name not in have and a.default_value.name:  # a default is stated
+                d = onnx.AttributeProto()
+                d.CopyFrom(a.default_value)
+                d.name = name
+                node.attribute.append(d)
+                changed = True
+    return out if changed else None
 
 
 def _native_reason(node: onnx.NodeProto, conv: Converter | None) -> str | None:
     """Why a node cannot go to a converter at all (None: try its converter)."""
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in ("", "ai.onnx") and conv is None:
         return f"operator domain {node.domain!r}"
-    if node.op_type in CONTROL_FLOW or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                           for a in node.attribute):
+    if conv is None and (node.op_type in CONTROL_FLOW or any(a.type in (onnx.AttributeProto.GRAPH,
+                                                                        onnx.AttributeProto.GRAPHS) for a in node.attribute)):
         return "control flow"
     if conv is None:
         return "no native lowering"
@@ -225,11 +257,12 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping
     for i, node in enumerate(g.node):
         label = _node_label(node, i)
         where = f"{node.op_type} node {label!r} (opset {opset})"
-        conv = CONVERTERS.get(node.op_type)
+        default = node.domain in ("", "ai.onnx")
+        conv = CONVERTERS.get(op_key(node.domain, node.op_type))
         reason = _native_reason(node, conv)
-        if reason is None and any(elem_of.get(n) not in ELEM and elem_of.get(n) not in FLOAT_EDGE_ELEM
-        if reason is None:
+        if reason is None and default:
             conv, reason = converter_at(node.op_type, opset, conv)
+        if reason is None and any(elem_of.get(n) not in ELEM and elem_of.get(n) not in FLOAT_EDGE_ELEM
                                   for n in node.input if n):
             reason = "element type " + ", ".join(sorted({onnx.TensorProto.DataType.Name(elem_of[n]) for n in node.input
                                                          if n and elem_of.get(n) not in ELEM}))
@@ -282,7 +315,7 @@ def _convert(b: GraphBuilder, opset: int, node: onnx.NodeProto, conv: Converter,
     try:
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ins = []
-        for n in node.input:
+        for n in [*node.input, *outer_scope_reads(node)]:  # a subgraph's reads from this graph follow the inputs
             if n == "":
                 ins.append(None)
             elif n not in env:

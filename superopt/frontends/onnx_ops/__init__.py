@@ -6,13 +6,14 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     bitcast,
     constant,
     control_flow,
-    data_dependent,
     detection,
     elementwise,
+    flex_attention,
     geometry,
     indexing,
     linalg,
     losses,
+    ml,
     movement,
     nn,
     normalization,
@@ -22,6 +23,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     sorting,
     spectral,
     text,
+    training,
 )
 from superopt.frontends.onnx_ops.constant import CONST_ONLY
 from superopt.frontends.onnx_ops.context import (

@@ -1,4 +1,5 @@
-"""Ops that only make sense on constants (Shape, Size, ConstantOfShape, Range, Constant): always folded."""
+"""Ops that only make sense on constants (Shape, Size, ConstantOfShape, Range, Constant): always folded; and the
+Optional ops over tensors (OptionalHasElement is a constant, OptionalGetElement of a tensor is that tensor)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,18 @@ def _np_dtype_name(dt) -> str:
 
 CONST_ONLY = {"Shape", "Size", "ConstantOfShape", "Range", "Constant", "HannWindow", "HammingWindow", "BlackmanWindow",
               "MelWeightMatrix"}
+
+
+@_conv("OptionalHasElement")
+def _optional_has_element(c: _Ctx, x):
+    """Whether the optional input holds a value: false with no input, true with a tensor (superopt holds tensors
+    only, never an empty optional)."""
+    return c.b.constant(np.array(bool(x and x[0] is not None)), dtype="bool")
+
+
+@_conv("OptionalGetElement")
+def _optional_get_element(c: _Ctx, x):
+    """A tensor given where an optional is allowed is returned as it is."""
+    if not x or x[0] is None:
+        raise OnnxImportError("OptionalGetElement of an empty optional")
+    return x[0]

@@ -1,7 +1,9 @@
 """What every ONNX converter sees: the node, its attributes, the graph builder, and the registry.
 
 A converter is ``fn(ctx, inputs) -> tensor name(s)``, registered for one or more op types with
-``@_conv("OpType", ...)``; ``inputs`` are graph tensor names (``None`` for a skipped optional input).
+``@_conv("OpType", ...)`` (an op of another domain as ``"domain.OpType"``, see :func:`op_key`); ``inputs`` are
+graph tensor names (``None`` for a skipped optional input). ``ctx.opset`` is the model's default-domain opset
+(the one a subgraph's ops are read at), for ops of every domain.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ class _Ctx:
 
 Converter = Callable[[_Ctx, list], Any]
 CONVERTERS: dict[str, Converter] = {}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """The registry key of an op: its type in the default domain, ``domain.OpType`` in any other."""
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}.{op_type}"
 
 
 def _conv(*names: str):

@@ -76,6 +76,29 @@ def _gather(c, x):
     return ops.gather(c.b, x[0], x[1], c.attr("axis", 0))
 
 
+@_conv("Compress")
+def _compress(c: _Ctx, x):
+    """The slices along ``axis`` (of the flattened input when unset) where the condition is true; the condition
+    may be shorter than the axis (the rest is dropped). The output's length is the condition's count of trues,
+    so the condition must be a compile-time value (the backend binds a condition input per value)."""
+    cond = np.asarray(c.const(x[1], "Compress condition")).reshape(-1).astype(bool)
+    axis = c.attr("axis")
+    t = x[0]
+    if axis is None:
+        t, axis = ops.reshape(c.b, t, [-1]), 0
+    shape = c.b.shape(t)
+    axis = int(axis) + (len(shape) if int(axis) < 0 else 0)
+    if not 0 <= axis < len(shape) or cond.size > shape[axis]:
+        raise OnnxImportError(f"Compress condition of length {cond.size} does not fit axis {c.attr('axis')} of "
+                              f"shape {tuple(c.b.shape(x[0]))}")
+    keep = np.nonzero(cond)[0].astype(np.int64)
+    if keep.size == 0:
+        out = list(shape)
+        out[axis] = 0
+        return c.b.constant(np.zeros(out, c.b.type(t).np_dtype), dtype=c.b.type(t).dtype)
+    return ops.gather(c.b, t, c.b.constant(keep, dtype="int64"), axis)
+
+
 @_conv("Pad")
 def _pad(c: _Ctx, x):
     mode = c.attr("mode", "constant")
