@@ -45,6 +45,7 @@ from superopt.frontends.onnx_ops.context import _NeedsConstant, op_key
 from superopt.frontends.onnx_ops.old_versions import converter_at
 from superopt.frontends.onnx_shapes import declared_inputs, resolve_shapes, specialize, symbolic_inputs
 from superopt.interp.reference import evaluate
+from superopt.ir.externs import run_time_shaped
 from superopt.ir.graph import Graph
 
 MIN_OPSET = 1  # opsets below 9 go through the old-version adapters (onnx_ops.old_versions)
@@ -253,6 +254,7 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping
         env[vi.name] = b.input(vi.name, shape, dtype)
         input_names.append(vi.name)
     value_types = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+    only_outputs = {o.name for o in g.output} - {i for n in g.node for i in [*n.input, *outer_scope_reads(n)]}
     fallbacks: list[FallbackNode] = []
     for i, node in enumerate(g.node):
         label = _node_label(node, i)
@@ -274,7 +276,7 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping
             mark = len(b.nodes)
             try:
                 outs = _convert(b, opset, node, conv, env, label, where)
-                _check_outputs(b, node, outs, value_types, where)
+                _check_outputs(b, node, outs, value_types, where, b.nodes[mark:], only_outputs)
             except OnnxImportError as err:
                 if strict:
                     raise
@@ -339,8 +341,17 @@ def _convert(b: GraphBuilder, opset: int, node: onnx.NodeProto, conv: Converter,
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
-def _check_outputs(b: GraphBuilder, node: onnx.NodeProto, outs: list[str], value_types: dict, where: str) -> None:
+def _check_outputs(b: GraphBuilder, node: onnx.NodeProto, outs: list[str], value_types: dict, where: str,
+                   added: Sequence = (), only_outputs: set[str] = frozenset()) -> None:
+    """Outputs as ONNX types them. Where ``added`` (the converter's nodes) gives an output whose shape is known
+    only at run time, only its rank is checked (its extents are upper bounds), and it must be one of
+    ``only_outputs`` (graph outputs no node reads)."""
     names = list(node.output)
+    run_time = {t for n in added for t, dynamic in zip(n.outputs, run_time_shaped(n)) if dynamic}
+    for o, t in zip(names, outs, strict=False):
+        if o and t in run_time and o not in only_outputs:
+            raise OnnxImportError(f"{where}: output {o!r} has a shape known only at run time (it depends on input "
+                                  "values), so it can only be a graph output that no node reads")
     if len(outs) < len([o for o in names if o]):
         raise OnnxImportError(f"{where}: produced {len(outs)} outputs but the node has {len(names)}")
     for o, t in zip(names, outs, strict=False):
@@ -348,7 +359,8 @@ def _check_outputs(b: GraphBuilder, node: onnx.NodeProto, outs: list[str], value
             continue
         vi = value_types.get(o)
         if vi is not None and vi.type.tensor_type.HasField("shape"):
-            want = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in vi.type.tensor_type.shape.dim)
+            want = tuple(d.dim_value if d.HasField("dim_value") and t not in run_time else -1
+                         for d in vi.type.tensor_type.shape.dim)
             got = b.shape(t)
             if len(want) != len(got) or any(w not in (-1, gg) for w, gg in zip(want, got, strict=False)):
                 raise OnnxImportError(f"{where}: output {o!r} has shape {got} but ONNX infers {want}")

@@ -6,6 +6,7 @@ from superopt.frontends.onnx_ops import (  # noqa: F401  (registration)
     bitcast,
     constant,
     control_flow,
+    data_dependent,
     detection,
     elementwise,
     flex_attention,
