@@ -159,3 +159,27 @@ def test_a_body_without_native_lowering_makes_the_whole_node_fall_back():
         import_onnx_model(m, strict=True)
     im = import_onnx_model(m, strict=False)
     assert [(f.op, f.reason.split(":")[0]) for f in im.fallbacks] == [("Scan", "scan body")]
+
+
+def test_optimize_keeps_control_flow_native_and_reports_no_fallback():
+    from superopt.api import OptimizeConfig, optimize
+
+    ort = pytest.importorskip("onnxruntime")
+    body, outs = _accumulate_loop(0)
+    then_g = helper.make_graph([helper.make_node("Neg", ["acc"], ["t"])], "then", [], [_vi("t", F, [3])])
+    else_g = helper.make_graph([helper.make_node("Exp", ["acc"], ["e"])], "else", [], [_vi("e", F, [3])])
+    nodes = [helper.make_node("Relu", ["x0"], ["x"]),
+             helper.make_node("Loop", ["n", "", "x", "x"], outs, body=body),
+             helper.make_node("ReduceSum", ["acc"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "g", [_vi("x0", F, [3]), _vi("w", F, [3])], [_vi("y", F, [3])],
+                          initializer=[helper.make_tensor("n", I64, [], [3]), helper.make_tensor("zero", F, [], [0.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    prog = optimize(m, OptimizeConfig(cost_model=None))
+    assert prog.report.fallbacks == []
+    assert {"if", "loop"} <= {n.op.kind for n in prog.graph.nodes if n.is_extern}
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for w in ([0.5, -1, 2], [-3, -3, -3]):
+        feed = {"x0": np.array([1, -2, 3], np.float32), "w": np.array(w, np.float32)}
+        np.testing.assert_allclose(prog(feed["x0"], feed["w"])[0], sess.run(None, feed)[0], rtol=1e-5)

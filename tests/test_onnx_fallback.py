@@ -137,7 +137,8 @@ def _if_model():
 
 
 @pytest.mark.parametrize("make,op,node", [(_loop_model, "Loop", "the_loop"), (_if_model, "If", "the_if")])
-def test_control_flow_falls_back_as_a_whole_node(make, op, node):
+def test_control_flow_falls_back_as_a_whole_node(make, op, node, monkeypatch):
+    monkeypatch.delitem(CONVERTERS, op)  # it runs natively (tests/test_onnx_control_flow.py); without a converter:
     m = make()
     prog = optimize(m, FAST)
     assert [(f.op, f.node, f.reason) for f in prog.report.fallbacks] == [(op, node, "control flow")]
@@ -162,7 +163,8 @@ def test_other_domain_op_runs_through_onnxruntime():
     np.testing.assert_allclose(prog(feed["x"])[0], _ort(m, feed)[0], rtol=1e-5, atol=1e-6)
 
 
-def test_fallback_outputs_of_data_dependent_shape_need_example_values():
+def test_fallback_outputs_of_data_dependent_shape_need_example_values(monkeypatch):
+    monkeypatch.delitem(CONVERTERS, "NonZero")  # natively a run-time shape (tests/test_onnx_data_dependent.py)
     m = _model([helper.make_node("NonZero", ["x"], ["nz"], name="nz0")], [_vi("x", [2, 3])],
                [_vi("nz", None, TensorProto.INT64)])
     with pytest.raises(OnnxImportError, match="nz0.*example inputs") as err:
