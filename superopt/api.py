@@ -368,6 +368,13 @@ def load_cost_model(spec: str | Path | None):
     return load_pretrained("cpu") if str(spec) == "pretrained" else XGBModel.load(spec)
 
 
+def model_knows(cost_model, target: Target) -> bool:
+    """Whether ``cost_model`` was trained on a machine of ``target``'s class (a model that cannot tell is
+    trusted); the zero-measurement picks of one that was not are not used."""
+    knows = getattr(cost_model, "knows", None)
+    return knows is None or bool(knows(target))
+
+
 def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None, cost_model=None,
                    deadline: float | None = None) -> tuple[dict[str, list], list[str], list[str]]:
     """The schedule pass over a graph with canonical kernels (``canonicalize_kernels``): node name ->
@@ -381,7 +388,7 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
         from search.database import TuningDatabase, schedules_from_database
 
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
-    if cost_model is not None:
+    if cost_model is not None and model_knows(cost_model, target):
         from search.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
         from search.model_guided import schedules_from_model
 
@@ -469,7 +476,12 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
                    f"({tune['stop_reason']})")
     if database is not None:
         how.append(f"{len(hits)} of {n_compute} kernels from the tuning database")
-    if model is not None:
+    if model is not None and not model_knows(model, target):
+        trained = ", ".join(sorted({f"{t.get('vector_bits')}-bit x {t.get('vector_registers')} registers"
+                                    for t in getattr(model, "targets", [])}))
+        how.append(f"no cost-model picks (the model was trained on {trained} machines, not this "
+                   f"{target.vector_bits}-bit x {target.vector_registers} one)")
+    elif model is not None:
         how.append(f"{len(picked)} picked by the cost model with no measurement")
     how.append("the rest default schedules" if how else "default schedules (no tuning database, no cost model)")
     report = OptimizeReport(len(graph.nodes), len(executor.kernels), t1 - t0, t2 - t1, t3 - t2, err, ", ".join(how),
@@ -560,4 +572,4 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
 
 
 __all__ = ["load", "OptimizeConfig", "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "optimize",
-           "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model"]
+           "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model", "model_knows"]

@@ -229,3 +229,28 @@ def test_zero_measurement_pick_keeps_the_default_unless_the_model_prefers_anothe
     cost = {False: _known_cost(fx([Candidate(c, pick.trace, TARGET, consts)])[0]),
             True: _known_cost(fx([Candidate(c, default, TARGET, consts)])[0])}
     assert pick.is_default or cost[False] < cost[True]
+
+
+def test_a_model_knows_only_the_vector_isa_classes_it_was_trained_on(synthetic, tmp_path):
+    """A ranking learned on one vector ISA is not trusted on another: the zero-measurement schedule pass
+    keeps the default heuristic there and the optimize report says why."""
+    from dataclasses import replace
+
+    from superopt.api import OptimizeConfig, model_knows, optimize_op
+
+    (train, ys), _ = synthetic
+    model = XGBModel(XGBConfig(rounds=20))
+    model.fit(train, ys)
+    avx512 = avx512_target(2)
+    assert model.knows(avx512) and model_knows(model, avx512)  # trained on avx512_target candidates
+    avx2 = replace(avx512, vector_bits=256, vector_registers=16)
+    assert not model.knows(avx2) and not model_knows(model, avx2)
+    assert XGBModel().knows(avx2)  # an untrained (online) model records no target: it may learn any
+    path = tmp_path / "m.json"
+    model.save(path)
+    assert not XGBModel.load(path).knows(avx2)  # the training targets survive a round trip
+
+    prog = optimize_op("C[i,j] += A[i,k] * B[k,j]", {"A": (64, 64), "B": (64, 64)},
+                       OptimizeConfig(target=avx2, cost_model=path))
+    assert prog.report.from_model == 0
+    assert "no cost-model picks (the model was trained on 512-bit x 32 registers machines" in prog.report.stop_reason
