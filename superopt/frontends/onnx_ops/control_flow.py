@@ -1,4 +1,4 @@
-"""Control flow: If, Loop and Scan (opset 9+), with branches and bodies imported by superopt's own importer.
+"""Control flow: If, Loop and Scan (Scan-8 through an old-version adapter), with branches and bodies imported by superopt's own importer.
 
 Each branch or body becomes a one-graph ONNX model: its formal inputs (typed from the values that will
 flow in: a Loop's carried values from their initial values, a Scan's slices from its scanned inputs),
@@ -28,6 +28,7 @@ from superopt import ops
 from superopt.builder import GraphBuilder
 from superopt.frontends.onnx_fallback import outer_scope_reads
 from superopt.frontends.onnx_ops.context import NeedsConstant, OnnxImportError, _conv, _Ctx
+from superopt.frontends.onnx_ops.old_versions import ADAPTERS
 from superopt.ir.externs import run_time_shaped
 from superopt.ir.externs.control_flow import Body
 from superopt.ir.graph import Graph
@@ -197,7 +198,39 @@ def _unroll(c: _Ctx, g: onnx.GraphProto, own: list, outer: list[tuple[str, str]]
 @_conv("Scan")
 def _scan(c: _Ctx, ins):
     if c.opset < 9:
-        raise OnnxImportError("Scan before opset 9 (batch axis and sequence_lens) has no native lowering")
+        raise OnnxImportError("Scan-8 goes through its adapter (a batch axis and sequence_lens)")
+    return _scan_node(c, ins)
+
+
+def _scan8(c: _Ctx, ins: list, conv: object, since: int) -> list[str]:
+    """Scan-8: inputs ``sequence_lens`` (all the full length, or omitted), then states and scanned values with
+    a leading batch axis; per batch element, a Scan-9 over its slices (``directions`` for the scanned inputs),
+    the results stacked back on the batch axis."""
+    b = c.b
+    own, outer = _split(c, ins)
+    lens, rest = own[0], own[1:]
+    n_in = int(c.attr("num_scan_inputs"))
+    scanned = rest[len(rest) - n_in:]
+    batch, steps = b.shape(scanned[0])[:2]
+    if lens is not None:
+        v = b.const_value(lens)
+        if v is None or np.any(np.asarray(v) != steps):
+            raise OnnxImportError("Scan-8 with sequence_lens shorter than the sequence has no native lowering")
+    directions = [int(d) for d in c.attr("directions", [0] * n_in)]
+    node = helper.make_node("Scan", list(c.node.input[1:]), list(c.node.output), body=_subgraph(c, "body"),
+                            num_scan_inputs=n_in, scan_input_directions=directions)
+    per_batch = []
+    for k in range(batch):
+        parts = [ops.squeeze(b, ops.slice_(b, t, [k], [k + 1], [0]), [0]) for t in rest]
+        ctx = _Ctx(b, c.opset, node, {"num_scan_inputs": n_in, "scan_input_directions": directions})
+        per_batch.append(_scan_node(ctx, [*parts, *(t for _, t in outer)]))
+    return [ops.concat(b, [ops.unsqueeze(b, outs[j], [0]) for outs in per_batch], 0) for j in range(len(per_batch[0]))]
+
+
+ADAPTERS[("Scan", 8)] = _scan8
+
+
+def _scan_node(c: _Ctx, ins):
     own, outer = _split(c, ins)
     b = c.b
     n_in = int(c.attr("num_scan_inputs"))
