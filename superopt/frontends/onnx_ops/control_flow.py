@@ -1,4 +1,5 @@
-"""Control flow: If, Loop and Scan (Scan-8 through an old-version adapter), with branches and bodies imported by superopt's own importer.
+"""Control flow: If, Loop and Scan (Scan-8 through an old-version adapter), with branches and bodies imported
+by superopt's own importer.
 
 Each branch or body becomes a one-graph ONNX model: its formal inputs (typed from the values that will
 flow in: a Loop's carried values from their initial values, a Scan's slices from its scanned inputs),
