@@ -113,3 +113,32 @@ def test_mvn_at_its_default_axes():
     m = _model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])], [("x", F, (2, 3, 4, 5))],
                [("y", F, (2, 3, 4, 5))], opset=13)
     _check(m, {"x": _f(2, 3, 4, 5)}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+def test_tree_ensemble_two_trees_every_mode(aggregate):
+    """Two trees (one a single leaf), every comparison mode, a set-membership node, NaN features routed by
+    nodes_missing_value_tracks_true, three targets (one reached by no leaf), each aggregate function."""
+    modes = np.array([0, 1, 2, 3, 4, 5, 6], np.uint8)  # node k: mode k; node 6 is the set membership
+    # tree 0: a chain 0 -> 1 -> ... -> 6 along the true branches; each false branch ends in leaf k
+    true_ids, true_leafs = [1, 2, 3, 4, 5, 6, 7], [0, 0, 0, 0, 0, 0, 1]
+    false_ids, false_leafs = [0, 1, 2, 3, 4, 5, 6], [1] * 7
+    true_ids += [7]  # tree 1 (root node 7): one leaf, both branches on leaf 7 (onnx.reference reads the root's
+    false_ids += [7]  # index as the leaf's, the spec the branches': they agree here)
+    true_leafs += [1]
+    false_leafs += [1]
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain="ai.onnx.ml", n_targets=3, aggregate_function=aggregate,
+        tree_roots=[0, 7], nodes_modes=numpy_helper.from_array(np.append(modes, 0).astype(np.uint8)),
+        nodes_featureids=[0, 1, 2, 0, 1, 2, 0, 0],
+        nodes_splits=numpy_helper.from_array(np.array([2.0, 1.5, -1.0, -2.0, 0.5, 0.25, 0.0, 0.0], np.float32)),
+        nodes_truenodeids=true_ids, nodes_trueleafs=true_leafs, nodes_falsenodeids=false_ids,
+        nodes_falseleafs=false_leafs, nodes_missing_value_tracks_true=[1, 0, 1, 0, 0, 0, 1, 0],
+        membership_values=numpy_helper.from_array(np.array([0.5, -3.0, np.nan], np.float32)),
+        leaf_weights=numpy_helper.from_array(np.arange(1, 10, dtype=np.float32) * 1.5),
+        leaf_targetids=[0, 1, 0, 1, 0, 1, 0, 1, 1])
+    m = _model([node], [("x", F, (64, 3))], [("y", F, (64, 3))], ["ai.onnx.ml"])
+    x = np.round(RNG.standard_normal((64, 3)) * 2) / 2  # ties with the splits happen
+    x[RNG.random((64, 3)) < 0.1] = np.nan
+    x[:8, 0] = [0.5, -3.0, 0.5, 1.0, -3.0, 2.0, 0.5, 0.25]  # members and non-members
+    _check(m, {"x": x.astype(np.float32)})

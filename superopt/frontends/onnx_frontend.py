@@ -107,9 +107,13 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
 
 
 def _to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
-    if t.data_type not in ELEM:
-        raise OnnxImportError(f"{what} {t.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(t.data_type)}")
-    return numpy_helper.to_array(t)
+    """A tensor attribute as numpy holds it, of any element type (a converter that puts it in the graph, like
+    Constant's, checks the type: TreeEnsemble's uint8 node modes are only read)."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as err:  # noqa: BLE001  (numpy has no such type)
+        raise OnnxImportError(f"{what} {t.name!r} of element type {onnx.TensorProto.DataType.Name(t.data_type)} cannot "
+                              f"be read ({type(err).__name__})") from None
 
 
 def _edge_array(t: onnx.TensorProto, what: str) -> np.ndarray:

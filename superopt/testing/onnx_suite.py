@@ -12,6 +12,7 @@ OPS = [
     "affine_grid",
     "ai_onnx_ml_array_feature_extractor",
     "ai_onnx_ml_binarizer",
+    "ai_onnx_ml_tree_ensemble",
     "and",
     "argmax",
     "argmin",
