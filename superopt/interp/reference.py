@@ -220,7 +220,7 @@ def _as_input(x, t: TensorType, float_dtype: np.dtype, what: str) -> np.ndarray:
     if tuple(x.shape) != t.shape:
         raise ValueError(f"{what} has shape {tuple(x.shape)} but {t.shape} is expected")
     target = float_dtype if is_float(t.dtype) else np.dtype(DTYPES[t.dtype][0])
-    return np.ascontiguousarray(x, dtype=target)
+    return np.ascontiguousarray(x, dtype=target).reshape(t.shape)  # (ascontiguousarray makes rank 0 rank 1)
 
 
 def evaluate_compute(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.ndarray], dtype=np.float32,
