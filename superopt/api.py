@@ -21,6 +21,7 @@ import numpy as np
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize_kernels
+from superopt.ir.coalesce import coalesce_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
@@ -38,6 +39,8 @@ class OptimizeConfig:
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
+    # merge the dims that every access of a kernel walks as one index (a 1x1 conv's y, x), after the rewrites
+    coalesce: bool = True
     # the graph rewrite pass (search.graph): "backtracking" (TASO-style cost-based search over every rule,
     # fusion included, graphs costed by search.graph_cost's roofline), "mcts" (Monte-Carlo tree search) or
     # "greedy" (first site of the first rule to a fixed point, exploration families excluded); the search
@@ -140,10 +143,11 @@ class OptimizedProgram:
         return feed
 
     def __call__(self, *inputs: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        out = self.executor(self.feed(inputs, named))
+        # the executor checks the inputs (shapes, element types) and hands out fresh output arrays
+        out = self.executor(self.feed(inputs, named) if named else inputs)
         res = [out[o] for o in self.graph.outputs]
         if self.output_dtypes is not None:
-            res = [np.asarray(r).astype(dt, copy=False) for r, dt in zip(res, self.output_dtypes)]
+            res = [r.astype(dt, copy=False) for r, dt in zip(res, self.output_dtypes)]
         return res
 
     def save(self, directory: str | Path) -> Path:
@@ -325,7 +329,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     config = config or OptimizeConfig()
     graph = prune_graph(graph)
     if not config.fuse:
-        return graph, None
+        return (coalesce_kernels(graph) if config.coalesce else graph), None
     target = config.resolved_target()
     strategy = config.graph_search if target.kind == "cpu" else "greedy"
     everything = default_rules()
@@ -342,6 +346,8 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
+    if config.coalesce:  # loops every access walks as one index become one (superopt/ir/coalesce.py)
+        graph = coalesce_kernels(graph)
     return graph, report
 
 

@@ -2,6 +2,12 @@
 
 Intermediate tensors live in a few preallocated buffers reused once their last reader has run;
 ``reshape`` externs are aliases (no copy); graph outputs are written straight into fresh arrays.
+
+A call runs a short list of steps prepared once: each maximal run of compiled kernels and native externs
+(runtime/native_externs.py; reshapes between them are aliases) is ONE native call (runtime/chain.py) with
+every pointer fixed ahead of time except the graph inputs' and the fresh outputs'; the other externs run
+their numpy implementation between chains. ``run_per_node`` is the plain path (one call per node, numpy
+externs), used by ``profile`` and kept as the reference the chained path is tested against.
 The :class:`MemoryPlan` lists every buffer the executor allocates (and the kernels' stack buffers),
 per node and per tensor name, so that "no buffer holds T" is a checkable statement.
 """
@@ -9,7 +15,6 @@ per node and per tensor name, so that "no buffer holds T" is a checkable stateme
 from __future__ import annotations
 
 import ctypes
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +23,13 @@ from typing import Literal
 import numpy as np
 
 from superopt.ir.compute import Compute
-from superopt.ir.externs import evaluate_extern
+from superopt.ir.externs import check_run_time_shapes, evaluate_extern
 from superopt.ir.graph import Graph, Node
-from superopt.runtime.buffers import aligned_empty
+from superopt.runtime.buffers import aligned_empty, aligned_empty_at, data_address
+from superopt.runtime.chain import RUNNER_SOURCE, Chain, function_address, load_runner
 from superopt.runtime.compiler import CompilerConfig
-from superopt.runtime.kernel import CompiledKernel, build_kernels
+from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
+from superopt.runtime.native_externs import NativeExtern, native_extern
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
 
@@ -32,6 +39,13 @@ class ExecutorConfig:
     threads: int = 2
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
+    chain: bool = True  # run consecutive compiled nodes with one native call (runtime/chain.py)
+    native_externs: bool = True  # C implementations of common externs (runtime/native_externs.py), in chains
+    # kernels of fewer iteration points (runtime.kernel.kernel_work) are compiled without OpenMP parallel
+    # regions: on the 2-core test machine, 20k points (e.g. a 24x96 matvec, a 16-channel 8x8 1x1 conv) run
+    # faster on one thread than the fork and join of two costs (LSTM tagger 47 -> 23 us, U-Net 116 -> 97 us
+    # with 2 threads, benchmarks/exported_models.py's models); 0 keeps every parallel loop
+    serial_below: int = 20_000
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -42,9 +56,22 @@ class _NodeCall:
     kernel: CompiledKernel
     ptrs: ctypes.Array
     reads: list[tuple[int, str]] = field(default_factory=list)  # slot <- a run-time tensor's data
-    packs: list[tuple[int, str, str]] = field(default_factory=list)  # slot <- packed per call
+    # slot <- a run-time input packed on each call into a buffer allocated once (the slot's fixed pointer)
+    packs: list[tuple[int, str, str, np.ndarray]] = field(default_factory=list)
     fresh: list[tuple[int, str]] = field(default_factory=list)  # slot <- a new array (graph outputs)
     planned: list[tuple[str, np.ndarray]] = field(default_factory=list)  # outputs in planned buffers
+
+
+class _NativeFailure(Exception):
+    """A native extern set the status flag (an index out of range): the numpy path reports it."""
+
+
+@dataclass
+class _NativeCall:
+    fn: int  # the C function's address
+    ptrs: ctypes.Array
+    reads: list[tuple[int, str]] = field(default_factory=list)  # slot <- a run-time tensor's data
+    fresh: list[tuple[int, str]] = field(default_factory=list)  # slot <- a new array (graph outputs)
 
 
 @dataclass(frozen=True)
@@ -63,8 +90,9 @@ class PlannedBuffer:
     """One buffer: ``intermediate`` (a planned buffer shared by graph tensors whose lives do not overlap),
     ``workspace`` (a kernel's stored temporary, allocated once per kernel: nodes running one kernel share
     it), ``packed`` (a constant input packed once), ``packed_per_call`` (a run-time input packed on each
-    call), ``output`` (a graph output, a fresh array each call) or ``local`` (a stage computed inside
-    another's loop, on each thread's stack during the call; not allocated by the executor).
+    call, into a buffer allocated once), ``output`` (a graph output, a fresh array each call) or ``local``
+    (a stage computed inside another's loop, on each thread's stack during the call; not allocated by the
+    executor; also a native extern's scratch, allocated during its call).
 
     ``tensors``: graph tensor names for intermediates and outputs, the node op's local tensor name
     otherwise (with the graph tensor it packs, for packed inputs); ``node``: the node it belongs to
@@ -89,13 +117,13 @@ class MemoryPlan:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes the executor holds between calls: intermediates, kernel workspace (once per kernel) and
-        constants packed ahead of time."""
+        """Bytes the executor holds between calls: intermediates, kernel workspace (once per kernel),
+        constants packed ahead of time and the buffers run-time inputs are packed into."""
         seen: set[tuple] = set()
         total = 0
         for b in self.buffers:
             key = (b.kind, b.kernel, b.tensors) if b.kind == "workspace" else (id(b),)
-            if b.kind in ("intermediate", "workspace", "packed") and key not in seen:
+            if b.kind in ("intermediate", "workspace", "packed", "packed_per_call") and key not in seen:
                 seen.add(key)
                 total += b.nbytes
         return total
@@ -179,6 +207,7 @@ class GraphExecutor:
 
     def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]],
                  config: ExecutorConfig | None = None) -> None:
+        check_run_time_shapes(graph)  # a value-dependent shape (NonZero, ...) may only be a graph output
         self.graph = graph
         self.config = config or ExecutorConfig()
         self.target = self.config.resolved_target()
@@ -199,8 +228,21 @@ class GraphExecutor:
                 index[k] = len(items)
                 items.append((n.op, trace))
             self.node_kernel[n.name] = index[k]
-        self.kernels: list[CompiledKernel] = build_kernels(items, self.config.compiler, self.target.threads,
-                                                           self.target) if items else []
+        # the extern nodes with a C implementation (one function per distinct node signature)
+        self.natives: dict[str, NativeExtern] = {}
+        if self.config.chain and self.config.native_externs and items:  # (artifacts save the kernels' library)
+            for n in graph.nodes:
+                if n.is_extern and n.op.kind != "reshape" and (ne := native_extern(n, graph)) is not None:
+                    self.natives[n.name] = ne
+        natives = list({ne.name: ne.code for ne in self.natives.values()}.values())
+
+        def extra(sources: list) -> list[str]:
+            return [RUNNER_SOURCE, *(pack_caller_source(s) for s in sources if s.packs), *natives]
+        self.kernels: list[CompiledKernel] = []
+        lib: ctypes.CDLL | None = None
+        if items or self.natives:
+            lib, self.kernels = build_library(items, self.config.compiler, self.target.threads, self.target, extra,
+                                              self.config.serial_below)
         self.memory, self.root = plan_memory(graph)
         self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}
@@ -213,6 +255,16 @@ class GraphExecutor:
                     self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
         self._calls = {n.name: self._prepare_call(n) for n in graph.nodes if not n.is_extern}
         self.memory.buffers += self._kernel_buffers()
+        self._lib = lib
+        self._status = ctypes.c_int(0)  # set by a native extern that meets an index out of range
+        self._runner = load_runner(lib) if lib is not None and self.config.chain else None
+        if self._runner is None:
+            self.natives = {}  # no runner: a library built without it (an artifact saved before it existed)
+        self._native_calls = {n.name: self._prepare_native(n) for n in graph.nodes if n.name in self.natives}
+        self._static_env = self._static_tensors()
+        self._output_rules = [(o, self._copies(o)) for o in graph.outputs]
+        self._input_types = [(n, graph.type_of[n].shape, np.dtype(graph.type_of[n].np_dtype)) for n in graph.inputs]
+        self._steps = self._plan_steps()
 
     def _kernel_buffers(self) -> list[PlannedBuffer]:
         """Per compute node: its kernel's workspace and stack buffers, packed inputs, fresh outputs."""
@@ -230,9 +282,8 @@ class GraphExecutor:
             for local, tensor in zip(n.op.inputs, n.inputs):
                 if (n.name, local) in self._packed:
                     out.append(PlannedBuffer("packed", self._packed[(n.name, local)].nbytes, (local, tensor), n.name))
-            for _, local, tensor in call.packs:
-                nbytes = math.prod(self.kernels[ki].source.packs[local].shape) * n.op.type_of[local].np_dtype.itemsize
-                out.append(PlannedBuffer("packed_per_call", nbytes, (local, tensor), n.name))
+            for _, local, tensor, buf in call.packs:
+                out.append(PlannedBuffer("packed_per_call", buf.nbytes, (local, tensor), n.name))
             for _, tensor in call.fresh:
                 out.append(PlannedBuffer("output", g.type_of[tensor].nbytes, (tensor,), n.name))
         return out
@@ -243,7 +294,23 @@ class GraphExecutor:
         return buf[: t.nbytes].view(t.np_dtype).reshape(t.shape)
 
     def __call__(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        env = self._input_env(inputs)
+        try:
+            for step in self._steps:
+                step(env)
+        except _NativeFailure:
+            self._status.value = 0
+            return self._run(inputs, None)  # the numpy externs raise the reference's error
+        return self._results(env)
+
+    def run_per_node(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """The plain path: one call per node, numpy for every extern (the chained path must agree with it)."""
         return self._run(inputs, None)
+
+    @property
+    def chains(self) -> list[Chain]:
+        """The native chains one call runs, in order."""
+        return [s.chain for s in self._steps if isinstance(s, _ChainStep) and s.chain is not None]
 
     def profile(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], repeats: int = 5) -> list[NodeTime]:
         """Median wall time of every node over ``repeats`` runs of the graph, slowest first."""
@@ -260,17 +327,7 @@ class GraphExecutor:
     def _run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
              times: dict[str, list[float]] | None) -> dict[str, np.ndarray]:
         g = self.graph
-        if not isinstance(inputs, Mapping):
-            inputs = dict(zip(g.inputs, inputs))
-        env: dict[str, np.ndarray] = {}
-        for name in g.inputs:
-            if name not in inputs:
-                raise ValueError(f"missing graph input {name!r}")
-            t = g.type_of[name]
-            x = np.asarray(inputs[name])
-            if tuple(x.shape) != t.shape:
-                raise ValueError(f"graph input {name!r} has shape {tuple(x.shape)} but {t.shape} is expected")
-            env[name] = np.ascontiguousarray(x, dtype=t.np_dtype)
+        env = self._input_env(inputs)
         for name, c in g.constants:
             env[name] = c.array
         for n in g.nodes:
@@ -278,11 +335,32 @@ class GraphExecutor:
             self._run_node(n, env)
             if times is not None:
                 times[n.name].append(time.perf_counter() - t0)
+        return self._results(env)
+
+    def _input_env(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph inputs, checked and made contiguous in their element types."""
+        if not isinstance(inputs, Mapping):
+            inputs = dict(zip(self.graph.inputs, inputs))
+        env: dict[str, np.ndarray] = {}
+        for name, shape, dtype in self._input_types:
+            x = inputs.get(name)
+            if x is None and name not in inputs:
+                raise ValueError(f"missing graph input {name!r}")
+            if x.__class__ is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous:
+                x = np.asarray(x, dtype=dtype)
+                if not x.flags.c_contiguous:  # (np.ascontiguousarray would make a rank-0 array rank 1)
+                    x = np.ascontiguousarray(x)
+            if x.shape != shape:
+                raise ValueError(f"graph input {name!r} has shape {tuple(x.shape)} but {shape} is expected")
+            env[name] = x
+        return env
+
+    def _results(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph outputs by name; a planned buffer, a graph input or a constant is handed out as a copy."""
         result = {}
-        for o in g.outputs:
-            v = env[o]
-            result[o] = v.copy() if (o in g.inputs or o in g.constant or not v.flags.owndata and
-                                     self.root.get(o, o) in self.memory.buffer_of) else v
+        for o, copy_view in self._output_rules:
+            v = env[o] if o in env else self._static_env[o]  # (the per-node path's env holds everything)
+            result[o] = v.copy() if copy_view is None or (copy_view and not v.flags.owndata) else v
         return result
 
     def _run_node(self, n: Node, env: dict[str, np.ndarray]) -> None:
@@ -298,14 +376,10 @@ class GraphExecutor:
         ptrs = call.ptrs
         for slot, tensor in call.reads:
             ptrs[slot] = env[tensor].ctypes.data
-        packed = []  # keeps per-call packed copies alive until the kernel returns
-        for slot, local, tensor in call.packs:
-            packed.append(call.kernel.pack(local, env[tensor]))
-            ptrs[slot] = packed[-1].ctypes.data
+        for _, local, tensor, buf in call.packs:
+            call.kernel.pack_into(local, env[tensor], buf)
         for slot, tensor in call.fresh:
-            arr = aligned_empty(g.type_of[tensor].shape, g.type_of[tensor].np_dtype)
-            env[tensor] = arr
-            ptrs[slot] = arr.ctypes.data
+            env[tensor], ptrs[slot] = aligned_empty_at(g.type_of[tensor].shape, np.dtype(g.type_of[tensor].np_dtype))
         for tensor, view in call.planned:
             env[tensor] = view
         call.kernel.fn(ptrs)
@@ -325,7 +399,9 @@ class GraphExecutor:
                 if pre is not None:
                     ptrs[i] = pre.ctypes.data
                 else:
-                    call.packs.append((i, local, tensor))
+                    buf = aligned_empty(kern.source.packs[local].shape, n.op.type_of[local].np_dtype)
+                    ptrs[i] = buf.ctypes.data
+                    call.packs.append((i, local, tensor, buf))
             elif local is not None and tensor in g.constant:
                 ptrs[i] = g.constant[tensor].array.ctypes.data
             elif root in self.memory.buffer_of:
@@ -340,9 +416,161 @@ class GraphExecutor:
             ptrs[len(slots) + j] = w.ctypes.data
         return call
 
+    def _prepare_native(self, n: Node) -> _NativeCall:
+        """A native extern's argument array: inputs, outputs, then the status flag."""
+        g = self.graph
+        slots = [*n.inputs, *n.outputs]
+        ptrs = (ctypes.c_void_p * (len(slots) + 1))()
+        call = _NativeCall(function_address(getattr(self._lib, self.natives[n.name].name)), ptrs)
+        for i, tensor in enumerate(slots):
+            root = self.root.get(tensor, tensor)
+            if root in g.constant:
+                ptrs[i] = g.constant[root].array.ctypes.data
+            elif root in self.memory.buffer_of:
+                ptrs[i] = self._buffers[self.memory.buffer_of[root]].ctypes.data
+            elif i < len(n.inputs):
+                call.reads.append((i, tensor))
+            else:
+                call.fresh.append((i, tensor))
+        ptrs[len(slots)] = ctypes.addressof(self._status)
+        return call
+
+    def _static_tensors(self) -> dict[str, np.ndarray]:
+        """Tensors whose array is the same on every call: constants (and their reshapes), planned buffers' views."""
+        g, out = self.graph, {}
+        for name, t in g.type_of.items():
+            root = self.root.get(name, name)
+            if name in g.constant:
+                out[name] = g.constant[name].array
+            elif root in g.constant:
+                out[name] = g.constant[root].array.reshape(t.shape)
+            elif root in self.memory.buffer_of:
+                out[name] = self._buffers[self.memory.buffer_of[root]][: t.nbytes].view(t.np_dtype).reshape(t.shape)
+        return out
+
+    def _copies(self, output: str) -> bool | None:
+        """How a graph output is handed out: None: always copied (a graph input or a constant); True: copied
+        when it is a view (of a planned buffer); False: as it is (a fresh array)."""
+        g = self.graph
+        if output in g.inputs or output in g.constant:
+            return None
+        return self.root.get(output, output) in self.memory.buffer_of
+
+    def _plan_steps(self) -> list:
+        """The steps of one call: chains (runtime/chain.py) of compiled nodes and native externs with their
+        run-time pointers, and the numpy externs (and nodes packing a run-time input) between them."""
+        g, steps = self.graph, []
+        seg = _ChainStep(self._status)
+
+        def close() -> None:
+            nonlocal seg
+            if seg.calls or seg.aliases:
+                seg.finish(self._runner)
+                steps.append(seg)
+            seg = _ChainStep(self._status)
+
+        for n in g.nodes:
+            if n.is_extern and n.op.kind == "reshape":
+                if n.outputs[0] not in self._static_env:
+                    seg.aliases.append((n.outputs[0], n.inputs[0], g.type_of[n.outputs[0]].shape))
+                continue
+            if self._runner is not None and n.name in self.natives:
+                c = self._native_calls[n.name]
+                seg.add(c.fn, c.ptrs, c.reads, c.fresh, self._static_env, g, native=True)
+            elif self._runner is not None and not n.is_extern:
+                c = self._calls[n.name]
+                for _, local, tensor, buf in c.packs:  # pack the run-time input right before the kernel
+                    pack_args = (ctypes.c_void_p * 2)(0, buf.ctypes.data)
+                    fn = function_address(getattr(self._lib, c.kernel.pack_callers[local]))
+                    seg.add(fn, pack_args, [(0, tensor)], [], self._static_env, g)
+                seg.add(function_address(c.kernel.fn), c.ptrs, c.reads, c.fresh, self._static_env, g)
+            else:
+                close()
+                steps.append(_NodeStep(self, n))
+        close()
+        return steps
+
     def _place(self, tensor: str, value: np.ndarray) -> np.ndarray:
         if tensor in self.memory.buffer_of:
             view = self._view(tensor)
             view[...] = value
             return view
         return value
+
+
+class _ChainStep:
+    """Allocate the fresh outputs, alias the run-time reshapes, fill in the run-time pointers, then run the
+    chain's native calls (none when the segment holds only aliases)."""
+
+    def __init__(self, status: ctypes.c_int) -> None:
+        self.status = status
+        self.calls: list[tuple[int, ctypes.Array]] = []
+        self.fresh: dict[str, tuple[tuple[int, ...], np.dtype, list[tuple[ctypes.Array, int]]]] = {}
+        self.aliases: list[tuple[str, str, tuple[int, ...]]] = []
+        self.reads: dict[str, list[tuple[ctypes.Array, int]]] = {}
+        self.native = False
+        self.chain: Chain | None = None
+        self._fresh: list = []
+        self._reads: list = []
+
+    def add(self, fn: int, ptrs: ctypes.Array, reads: Sequence[tuple[int, str]], fresh: Sequence[tuple[int, str]],
+            static: Mapping[str, np.ndarray], graph: Graph, native: bool = False) -> None:
+        self.calls.append((fn, ptrs))
+        self.native |= native
+        for slot, tensor in reads:
+            if tensor in static:  # a planned buffer or a (reshaped) constant: its pointer never changes
+                ptrs[slot] = static[tensor].ctypes.data
+            else:
+                self.reads.setdefault(tensor, []).append((ptrs, slot))
+        for slot, tensor in fresh:
+            t = graph.type_of[tensor]
+            self.fresh.setdefault(tensor, (t.shape, np.dtype(t.np_dtype), []))[2].append((ptrs, slot))
+
+    def finish(self, runner) -> None:
+        if self.calls:
+            self.chain = Chain(runner, [f for f, _ in self.calls], [p for _, p in self.calls], self.status)
+        self._fresh = [(t, shape, dtype, tuple(targets)) for t, (shape, dtype, targets) in self.fresh.items()]
+        self._reads = [(t, tuple(targets)) for t, targets in self.reads.items()]
+
+    def __call__(self, env: dict[str, np.ndarray]) -> None:
+        for tensor, shape, dtype, targets in self._fresh:
+            env[tensor], addr = aligned_empty_at(shape, dtype)
+            for ptrs, slot in targets:
+                ptrs[slot] = addr
+        for out, src, shape in self.aliases:
+            env[out] = env[src].reshape(shape)
+        for tensor, targets in self._reads:
+            addr = data_address(env[tensor])
+            for ptrs, slot in targets:
+                ptrs[slot] = addr
+        if self.chain is not None:
+            self.chain()
+            if self.native and self.status.value:
+                raise _NativeFailure
+
+
+class _NodeStep:
+    """One node the per-node way: a numpy extern, or a compiled node that packs a run-time input per call."""
+
+    def __init__(self, executor: GraphExecutor, node: Node) -> None:
+        self.executor = executor
+        self.node = node
+        static = executor._static_env
+        self.ins = [(t, static.get(t)) for t in node.inputs]
+        self.outs = [(o, static.get(o)) for o in node.outputs]
+
+    def __call__(self, env: dict[str, np.ndarray]) -> None:
+        n = self.node
+        if n.is_extern:
+            args = [env[t] if a is None else a for t, a in self.ins]
+            for (o, view), v in zip(self.outs, evaluate_extern(n.op.kind, args, n.op.attr)):
+                if view is None:
+                    env[o] = v
+                else:
+                    view[...] = v
+            return
+        full = {**self.executor._static_env, **env}
+        self.executor._run_node(n, full)
+        for o, view in self.outs:
+            if view is None:
+                env[o] = full[o]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -47,11 +49,20 @@ class CompiledKernel:
         self.lib.so_set_threads(ctypes.c_int(n))
 
     def pack(self, name: str, arr: np.ndarray) -> np.ndarray:
-        lay = self.source.packs[name]
-        dst = aligned_empty(lay.shape, self.compute.type_of[name].np_dtype)
+        return self.pack_into(name, arr, aligned_empty(self.source.packs[name].shape,
+                                                       self.compute.type_of[name].np_dtype))
+
+    def pack_into(self, name: str, arr: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Pack input ``name`` into ``dst`` (an array of the packed layout's shape); returns ``dst``."""
         src = np.ascontiguousarray(arr, dtype=dst.dtype)
         self.pack_fns[name](src.ctypes.data, dst.ctypes.data)
         return dst
+
+    @property
+    def pack_callers(self) -> dict[str, str]:
+        """Input name -> the C function (from :func:`pack_caller_source`) that packs it with the kernels'
+        calling convention: ``args[0]`` the input, ``args[1]`` the packed buffer."""
+        return {t: pack_caller_name(self.source.name, t) for t in self.source.packs}
 
     def prepack(self, name: str, arr: np.ndarray) -> None:
         """Pack a constant input once; later calls passing this same array skip the packing."""
@@ -94,17 +105,58 @@ def kernel_name(compute: Compute, trace: Sequence[Primitive], index: int = 0) ->
     return f"k{index}_{h}"
 
 
+def pack_caller_name(kernel: str, tensor: str) -> str:
+    return f"{kernel}_packcall_{tensor}"
+
+
+def pack_caller_source(source: KernelSource) -> str:
+    """For each input the kernel packs: ``void NAME_packcall_T(void **args)`` calling ``NAME_pack_T(args[0],
+    args[1])``, so that a chain (runtime/chain.py) can pack a run-time input right before the kernel."""
+    return "".join(f"void {pack_caller_name(source.name, t)}(void **args) {{ {source.name}_pack_{t}(args[0], args[1]); }}\n"
+                   for t in source.packs)
+
+
+_PARALLEL_FOR = "#pragma omp parallel for schedule(static)\n"
+_PARALLEL_FILL = "#pragma omp parallel for simd schedule(static)"
+
+
+def kernel_work(compute: Compute) -> int:
+    """Iteration points of all the compute's statements (reduction dimensions included)."""
+    return sum(math.prod(e for _, e in st.extents) for st in compute.statements)
+
+
+def without_parallel_regions(source: KernelSource) -> KernelSource:
+    """``source`` with its OpenMP parallel loops printed as plain loops (fills keep ``omp simd``): a tiny
+    kernel then pays no parallel-region fork and join (about 1-2 us with 2 threads, more than it runs)."""
+    code = source.code.replace(_PARALLEL_FILL, "#pragma omp simd").replace(_PARALLEL_FOR, "")
+    return dataclasses.replace(source, code=code)
+
+
+def build_library(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: CompilerConfig | None = None,
+                  threads: int | None = None, target: Target | None = None,
+                  extra_sources: Sequence[str] | Callable[[list[KernelSource]], list[str]] = (),
+                  serial_below: int = 0) -> tuple[ctypes.CDLL, list[CompiledKernel]]:
+    """Lower, emit and compile many kernels, plus ``extra_sources`` (C functions the caller looks up itself;
+    or a function of the kernels' sources that returns them), into ONE shared library (one compiler start),
+    for ``target`` (None: this machine with ``threads`` threads). A kernel of fewer than ``serial_below``
+    iteration points (:func:`kernel_work`) is compiled without parallel regions."""
+    target = target or host_target(threads or 1)
+    sources = [emit_c(lower(c, tr, target), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
+    sources = [without_parallel_regions(s) if kernel_work(c) < serial_below else s
+               for s, (c, _) in zip(sources, items)]
+    extra = extra_sources(sources) if callable(extra_sources) else list(extra_sources)
+    lib = load_library(compile_library([s.code for s in sources] + extra, config, target))
+    kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]
+    if threads is not None:
+        lib.so_set_threads(ctypes.c_int(threads))
+    return lib, kernels
+
+
 def build_kernels(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: CompilerConfig | None = None,
                   threads: int | None = None, target: Target | None = None) -> list[CompiledKernel]:
     """Lower, emit and compile many kernels into ONE shared library (one compiler start), for
     ``target`` (None: this machine with ``threads`` threads)."""
-    target = target or host_target(threads or 1)
-    sources = [emit_c(lower(c, tr, target), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
-    lib = load_library(compile_library([s.code for s in sources], config, target))
-    kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]
-    if threads is not None:
-        lib.so_set_threads(ctypes.c_int(threads))
-    return kernels
+    return build_library(items, config, threads, target)[1]
 
 
 def build_kernel(compute: Compute, trace: Sequence[Primitive] = (), config: CompilerConfig | None = None,
