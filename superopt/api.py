@@ -21,7 +21,6 @@ import numpy as np
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize_kernels
-from superopt.ir.coalesce import coalesce_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
@@ -39,8 +38,6 @@ class OptimizeConfig:
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
-    # merge the dims that every access of a kernel walks as one index (a 1x1 conv's y, x), after the rewrites
-    coalesce: bool = True
     # the graph rewrite pass (search.graph): "backtracking" (TASO-style cost-based search over every rule,
     # fusion included, graphs costed by search.graph_cost's roofline), "mcts" (Monte-Carlo tree search) or
     # "greedy" (first site of the first rule to a fixed point, exploration families excluded); the search
@@ -329,7 +326,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     config = config or OptimizeConfig()
     graph = prune_graph(graph)
     if not config.fuse:
-        return (coalesce_kernels(graph) if config.coalesce else graph), None
+        return graph, None
     target = config.resolved_target()
     strategy = config.graph_search if target.kind == "cpu" else "greedy"
     everything = default_rules()
@@ -346,8 +343,6 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
-    if config.coalesce:  # loops every access walks as one index become one (superopt/ir/coalesce.py)
-        graph = coalesce_kernels(graph)
     return graph, report
 
 
