@@ -159,7 +159,8 @@ def _reshape(c: _Ctx, x: list, conv: Converter, since: int) -> Any:
 
 
 def _split(c: _Ctx, x: list, conv: Converter, since: int) -> Any:
-    """Split-1: the part lengths come from the optional second input or the ``split`` attribute."""
+    """Split-1: the part lengths come from the optional second input or the ``split`` attribute; an unset ``axis``
+    is 0 (Split-2's stated default; Split-1 states none)."""
     split = c.ints(x[1], "Split-1 split") if len(x) > 1 and x[1] is not None else c.attr("split")
     changes = {"axis": int(c.attr("axis", 0))}
     if split is not None:
