@@ -361,3 +361,23 @@ def replace_body(nest, loop):
     from dataclasses import replace
 
     return replace(nest, body=(StageNest("C", "", (loop,)),))
+
+
+def test_a_batch_of_one_is_never_the_parallel_loop_and_its_tiles_are_still_peeled(kernel_cache):
+    """Y[n,i,j] with n = 1 and 50 rows (tiles of 6: a tail): the unit loop goes inside the outer loops, so
+    the parallel loop walks the rows, and the full tiles under the unit loop are still peeled."""
+    import numpy as np
+
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op("Y[n,i,j] += X[n,i,k] * W[k,j]", {"X": (1, 50, 64), "W": (64, 96)})
+    target = avx512_target(2)
+    trace = default_schedule(c, target, frozenset({"W"}))
+    (par,) = [p for p in trace if isinstance(p, Parallel)]
+    assert par.loop != "n" and not par.loop.startswith("n_")
+    nest = build_loopnest(lower(c, trace, target))
+    assert _peeled(nest), outline(nest)
+    rng = np.random.default_rng(0)
+    X, W = rng.standard_normal((1, 50, 64), np.float32), rng.standard_normal((64, 96), np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(X, W)
+    np.testing.assert_allclose(got, X @ W, rtol=1e-5, atol=1e-5)

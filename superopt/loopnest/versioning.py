@@ -65,13 +65,24 @@ def _is_tile(n: Node) -> bool:
     return isinstance(n, Scope) and any(isinstance(c, Alloc) and c.kind == "register_tile" for c in n.body)
 
 
-def _tiles_tails(body: tuple[Node, ...]) -> dict[Tail, None]:
-    """The invariant tails of the register tiles directly in ``body`` (not inside nested loops)."""
-    found: dict[Tail, None] = {}
+def _tiles_tails(body: tuple[Node, ...], found: dict[Tail, None] | None = None) -> dict[Tail, None]:
+    """The invariant tails of the register tiles in ``body``, also under loops between (a unit batch loop);
+    tiles already peeled by an inner loop are left alone."""
+    found = {} if found is None else found
     for c in body:
         if _is_tile(c):
             _tile_tails(c, _bound_inside(c, set()), found)
+        elif isinstance(c, (Loop, StageNest, Scope)):
+            _tiles_tails(c.body, found)
     return found
+
+
+def _strip_tiles(n: Node, dropped: set[TailLimit]) -> Node:
+    if _is_tile(n):
+        return _strip(n, dropped)
+    if isinstance(n, (Loop, StageNest, Scope)):
+        return replace(n, body=tuple(_strip_tiles(c, dropped) for c in n.body))
+    return n
 
 
 def _full_iterations(lp: Loop, tails: list[Tail]) -> int | None:
@@ -99,7 +110,7 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
     if split is None or split == 0:
         return lp
     dropped = {t for _, t in found}
-    fast = replace(lp, body=tuple(_strip(c, dropped) if _is_tile(c) else c for c in lp.body))
+    fast = replace(lp, body=tuple(_strip_tiles(c, dropped) for c in lp.body))
     return PeeledLoop(fast, lp.body, split, tuple(rest))
 
 

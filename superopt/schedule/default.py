@@ -215,6 +215,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         outer = ([col_o] if col_o else []) + outer_m + ([rows_o] if rows_o else [])
     else:
         outer = outer_m + ([rows_o] if rows_o else []) + ([col_o] if col_o else [])
+    # unit loops (a batch of 1) innermost among the outer ones: the parallel loop must be a real one
+    outer = [x for x in outer if extents.get(x, 2) > 1] + [x for x in outer if extents.get(x, 2) == 1]
     # an outer block of the first reduction (GotoBLAS' kc): the operands' panels of k_tile stay in cache
     # while the rows stream past; the register tile then accumulates a partial sum (init + read-modify-write)
     r0 = reduce_dims[0]

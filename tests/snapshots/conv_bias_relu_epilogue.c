@@ -1,4 +1,4 @@
-/* trace: [{"kind": "Reorder", "stage": "P", "order": ["n", "y", "x", "co", "ci", "kh", "kw"]}, {"kind": "Split", "stage": "P", "loop": "x", "factor": 5}, {"kind": "Reorder", "stage": "P", "order": ["n", "y", "x_o", "ci", "kh", "kw", "x_i", "co"]}, {"kind": "CacheWrite", "stage": "P", "at": "ci"}, {"kind": "Unroll", "stage": "P", "loop": "x_i"}, {"kind": "Vectorize", "stage": "P", "loop": "co"}, {"kind": "Fuse", "stage": "P", "outer": "n", "inner": "y"}, {"kind": "Parallel", "stage": "P", "loop": "n_y"}, {"kind": "Pack", "stage": "W", "perm": [1, 2, 3, 0], "split_axis": -1, "factor": 1}, {"kind": "Inline", "stage": "T"}, {"kind": "Epilogue", "stage": "O", "producer": "P"}] */
+/* trace: [{"kind": "Reorder", "stage": "P", "order": ["n", "y", "x", "co", "ci", "kh", "kw"]}, {"kind": "Split", "stage": "P", "loop": "x", "factor": 5}, {"kind": "Reorder", "stage": "P", "order": ["y", "x_o", "n", "ci", "kh", "kw", "x_i", "co"]}, {"kind": "CacheWrite", "stage": "P", "at": "ci"}, {"kind": "Unroll", "stage": "P", "loop": "x_i"}, {"kind": "Vectorize", "stage": "P", "loop": "co"}, {"kind": "Parallel", "stage": "P", "loop": "y"}, {"kind": "Pack", "stage": "W", "perm": [1, 2, 3, 0], "split_axis": -1, "factor": 1}, {"kind": "Inline", "stage": "T"}, {"kind": "Epilogue", "stage": "O", "producer": "P"}] */
 void conv_bias_relu_epilogue(void **args) {
     const float *restrict X = (const float *)args[0];
     const float *restrict W = (const float *)args[1];
@@ -6,30 +6,32 @@ void conv_bias_relu_epilogue(void **args) {
     float *restrict O = (float *)args[3];
     /* P[n,co,y,x] += (X[n,ci,kh+y-1,kw+x-1] * W[co,ci,kh,kw])  over(n:1 co:32 y:10 x:10 ci:16 kh:3 kw:3)  pad(X=0.0) */
     #pragma omp parallel for schedule(static)
-    for (int n_y = 0; n_y < 10; ++n_y) {
+    for (int y = 0; y < 10; ++y) {
         for (int x_o = 0; x_o < 2; ++x_o) {
-            {
-                float acc[160] __attribute__((aligned(64)));
-                for (int so_i = 0; so_i < 160; ++so_i) acc[so_i] = 0.0f;
-                for (int ci = 0; ci < 16; ++ci) {
-                    for (int kh = 0; kh < 3; ++kh) {
-                        for (int kw = 0; kw < 3; ++kw) {
-                            #pragma GCC unroll 5
-                            for (int x_i = 0; x_i < 5; ++x_i) {
-                                #pragma omp simd
-                                for (int co = 0; co < 32; ++co) {
-                                    acc[co + 32*x_i] = acc[co + 32*x_i] + (((kh + n_y - 1) >= 0 && (kh + n_y - 1) < 10 && (kw + x_i + 5*x_o - 1) >= 0 && (kw + x_i + 5*x_o - 1) < 10 ? X[100*ci + 10*kh + kw + 10*n_y + x_i + 5*x_o - 11] : 0.0f) * W[288*ci + co + 96*kh + 32*kw]);
+            for (int n = 0; n < 1; ++n) {
+                {
+                    float acc[160] __attribute__((aligned(64)));
+                    for (int so_i = 0; so_i < 160; ++so_i) acc[so_i] = 0.0f;
+                    for (int ci = 0; ci < 16; ++ci) {
+                        for (int kh = 0; kh < 3; ++kh) {
+                            for (int kw = 0; kw < 3; ++kw) {
+                                #pragma GCC unroll 5
+                                for (int x_i = 0; x_i < 5; ++x_i) {
+                                    #pragma omp simd
+                                    for (int co = 0; co < 32; ++co) {
+                                        acc[co + 32*x_i] = acc[co + 32*x_i] + (((kh + y - 1) >= 0 && (kh + y - 1) < 10 && (kw + x_i + 5*x_o - 1) >= 0 && (kw + x_i + 5*x_o - 1) < 10 ? X[100*ci + 10*kh + kw + 1600*n + x_i + 5*x_o + 10*y - 11] : 0.0f) * W[288*ci + co + 96*kh + 32*kw]);
+                                    }
                                 }
                             }
                         }
                     }
-                }
-                #pragma GCC unroll 5
-                for (int x_i = 0; x_i < 5; ++x_i) {
-                    #pragma omp simd
-                    for (int co = 0; co < 32; ++co) {
-                        /* epilogue: O[n,co,y,x] = relu((P[n,co,y,x] + B[co]))  over(n:1 co:32 y:10 x:10) */
-                        O[100*co + 10*n_y + x_i + 5*x_o] = (((acc[co + 32*x_i] + B[co])) < 0 ? 0 : ((acc[co + 32*x_i] + B[co])));
+                    #pragma GCC unroll 5
+                    for (int x_i = 0; x_i < 5; ++x_i) {
+                        #pragma omp simd
+                        for (int co = 0; co < 32; ++co) {
+                            /* epilogue: O[n,co,y,x] = relu((P[n,co,y,x] + B[co]))  over(n:1 co:32 y:10 x:10) */
+                            O[100*co + 3200*n + x_i + 5*x_o + 10*y] = (((acc[co + 32*x_i] + B[co])) < 0 ? 0 : ((acc[co + 32*x_i] + B[co])));
+                        }
                     }
                 }
             }
