@@ -60,6 +60,9 @@ class Stage:
     cache_at: str | None = None
     attach: tuple[str, str] | None = None  # (consumer stage, consumer loop)
     bound: dict[str, str] = field(default_factory=dict)  # my out dim -> the consumer dim it is read at
+    # my out dim -> a block of it (consumer dim, the block's origin over the consumer's loops above the
+    # attach point, its extent): attached at the outer loop of a split, I compute the split's block
+    block: dict[str, tuple[str, Affine, int]] = field(default_factory=dict)
     epilogue: str | None = None  # the elementwise stage evaluated at my accumulator's write-back
     epilogue_of: str | None = None  # I am that stage: computed inside this producer's nest, no loops of my own
     cache_reads: list[tuple[str, str]] = field(default_factory=list)  # (input, loop): GPU shared-memory copies
@@ -322,10 +325,7 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
             raise ScheduleError(f"{p}: a reduction loop cannot run in parallel")
         lp.parallel = True
     elif isinstance(p, Unroll):
-        lp = stage.loop(p.loop, p)
-        if lp.extent > MAX_UNROLL:
-            raise ScheduleError(f"{p}: extent {lp.extent} is too large to unroll (max {MAX_UNROLL})")
-        lp.unroll = True
+        stage.loop(p.loop, p).unroll = True  # (its extent is checked once attachments have set it)
     elif isinstance(p, CacheWrite):
         if stage.stmt.reduce == "=":
             raise ScheduleError(f"{p}: {stage.name} is not a reduction")
@@ -370,6 +370,10 @@ def _check_cache_at(s: Stage) -> None:
 def _check(plan: KernelPlan) -> None:
     from superopt.codegen.cuda_legality import check_gpu_plan
 
+    for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
+        if s.attach is not None:
+            _check_attach(plan, s)  # (first: a block attachment sets the extent of a loop)
+            _check_cache_at(s)
     check_gpu_plan(plan)  # Bind only on a CUDA target, within its limits (nothing to check on a CPU without Bind)
     for s in plan.stages.values():
         _check_cache_at(s)
@@ -378,6 +382,9 @@ def _check(plan: KernelPlan) -> None:
             if lp.parallel and (i != 0 or s.attach is not None):
                 raise ScheduleError(f"Parallel({s.name}, {lp.name}): only the outermost loop of a root stage "
                                     "can run in parallel")
+            if lp.unroll and lp.extent > MAX_UNROLL:
+                raise ScheduleError(f"Unroll({s.name}, {lp.name}): extent {lp.extent} is too large to unroll "
+                                    f"(max {MAX_UNROLL})")
             if lp.unroll and (lp.parallel or lp.vector):
                 raise ScheduleError(f"Unroll({s.name}, {lp.name}): a parallel or vectorized loop cannot be unrolled")
             if lp.parallel and lp.vector:
@@ -397,10 +404,6 @@ def _check(plan: KernelPlan) -> None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])
         if s.reduce_epilogue_of is not None:
             _check_reduce_epilogue(plan, s, plan.stages[s.reduce_epilogue_of])
-    for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
-        if s.attach is not None:
-            _check_attach(plan, s)
-            _check_cache_at(s)
     # attachment must be acyclic
     for s in plan.stages.values():
         seen = {s.name}
@@ -500,7 +503,9 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
     outer_names = {lp.name for lp in outer}
     # consumer dims the loops down to the attach point fix entirely (plain loops, or fused ones: b0_b1)
     plain = {d for d, lin in c.dims.items() if lin.vars() and lin.vars() <= outer_names}
+    blocks = _consumer_blocks(c, outer_names)
     bound: dict[str, str] = {}  # my out dim -> the consumer dim it is read at
+    block: dict[str, tuple[str, Affine, int]] = {}
     first = True
     for r in readers:
         if s.name in r.stmt.pad_value:
@@ -509,28 +514,35 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
             if a.tensor != s.name:
                 continue
             this: dict[str, str] = {}
+            this_block: dict[str, tuple[str, Affine, int]] = {}
             for d, ix in zip(s.stmt.out_dims, a.index):
                 if not ix.is_plain_dim:
                     continue
                 rd = ix.dims[0]
                 if r is c and rd in plain:
                     this[d] = rd
+                elif r is c and rd in blocks:
+                    this_block[d] = (rd, *blocks[rd])
                 elif r is not c and rd in r.bound:
                     this[d] = r.bound[rd]
-            if not first and this != bound:
+                elif r is not c and rd in r.block:
+                    this_block[d] = r.block[rd]
+            if not first and (this, this_block) != (bound, block):
                 raise ScheduleError(f"{prim}: {s.name} is read at different points of the bound loops")
-            bound, first = this, False
+            bound, block, first = this, this_block, False
     for lp in outer:
-        if any(lp.name in lin.vars() and d not in plain for d, lin in c.dims.items()):
+        if any(lp.name in lin.vars() and d not in plain and d not in blocks for d, lin in c.dims.items()):
             raise ScheduleError(f"{prim}: consumer loop {lp.name!r} above the attach point is split or fused "
                                 f"with a loop inside it")
-    s.bound = bound
-    # bound dims: drop their loops (they must not have been split)
+    s.bound, s.block = bound, block
+    # bound dims: drop their loops (they must not have been split); block dims: their loops walk the block
     for d in bound:
         if s.dims.get(d) != Affine.var(d) or d not in [lp.name for lp in s.loops]:
             raise ScheduleError(f"{prim}: loop {d!r} of {s.name} is bound by the consumer and must stay whole")
     s.loops = [lp for lp in s.loops if lp.name not in bound]
-    size = math.prod(n for d, n in zip(s.stmt.out_dims, s.stmt.out_shape) if d not in bound)
+    for d, (_, _, n) in block.items():
+        _restrict_to_block(s, d, n, prim)
+    size = math.prod(n for _, n in local_shape(s))
     if size * plan.types[s.name].np_dtype.itemsize > MAX_LOCAL_BYTES:
         raise ScheduleError(f"{prim}: local buffer of {size} elements is too large")
     for lp in s.loops:
@@ -538,9 +550,47 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
             raise ScheduleError(f"{prim}: an attached stage cannot have a parallel loop")
 
 
+def _restrict_to_block(s: Stage, d: str, n: int, prim: str) -> None:
+    """Stage ``s``'s loops over dim ``d`` (the dim itself, or the loops a chain of splits made of it) walk
+    ``n`` values only: the outermost one's extent shrinks to the block, a tail bounds an uneven last step,
+    and the tails the block makes redundant are dropped."""
+    lin = s.dims.get(d)
+    loops = {lp.name: lp for lp in s.loops}
+    if lin is None or lin.const or any(not isinstance(a, str) or a not in loops or k < 1 for a, k in lin.terms):
+        raise ScheduleError(f"{prim}: dim {d!r} of {s.name} is computed by a block of the consumer's loop; its own "
+                            f"loops over it may be split but not fused")
+    top, k = max(lin.terms, key=lambda t: t[1])
+    loops[top].extent = min(loops[top].extent, math.ceil(n / k))
+    extents = {a: lp.extent for a, lp in loops.items()}
+    s.tails = [(e, limit) for e, limit in s.tails if not e.vars() <= extents.keys() or e.bounds(extents)[1] >= limit]
+    if lin.bounds(extents)[1] >= n and (lin, n) not in s.tails:
+        s.tails.append((lin, n))
+
+
+def _consumer_blocks(c: Stage, outer_names: set[str]) -> dict[str, tuple[Affine, int]]:
+    """Consumer dims that the loops down to an attach point fix up to a block: ``origin + inner`` with
+    ``origin`` over those loops (not constant) and ``inner`` a non-negative combination of whole loops
+    inside the attach point (``i = 8*i_o + i_i`` attached at ``i_o``: origin ``8*i_o``, a block of 8)."""
+    extents = {lp.name: lp.extent for lp in c.loops}
+    out: dict[str, tuple[Affine, int]] = {}
+    for d, lin in c.dims.items():
+        origin = Affine.of({a: k for a, k in lin.terms if (a if isinstance(a, str) else a.var) in outer_names},
+                           lin.const)
+        inner = [(a, k) for a, k in lin.terms if (a if isinstance(a, str) else a.var) not in outer_names]
+        if not origin.vars() or not inner or any(not isinstance(a, str) or a not in extents or k < 0
+                                                 for a, k in inner):
+            continue
+        local = Affine.of(dict(inner))
+        # (a tail of the split that made the inner loops caps the block: 5 rows split by 4 walk 5, not 8)
+        out[d] = (origin, min([local.bounds(extents)[1] + 1] + [n for e, n in c.tails if e == local]))
+    return out
+
+
 def local_shape(stage: Stage) -> tuple[tuple[str, int], ...]:
-    """The (dim, extent) axes of a stage's buffer (bound dims of an attached stage dropped)."""
-    return tuple((d, n) for d, n in zip(stage.stmt.out_dims, stage.stmt.out_shape) if d not in stage.bound)
+    """The (dim, extent) axes of a stage's buffer (bound dims of an attached stage dropped, block dims
+    the block's extent)."""
+    return tuple((d, stage.block[d][2] if d in stage.block else n)
+                 for d, n in zip(stage.stmt.out_dims, stage.stmt.out_shape) if d not in stage.bound)
 
 
 __all__ = ["lower", "KernelPlan", "Stage", "Loop", "ScheduleError", "PackLayout", "local_shape", "Affine"]

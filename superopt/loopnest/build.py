@@ -93,7 +93,13 @@ class _Builder:
         if d in s.bound:
             cons = self.stages[s.attach[0]]
             return self._rename(cons, cons.dims[s.bound[d]])  # a loop var, or div/mod atoms of a fused one
+        if d in s.block:  # the block's origin (consumer loops) + my loop over the block
+            return self.block_origin(s, d) + self._rename(s, s.dims[d])
         return self._rename(s, s.dims[d])
+
+    def block_origin(self, s: Stage, d: str) -> Affine:
+        """Where attached stage ``s``'s block of dim ``d`` starts, in the consumer's loop variables."""
+        return self._rename(self.stages[s.attach[0]], s.block[d][1])
 
     def _rename(self, s: Stage, e: Affine) -> Affine:
         """Plan loop names -> loop variables."""
@@ -124,7 +130,9 @@ class _Builder:
         lins = [self.affine_lin(s, ix) for ix in index]
         shape, keep = self.buffer_axes(tensor)
         if keep is not None:
-            lins = [lins[i] for i in keep]
+            owner = self.stages[tensor]  # a block of the attached stage's dim is indexed from its origin
+            lins = [lins[i] + self.block_origin(owner, d).scale(-1) if d in owner.block else lins[i]
+                    for i, d in ((i, owner.stmt.out_dims[i]) for i in keep)]
         layout = self.plan.packs.get(tensor)
         parts = layout.map_index(lins) if layout is not None else lins
         return BufferAccess(tensor, self._flat(parts, shape), self.types[tensor].dtype, layout)
@@ -214,9 +222,13 @@ class _Builder:
         cvars = self.var[s.name]
         order = [cvars[lp.name] for lp in s.loops]
         reduce_vars = {cvars[lp.name] for lp in s.loops if lp.reduce}
-        for lin, limit in s.tails:
-            cl = self._rename(s, lin)
-            inner = max(cl.vars(), key=order.index)
+        tails = [(self._rename(s, lin), limit) for lin, limit in s.tails]
+        for d, (_, _, n) in s.block.items():  # a block past the end of its dim (the consumer's split has a tail)
+            origin = self.block_origin(s, d)
+            if origin.bounds(self.extents)[1] + n > s.stmt.extent[d]:
+                tails.append((origin + self._rename(s, s.dims[d]), s.stmt.extent[d]))
+        for cl, limit in tails:
+            inner = max(cl.vars() & set(order), key=order.index)  # (a block origin: consumer loops)
             if cl.map.get(inner) == 1:
                 rest = Affine.of({a: c for a, c in cl.terms if a != inner}, cl.const)
                 out[inner] = out.get(inner, ()) + (TailLimit(limit, rest.simplify()),)
