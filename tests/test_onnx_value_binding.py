@@ -59,3 +59,15 @@ def test_compress_condition_longer_than_the_axis_is_refused():
                [("c", np.array([True, False, True]))])
     with pytest.raises(OnnxImportError, match="does not fit"):
         import_onnx_model(m)
+
+
+def test_dropout_training_mode_input_is_bound_and_random_dropout_refused():
+    m = _model([helper.make_node("Dropout", ["x", "r", "t"], ["y"], seed=0)],
+               [("x", F, (2, 3)), ("r", F, ()), ("t", TensorProto.BOOL, ())], [("y", F, (2, 3))], opset=13)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    rep = backend.prepare(m)
+    for r, t in ((0.5, False), (0.0, True)):  # inference, or training that drops nothing: the identity
+        (y,) = rep.run({"x": x, "r": np.array(r, np.float32), "t": np.array(t)})
+        np.testing.assert_array_equal(y, x)
+    with pytest.raises(OnnxImportError, match="training mode with ratio 0.5 drops at random"):
+        rep.run({"x": x, "r": np.array(0.5, np.float32), "t": np.array(True)})

@@ -72,6 +72,15 @@ def _variadic(c: _Ctx, x):
 
 @_conv("Identity", "Dropout")
 def _identity(c: _Ctx, x):
+    """Identity, and Dropout at inference: the input, and an all-true mask. Dropout-12+ in training mode
+    (``training_mode`` true, a compile-time value the backend binds per value) with a ratio above 0 drops at
+    random: refused, not run as the identity."""
+    if c.node.op_type == "Dropout" and len(x) > 2 and x[2] is not None:
+        if bool(np.asarray(c.const(x[2], "Dropout training_mode")).reshape(-1)[0]):
+            ratio = 0.5 if x[1] is None else float(np.asarray(c.const(x[1], "Dropout ratio")).reshape(-1)[0])
+            if ratio != 0.0:
+                raise OnnxImportError(f"Dropout in training mode with ratio {ratio} drops at random (seed "
+                                      f"{c.attr('seed')}); only inference (or ratio 0) is lowered")
     outs = [x[0]]
     if c.node.op_type == "Dropout" and len(c.node.output) > 1 and c.node.output[1]:
         outs.append(c.b.constant(np.ones(c.b.shape(x[0]), bool)))
