@@ -185,19 +185,19 @@ EXCLUDE = [
     r"_(float16|FLOAT16|bfloat16|BFLOAT16|float8|FLOAT8|e4m3|e5m2|uint8|int8|uint16|int16|uint32|uint64|"
     r"string|STRING|int4|uint4|INT4|UINT4|float4|FLOAT4)",
     r"test_cast_.*(FLOAT_to|DOUBLE_to|to_FLOAT|to_DOUBLE)",  # Cast tables mostly cover exotic types
-    r"test_linear_attention_.*_expanded",  # the function body is a Scan (control flow)
-    r"test_affine_grid_.*_expanded",  # the function body branches with If (control flow; a constant condition)
     r"test_split_to_sequence|test_identity_(opt|sequence)",  # sequence / optional types
     r"test_cast(like)?_.*U?INT2",  # 2-bit integer types
     r"_(fp16|bf16)_|_(i8|i16|ui8|ui16|ui32|ui64)_",  # float16/bfloat16 and small/unsigned integers, named the short way
     r"test_bitwise_not_[34]d",  # uint16 / uint64 inputs, not in the name
     r"test_attention_.*softmax_precision_expanded",  # float16 inputs; the expanded body's casts are not all at the edges
-    r"test_range_.*_expanded_cpu$",  # the expanded Range function body is a Loop (control flow)
     # the expected imaginary parts hold the generator's float32 rounding (1.9e-7 where the input implies 0; atol 1e-7)
     r"test_dft_inverse(_opset19)?_cpu$",
     # Optional and sequence values (superopt holds tensors only; a tensor where an optional is allowed is fine)
     r"test_optional_(get_element_(optional|sequence)|has_element_(tensor_input|optional_input|empty_optional_input))",
 ]
+# Outside OPS and failing in `python -m superopt.testing.onnx_coverage` (the whole plain-type picture): the random
+# ops, whose values depend on the generator (test_bernoulli*, its expansion through RandomUniformLike, and
+# test_training_dropout* with a ratio above 0, which the importer refuses rather than run as the identity).
 
 
 
