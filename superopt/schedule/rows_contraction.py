@@ -71,6 +71,12 @@ def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) ->
     return _row_blocks(compute, target, kn, block)
 
 
+def _tile_vectors(target: Target) -> int:
+    """Vectors per register-tile row: 4 rows x 4 vectors of accumulators fit a 32-register file with the
+    operands, 4 x 2 a 16-register one."""
+    return 4 if target.vector_registers >= 32 else 2
+
+
 def _batch_loop(s: str, batch: list[str]) -> tuple[list[Primitive], str | None, list[str]]:
     """The outer (batch) row dims with the first two fused into the parallel loop: (prims, its name, the
     loops above the row block)."""
@@ -97,9 +103,10 @@ def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) 
     r = kn.get(f"{s}.rows", min(4, block), [x for x in range(1, 9) if x <= block])
     trace += [Split(s, row, block), Split(s, f"{row}_i", r)]
     row_o, row_m, row_r = f"{row}_o", f"{row}_i_o", f"{row}_i_i"
-    # columns of the tile: at most 4 vectors (r x 4 accumulators)
+    # columns of the tile: 4 vectors on a 32-register file (4 x 4 accumulators), else 2 (AVX2: 4 x 2 of 16)
     cols = ext[last]
-    width = kn.get(f"{s}.width", min(cols, 4 * VECTOR), sorted({min(cols, w * VECTOR) for w in (1, 2, 3, 4)}))
+    width = kn.get(f"{s}.width", min(cols, _tile_vectors(target) * VECTOR),
+                   sorted({min(cols, w * VECTOR) for w in (1, 2, 3, 4)}))
     col_o, col_i = (f"{last}_o", f"{last}_i") if cols > width else (None, last)
     if col_o:
         trace.append(Split(s, last, width))
@@ -143,7 +150,8 @@ def _scores_tiles(t: Statement, inputs: tuple[str, ...], target: Target, kn: Kno
     VECTOR = target.lanes("float32")
     s, row, col = t.out, t.out_dims[row_axis], t.out_dims[-1]
     ext = t.extent
-    width = kn.get(f"{s}.width", min(ext[col], 4 * VECTOR), sorted({min(ext[col], w * VECTOR) for w in (1, 2, 3, 4)}))
+    width = kn.get(f"{s}.width", min(ext[col], _tile_vectors(target) * VECTOR),
+                   sorted({min(ext[col], w * VECTOR) for w in (1, 2, 3, 4)}))
     rows = kn.get(f"{s}.rows", 4, list(range(1, 9)))
     prims: list[Primitive] = []
     col_o, col_i = (f"{col}_o", f"{col}_i") if ext[col] > width else (None, col)
