@@ -9,6 +9,12 @@ after every batch to ``<out>/measurements.jsonl`` as the same :class:`~superopt.
 lines a ``MeasureService`` with ``dataset_dir`` writes, so a trainer reads both alike.
 ``<out>/manifest.json`` (config, target, times, one report per run) is replaced atomically.
 
+On a GPU (``target.kind == "cuda"``: the device's target, ``require_gpu(binding).target``) the same
+plan is measured by :class:`~superopt.runtime.gpu.measure.GpuRunner`: GPU sketches and knobs from the same
+``ScheduleSpace``, nvcc-compiled batches run in isolated worker processes through the GPU runtime
+interface (``gpu_binding``: automatic, a named binding, or the CPU ``emulator``), verified against the
+reference interpreter and timed with CUDA events; the records are the same lines with the GPU target.
+
 Collection resumes: records already in the file (for the same target) count, so a workload that has
 ``per_workload`` of them is skipped and a partly done one measures only the rest. A run killed mid-batch
 loses that batch; a line it left half-written is dropped before the next append.
@@ -27,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from costmodel.workloads import DEFAULT_MODELS, Workload, generate_workloads
+from costmodel.workloads import DEFAULT_MODELS, Workload, WorkloadSizes, generate_workloads
 from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
 from superopt.measure.runner import make_runner
@@ -58,6 +64,9 @@ class CollectConfig:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     slow_call_s: float | None = 1.0  # a candidate slower than this per call is timed once (MeasureInput)
     models: tuple[str, ...] = DEFAULT_MODELS  # light models that generate_workloads draws kernels from
+    gpu_binding: str | None = None  # a cuda target: the GPU binding (None: automatic; "emulator": the CPU stand-in)
+    sizes: WorkloadSizes | None = None  # generated workloads' sizes (None: the target's, workloads.sizes_for)
+    max_seconds: float | None = None  # stop after the first batch that ends past this much time (resume later)
 
     def validate(self) -> None:
         if isinstance(self.workloads, int) and self.workloads < 1:
@@ -68,6 +77,12 @@ class CollectConfig:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.ray_workers is not None and self.ray_workers < 1:
             raise ValueError(f"ray_workers must be at least 1, got {self.ray_workers}")
+        if self.target.kind == "cuda" and self.runner != "local":
+            raise ValueError("GPU collection runs on this machine's GPU: Ray runners measure CPU targets only")
+        if self.target.kind != "cuda" and self.gpu_binding is not None:
+            raise ValueError(f"a GPU binding ({self.gpu_binding!r}) needs a cuda target, not {self.target.kind!r}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be positive, got {self.max_seconds}")
 
     def to_dict(self) -> dict:
         m = self.measure
@@ -75,7 +90,8 @@ class CollectConfig:
             "workloads": self.workloads if isinstance(self.workloads, int) else "given",
             "per_workload": self.per_workload, "seed": self.seed, "out": str(self.out), "runner": self.runner,
             "ray_workers": self.ray_workers, "batch_size": self.batch_size, "slow_call_s": self.slow_call_s,
-            "models": list(self.models),
+            "models": list(self.models), "gpu_binding": self.gpu_binding, "max_seconds": self.max_seconds,
+            "sizes": None if self.sizes is None else asdict(self.sizes),
             "measure": {"warmup": m.warmup, "repeats": m.repeats, "min_repeat_s": m.min_repeat_s, "rtol": m.rtol,
                         "atol": m.atol, "run_timeout_s": m.run_timeout_s, "build_timeout_s": m.build_timeout_s,
                         "seed": m.seed, "compiler": m.compiler.cc, "flags": list(m.compiler.flags)},
@@ -266,8 +282,49 @@ def _plans(workloads: Sequence[Workload], done: dict[str, set[str]], config: Col
 
 def resolve_workloads(config: CollectConfig) -> list[Workload]:
     if isinstance(config.workloads, int):
-        return generate_workloads(config.workloads, config.seed, target=config.target, models=config.models)
+        return generate_workloads(config.workloads, config.seed, target=config.target, models=config.models,
+                                  sizes=config.sizes)
     return list(config.workloads)
+
+
+def gpu_measure_config(config: CollectConfig):
+    """The GPU measurement settings of a cuda collection, from its ``measure`` settings."""
+    from superopt.runtime.gpu.measure import GpuMeasureConfig
+
+    m = config.measure
+    return GpuMeasureConfig(binding=config.gpu_binding, repeats=m.repeats, warmup=m.warmup, rtol=m.rtol, atol=m.atol,
+                            seed=m.seed, build_timeout_s=max(m.build_timeout_s, 120.0), run_timeout_s=m.run_timeout_s,
+                            min_repeat_s=m.min_repeat_s)
+
+
+def make_collect_runner(config: CollectConfig):
+    """The runner a collection measures with: the GPU's for a cuda target, else local or Ray."""
+    if config.target.kind == "cuda":
+        from superopt.runtime.gpu.measure import GpuRunner
+
+        return GpuRunner(gpu_measure_config(config), config.target)
+    mcfg = replace(config.measure, target=config.target, threads=config.target.threads, dataset_dir=None, workers=1)
+    return make_runner(config.runner, mcfg, config.ray_workers)
+
+
+def _progress(config: CollectConfig, total: int):
+    """A tqdm bar on stderr (a no-op bar where tqdm is not installed, e.g. a bare GPU machine)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, disable=not config.progress, desc="collect", unit="schedule", file=sys.stderr)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def collect(config: CollectConfig) -> CollectReport:
@@ -285,15 +342,14 @@ def collect(config: CollectConfig) -> CollectReport:
     _write_manifest(config, workloads, None, started)
     remaining = sum(max(0, config.per_workload - len(done.get(w.key, ()))) for w in workloads)
     failures: Counter[str] = Counter()
-    mcfg = replace(config.measure, target=config.target, threads=config.target.threads, dataset_dir=None, workers=1)
-    from tqdm import tqdm
-
     stop = "complete"
     try:
-        with make_runner(config.runner, mcfg, config.ray_workers) as runner, \
-                tqdm(total=remaining, disable=not config.progress, desc="collect", unit="schedule",
-                     file=sys.stderr) as bar:
+        with make_collect_runner(config) as runner, _progress(config, remaining) as bar:
             for batch in _batches(_plans(workloads, done, config, report), config):
+                if (config.max_seconds is not None and report.records_written
+                        and time.perf_counter() - t0 >= config.max_seconds):
+                    stop = f"time limit ({config.max_seconds:g} s): rerun to resume"
+                    break
                 results = runner.measure(batch)
                 append_records(path, build_records(batch, results, config.target))
                 report.records_written += len(batch)
@@ -325,5 +381,6 @@ def _stop_reason(stop: str, report: CollectReport, per_workload: int) -> str:
     return "complete" + short
 
 
-__all__ = ["CollectConfig", "CollectReport", "MANIFEST_FILE", "Plan", "collect", "plan_workload", "recorded_traces",
-           "repair_tail", "resolve_workloads", "trace_key", "write_json_atomic"]
+__all__ = ["CollectConfig", "CollectReport", "MANIFEST_FILE", "Plan", "collect", "gpu_measure_config",
+           "make_collect_runner", "plan_workload", "recorded_traces", "repair_tail", "resolve_workloads", "trace_key",
+           "write_json_atomic"]

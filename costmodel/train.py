@@ -6,8 +6,10 @@ reports the ranking metrics of :mod:`costmodel.metrics` on both sides. :func:`ev
 model on a dataset's verified records; :func:`scatter_plot` draws predicted against measured
 relative speed.
 
-The model is :class:`costmodel.xgb.XGBModel` unless ``make_model`` gives another with the same
-``fit``/``predict`` methods (imported lazily, so this module loads without XGBoost).
+The model is :class:`costmodel.xgb.XGBModel` for CPU records and :class:`costmodel.gpu_model.GpuXGBModel`
+(the GPU features) for records of a cuda target (:func:`data_kind`: one kind per dataset), unless
+``make_model`` gives another with the same ``fit``/``predict`` methods (imported lazily, so this module
+loads without XGBoost).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from costmodel.metrics import DEFAULT_TOLERANCE, EvalReport, evaluate_scores, re
 if TYPE_CHECKING:
     from costmodel.xgb import XGBConfig
 
-__all__ = ["CrossValidation", "TrainConfig", "TrainReport", "cross_validate", "evaluate", "predict_scores",
-           "relative_speed", "scatter_plot", "train"]
+__all__ = ["CrossValidation", "TrainConfig", "TrainReport", "cross_validate", "data_kind", "evaluate",
+           "predict_scores", "relative_speed", "scatter_plot", "train"]
 
 
 class Trainable(Protocol):
@@ -82,10 +84,20 @@ class TrainReport:
         return "\n".join(lines)
 
 
-def _default_model(config: TrainConfig) -> Trainable:
-    from costmodel.xgb import XGBModel
+def data_kind(dataset: Dataset) -> str:
+    """The kind of target (``cpu`` or ``cuda``) of every record; a dataset mixing kinds is a ValueError
+    (CPU and GPU kernels have different features: train one model per kind)."""
+    kinds = sorted({c.target.kind for c in dataset.candidates})
+    if len(kinds) > 1:
+        raise ValueError(f"the data mixes targets of kinds {', '.join(kinds)}: train one model per kind "
+                         "(give the records of one kind)")
+    return kinds[0] if kinds else "cpu"
 
-    return XGBModel(config.model)
+
+def _default_model(config: TrainConfig, dataset: Dataset) -> Trainable:
+    from costmodel.xgb import model_class
+
+    return model_class(data_kind(dataset))(config.model)
 
 
 def train(dataset: Dataset, config: TrainConfig | None = None,
@@ -97,7 +109,7 @@ def train(dataset: Dataset, config: TrainConfig | None = None,
     train_set, test_set = dataset.split_by_workload(config.test_fraction, config.seed)
     if not np.isfinite(train_set.seconds).any():
         raise ValueError("no verified, timed records to train on")
-    model = make_model() if make_model is not None else _default_model(config)
+    model = make_model() if make_model is not None else _default_model(config, dataset)
     start = time.perf_counter()
     model.fit(train_set.candidates, train_set.seconds)
     fit_seconds = time.perf_counter() - start
@@ -142,7 +154,7 @@ def cross_validate(dataset: Dataset, k: int, config: TrainConfig | None = None,
     config = config or TrainConfig()
     reports = []
     for train_set, test_set in dataset.folds_by_workload(k, config.seed):
-        model = make_model() if make_model is not None else _default_model(config)
+        model = make_model() if make_model is not None else _default_model(config, dataset)
         model.fit(train_set.candidates, train_set.seconds)
         reports.append(evaluate(model, test_set, config.tolerance))
     return CrossValidation(tuple(reports))

@@ -14,7 +14,8 @@ deterministically for a seed and without two workloads of the same workload key:
   elementwise chains.
 
 Every workload is sized so that one call takes roughly 0.05-30 ms on a small machine
-(:func:`fits_size`) and has a legal default schedule on the target; anything else is skipped.
+(:func:`fits_size` with :data:`CPU_SIZES`; on a GPU, :data:`GPU_SIZES`: from a few microseconds to a few
+milliseconds) and has a legal default schedule on the target; anything else is skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import functools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +49,35 @@ BYTE_RATE = 1e10  # bytes/s streamed by one core (rough)
 MIN_SECONDS = 5e-5  # estimated_seconds below this: a call of a few microseconds, mostly overhead
 MAX_FLOPS = 300_000_000
 MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class WorkloadSizes:
+    """Which workloads are worth measuring on a kind of machine: one call's rough time (flops at
+    ``flop_rate`` plus bytes at ``byte_rate``) at least ``min_seconds``, and at most ``max_flops`` and
+    ``max_bytes``."""
+
+    flop_rate: float = FLOP_RATE
+    byte_rate: float = BYTE_RATE
+    min_seconds: float = MIN_SECONDS
+    max_flops: float = MAX_FLOPS
+    max_bytes: float = MAX_BYTES
+
+
+CPU_SIZES = WorkloadSizes()
+# a GPU: default schedules at about 1 Tflop/s and 0.5 TB/s (rough), calls from 2 us (below that a launch
+# is mostly overhead) to about a gigaflop (the float64 reference check on the host stays in seconds)
+GPU_SIZES = WorkloadSizes(flop_rate=1e12, byte_rate=5e11, min_seconds=2e-6, max_flops=1e9, max_bytes=256 << 20)
+# the CPU emulator of a GPU (runtime.gpu binding "emulator"): blocks and threads as loops on one core, so
+# only tiny workloads (a dry run of the GPU path, not data to learn from)
+EMULATOR_SIZES = replace(CPU_SIZES, min_seconds=2e-6, max_flops=4e6, max_bytes=2 << 20)
+
+
+def sizes_for(target: Target) -> WorkloadSizes:
+    """The sizes of :func:`generate_workloads` for ``target`` by default: GPU sizes on a cuda target."""
+    return GPU_SIZES if target.kind == "cuda" else CPU_SIZES
+
+
 _SKIPPED = (ValueError, TypeError, KeyError, IndexError)  # parse/shape/schedule errors (ScheduleError is a ValueError)
 
 
@@ -85,18 +115,21 @@ def workload_size(compute: Compute) -> tuple[int, int]:
     return flop_count(compute), sum(t.nbytes for t in compute.type_of.values())
 
 
-def estimated_seconds(compute: Compute) -> float:
-    """A rough time of one call on one core: flops at ``FLOP_RATE`` plus bytes at ``BYTE_RATE``."""
+def estimated_seconds(compute: Compute, sizes: WorkloadSizes = CPU_SIZES) -> float:
+    """A rough time of one call: flops at ``sizes.flop_rate`` plus bytes at ``sizes.byte_rate`` (by
+    default one core of a small machine)."""
     flops, nbytes = workload_size(compute)
-    return flops / FLOP_RATE + nbytes / BYTE_RATE
+    return flops / sizes.flop_rate + nbytes / sizes.byte_rate
 
 
-def fits_size(compute: Compute, min_seconds: float = MIN_SECONDS, max_flops: float = MAX_FLOPS,
-              max_bytes: float = MAX_BYTES) -> bool:
+def fits_size(compute: Compute, min_seconds: float | None = None, max_flops: float | None = None,
+              max_bytes: float | None = None, sizes: WorkloadSizes = CPU_SIZES) -> bool:
     """Whether one call is worth timing (:func:`estimated_seconds` at least ``min_seconds``) and quick
-    enough (at most ``max_flops`` and ``max_bytes``)."""
+    enough (at most ``max_flops`` and ``max_bytes``); limits not given come from ``sizes``."""
     flops, nbytes = workload_size(compute)
-    return estimated_seconds(compute) >= min_seconds and flops <= max_flops and nbytes <= max_bytes
+    lo = sizes.min_seconds if min_seconds is None else min_seconds
+    return (estimated_seconds(compute, sizes) >= lo and flops <= (sizes.max_flops if max_flops is None else max_flops)
+            and nbytes <= (sizes.max_bytes if max_bytes is None else max_bytes))
 
 
 def has_legal_default(workload: Workload, target: Target) -> bool:
@@ -136,13 +169,15 @@ def _model_kernels(name: str) -> tuple[Workload, ...]:
 
 
 def model_workloads(names: Sequence[str] = DEFAULT_MODELS, *, sized: bool = True,
-                    target: Target | None = None) -> list[Workload]:
+                    target: Target | None = None, sizes: WorkloadSizes | None = None) -> list[Workload]:
     """The distinct kernels of the named light ONNX models (in model, then graph order). ``sized``:
-    only those :func:`fits_size` accepts; ``target``: only those with a legal default schedule there."""
+    only those :func:`fits_size` accepts (``sizes``: by default the target's, :func:`sizes_for`);
+    ``target``: only those with a legal default schedule there."""
+    sizes = sizes or (sizes_for(target) if target is not None else CPU_SIZES)
     out: dict[str, Workload] = {}
     for name in names:
         for w in _model_kernels(name):
-            if (not sized or fits_size(w.compute)) and (target is None or has_legal_default(w, target)):
+            if (not sized or fits_size(w.compute, sizes=sizes)) and (target is None or has_legal_default(w, target)):
                 out.setdefault(w.key, w)
     return list(out.values())
 
@@ -423,23 +458,27 @@ def _random_workloads(rng: random.Random) -> list[Workload]:
 # -- the mix ------------------------------------------------------------------------------------
 
 
-def _model_draw(rng: random.Random, models: Sequence[str], taken: set[str]) -> list[Workload]:
+def _model_draw(rng: random.Random, models: Sequence[str], taken: set[str], sizes: WorkloadSizes) -> list[Workload]:
     """One random kernel of one random model, of those that fit in size and are not ``taken`` (keys)."""
-    kernels = [w for w in _model_kernels(rng.choice(list(models))) if w.key not in taken and fits_size(w.compute)]
+    kernels = [w for w in _model_kernels(rng.choice(list(models)))
+               if w.key not in taken and fits_size(w.compute, sizes=sizes)]
     kernels.sort(key=lambda w: w.key)  # a model's kernel order may differ between processes; keys do not
     return [rng.choice(kernels)] if kernels else []
 
 
 def generate_workloads(n: int, seed: int, *, target: Target | None = None, models: Sequence[str] = DEFAULT_MODELS,
-                       mix: Sequence[tuple[str, float]] = DEFAULT_MIX, max_attempts: int | None = None) -> list[Workload]:
+                       mix: Sequence[tuple[str, float]] = DEFAULT_MIX, max_attempts: int | None = None,
+                       sizes: WorkloadSizes | None = None) -> list[Workload]:
     """``n`` distinct workloads (by workload key) drawn from the sources of ``mix`` with their weights;
-    the same list for the same seed (and models, mix and target). Each fits :func:`fits_size` and has a
-    legal default schedule on ``target`` (default: this machine, one thread); anything that does not
-    parse, build or schedule is skipped. Fewer than ``n`` come back only when ``max_attempts`` draws
-    (default ``50 * n + 100``) could not find them."""
+    the same list for the same seed (and models, mix, target and sizes). Each fits :func:`fits_size`
+    (``sizes``: by default the target's, :func:`sizes_for`) and has a legal default schedule on ``target``
+    (default: this machine, one thread; a cuda target: the GPU sketches); anything that does not parse,
+    build or schedule is skipped. Fewer than ``n`` come back only when ``max_attempts`` draws (default
+    ``50 * n + 100``) could not find them."""
     if n < 0:
         raise ValueError(f"generate_workloads: n must be >= 0, got {n}")
     target = target or host_target(1)
+    sizes = sizes or sizes_for(target)
     sources = [s for s, wt in mix if wt > 0 and (s != "model" or models)]
     weights = [wt for s, wt in mix if wt > 0 and (s != "model" or models)]
     unknown = sorted(set(sources) - set(SOURCES))
@@ -449,7 +488,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
     out: dict[str, Workload] = {}
     rejected: set[str] = set()
     draw = {"op": _op_workloads, "random": _random_workloads,
-            "model": lambda r: _model_draw(r, models, rejected | set(out))}
+            "model": lambda r: _model_draw(r, models, rejected | set(out), sizes)}
     for _ in range(max_attempts if max_attempts is not None else 50 * n + 100):
         if len(out) >= n:
             break
@@ -463,7 +502,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
             if len(out) >= n or key in out or key in rejected:
                 continue
             try:
-                ok = fits_size(w.compute) and has_legal_default(w, target)
+                ok = fits_size(w.compute, sizes=sizes) and has_legal_default(w, target)
             except _SKIPPED:
                 ok = False
             if ok:
@@ -473,6 +512,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
     return list(out.values())
 
 
-__all__ = ["BYTE_RATE", "DEFAULT_MIX", "DEFAULT_MODELS", "FLOP_RATE", "MAX_BYTES", "MAX_FLOPS", "MIN_SECONDS", "SOURCES",
-           "Workload", "estimated_seconds", "fits_size", "generate_workloads", "graph_workloads", "has_legal_default",
-           "make_workload", "model_workloads", "workload_size"]
+__all__ = ["BYTE_RATE", "CPU_SIZES", "DEFAULT_MIX", "DEFAULT_MODELS", "EMULATOR_SIZES", "FLOP_RATE", "GPU_SIZES",
+           "MAX_BYTES", "MAX_FLOPS", "MIN_SECONDS", "SOURCES", "Workload", "WorkloadSizes", "estimated_seconds",
+           "fits_size", "generate_workloads", "graph_workloads", "has_legal_default", "make_workload",
+           "model_workloads", "sizes_for", "workload_size"]

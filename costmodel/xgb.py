@@ -16,6 +16,10 @@ Two ways to learn:
 A saved model (JSON) carries the booster, the config, the feature version and names, the target(s)
 it was trained on and a summary of its training data. Loading a model of another feature version
 raises :class:`~costmodel.features.FeatureVersionError`.
+
+A model is of one kind of target: :class:`XGBModel` scores CPU kernels over the CPU features;
+:class:`costmodel.gpu_model.GpuXGBModel` (``kind = "cuda"``) the same way over the GPU features of
+:mod:`costmodel.gpu_features`. The file records the kind, and :meth:`XGBModel.load` returns that class.
 """
 
 from __future__ import annotations
@@ -85,13 +89,14 @@ class _Data:
         return len(self.groups)
 
 
-def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], objective: str) -> xgb.DMatrix:
+def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], objective: str,
+             names: Sequence[str] = FEATURE_NAMES) -> xgb.DMatrix:
     """Training matrix; ranking objectives want rows sorted by query id (the group)."""
     y = relative_speed(groups, seconds, failed=0.0)
     order = np.argsort(np.asarray(groups), kind="stable")
     ids = {g: i for i, g in enumerate(sorted(set(groups)))}
     qid = np.array([ids[groups[i]] for i in order])
-    d = xgb.DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(FEATURE_NAMES))
+    d = xgb.DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(names))
     if objective.startswith("rank:"):
         d.set_group(np.bincount(qid))
     return d
@@ -100,13 +105,22 @@ def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], obj
 class XGBModel:
     """An XGBoost ranker of schedule candidates; see the module docstring."""
 
+    kind = "cpu"  # the kind of target whose features it reads
+    feature_version = FEATURE_VERSION
+    feature_names: tuple[str, ...] = FEATURE_NAMES
+    check_features = staticmethod(check_feature_version)
+
+    @staticmethod
+    def _extractor():
+        return FeatureExtractor()
+
     def __init__(self, config: XGBConfig | None = None) -> None:
         self.config = config or XGBConfig()
         self.booster: xgb.Booster | None = None
         self.base: bytes | None = None  # the loaded (pretrained) booster, raw: online updates boost on a copy
         self.summary: dict = {}
         self.targets: list[dict] = []
-        self.features = FeatureExtractor()
+        self.features = self._extractor()
         self._online = _Data()
         self._rng = np.random.default_rng(self.config.seed)
 
@@ -156,7 +170,7 @@ class XGBModel:
 
     def _train(self, x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], rounds: int,
                base: xgb.Booster | None) -> xgb.Booster:
-        d = _dmatrix(x, groups, seconds, self.config.objective)
+        d = _dmatrix(x, groups, seconds, self.config.objective, self.feature_names)
         return xgb.train(self.config.params(), d, num_boost_round=rounds, xgb_model=base)
 
     # -- scoring --------------------------------------------------------------------------------
@@ -169,7 +183,7 @@ class XGBModel:
         if self.booster is None:
             return self._rng.random(len(candidates))
         x = self.features(candidates)
-        return self.booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(FEATURE_NAMES)))
+        return self.booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(self.feature_names)))
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -177,8 +191,9 @@ class XGBModel:
         """Write the model atomically (a temporary file renamed over ``path``)."""
         if self.booster is None:
             raise ValueError("cannot save an untrained cost model")
-        doc = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION, "feature_version": FEATURE_VERSION,
-               "feature_names": list(FEATURE_NAMES), "config": asdict(self.config), "targets": self.targets,
+        doc = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,
+               "feature_version": self.feature_version, "feature_names": list(self.feature_names),
+               "config": asdict(self.config), "targets": self.targets,
                "summary": self.summary,
                "booster": base64.b64encode(bytes(self.booster.save_raw("ubj"))).decode("ascii")}
         path = Path(path)
@@ -204,7 +219,9 @@ class XGBModel:
             raise ValueError(f"cost model file {path} is not a superopt cost model ({err})") from None
         if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
             raise ValueError(f"cost model file {path} is not a superopt cost model (format {MODEL_FORMAT!r})")
-        check_feature_version(doc.get("feature_version", -1), doc.get("feature_names", ()))
+        if doc.get("kind", "cpu") != cls.kind:  # a model of another kind of target: its own class reads it
+            cls = model_class(str(doc.get("kind")))
+        cls.check_features(doc.get("feature_version", -1), doc.get("feature_names", ()))
         saved = XGBConfig(**doc.get("config", {}))
         m = cls(config or saved)
         try:
@@ -232,12 +249,23 @@ def _targets(candidates: Sequence[Candidate]) -> list[dict]:
     return list(seen.values())
 
 
+def model_class(kind: str) -> type[XGBModel]:
+    """The model class for targets of ``kind`` (``cpu`` or ``cuda``)."""
+    if kind == "cpu":
+        return XGBModel
+    if kind == "cuda":
+        from costmodel.gpu_model import GpuXGBModel
+
+        return GpuXGBModel
+    raise ValueError(f"no cost model for targets of kind {kind!r} (kinds: cpu, cuda)")
+
+
 def pretrained_path(kind: str = "cpu") -> Path:
     """The cost model shipped in the package for ``kind`` (``cpu``)."""
     return Path(__file__).parent / "pretrained" / f"{kind}.json"
 
 
 def load_pretrained(kind: str = "cpu", config: XGBConfig | None = None) -> XGBModel | None:
-    """The shipped model, or None when the package has none for ``kind``."""
+    """The shipped model, or None when the package has none for ``kind`` (no ``cuda`` model ships yet)."""
     p = pretrained_path(kind)
-    return XGBModel.load(p, config) if p.exists() else None
+    return model_class(kind).load(p, config) if p.exists() else None

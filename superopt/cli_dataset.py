@@ -2,6 +2,13 @@
 
     superopt dataset collect --target cpu --workloads 200 --per-workload 16 --out datasets/cpu-v1
         [--seed S] [--threads T] [--ray auto|ADDRESS] [--ray-workers W] [--json] [--no-progress]
+    superopt dataset collect --target cuda --workloads 40 --per-workload 8 --out datasets/cuda-v1
+        [--gpu-binding auto|pycuda|cuda-bindings|cupy|emulator] [--max-seconds S] ...
+
+``--target cuda`` measures on this machine's GPU (device 0, through the binding named or the first
+that works); without one it fails with one line naming the missing piece (driver, device, binding,
+nvcc). ``--gpu-binding emulator`` runs the whole GPU path on the CPU (tiny workloads; its times mean
+nothing: for dry runs and tests).
 
 :func:`register` adds the ``dataset`` command to the ``superopt`` parser; :func:`main` runs it on its
 own. A bad argument is one line on stderr and exit status 2; a failure during collection is one line
@@ -17,7 +24,8 @@ import json
 import sys
 from typing import Any, NoReturn
 
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "cuda")
+GPU_BINDINGS = ("auto", "pycuda", "cuda-bindings", "cupy", "emulator")
 
 
 class DatasetUsageError(ValueError):
@@ -48,7 +56,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                        description="Measure the default and random schedules of N generated workloads (built-in "
                                    "ops, light ONNX model kernels, random index-notation ops) into DIR/measurements."
                                    "jsonl; a rerun resumes.")
-    c.add_argument("--target", required=True, help="what to measure on: cpu (this machine)")
+    c.add_argument("--target", required=True, help="what to measure on: cpu (this machine) or cuda (its GPU)")
     c.add_argument("--workloads", required=True, metavar="N", help="number of workloads to generate")
     c.add_argument("--per-workload", required=True, metavar="K", help="schedules to measure per workload")
     c.add_argument("--out", required=True, metavar="DIR", help="dataset directory (e.g. datasets/NAME)")
@@ -60,6 +68,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--models", default=None, metavar="NAME,..",
                    help="light ONNX models to draw kernels from (default: all of them; '' for none)")
     c.add_argument("--batch-size", default="16", metavar="B", help="schedules measured and saved at a time")
+    c.add_argument("--gpu-binding", default=None, metavar="|".join(GPU_BINDINGS),
+                   help="with --target cuda: the GPU binding (default auto: pycuda, cuda-bindings, then CuPy; "
+                        "emulator: the CPU stand-in)")
+    c.add_argument("--max-seconds", default=None, metavar="S",
+                   help="stop after the batch that passes S seconds (a rerun resumes)")
     c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     c.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     c.set_defaults(fn=cmd_collect)
@@ -84,7 +97,21 @@ def _config(args: argparse.Namespace):
     from superopt.runtime.target import host_target
 
     if args.target not in TARGETS:
-        raise DatasetUsageError(f"bad --target {args.target!r}: only {', '.join(TARGETS)} is supported for now")
+        raise DatasetUsageError(f"bad --target {args.target!r}: only {' and '.join(TARGETS)} are supported")
+    if args.gpu_binding is not None and args.target != "cuda":
+        raise DatasetUsageError("--gpu-binding goes with --target cuda")
+    if args.gpu_binding is not None and args.gpu_binding not in GPU_BINDINGS:
+        raise DatasetUsageError(f"bad --gpu-binding {args.gpu_binding!r}: give one of {', '.join(GPU_BINDINGS)}")
+    if args.target == "cuda" and args.ray is not None:
+        raise DatasetUsageError("--ray goes with --target cpu (GPU collection measures on this machine's GPU)")
+    max_seconds = None
+    if args.max_seconds is not None:
+        try:
+            max_seconds = float(args.max_seconds)
+        except ValueError:
+            raise DatasetUsageError(f"bad --max-seconds {args.max_seconds!r}: expected a number") from None
+        if not max_seconds > 0:
+            raise DatasetUsageError(f"bad --max-seconds {args.max_seconds}: must be positive")
     workloads = _int(args, "workloads", 1)
     per_workload = _int(args, "per_workload", 1)
     seed = _int(args, "seed", 0)
@@ -97,10 +124,30 @@ def _config(args: argparse.Namespace):
         raise DatasetUsageError("--ray-workers goes with --ray")
     if not args.out.strip():
         raise DatasetUsageError("bad --out '': give a dataset directory")
+    models = _models(args.models)
+    binding = None if args.gpu_binding in (None, "auto") else args.gpu_binding
+    target, sizes = host_target(threads), None
+    if args.target == "cuda":
+        target, sizes = _gpu_target(binding)
     return CollectConfig(workloads=workloads, per_workload=per_workload, seed=seed, out=args.out,
-                         target=host_target(threads), runner=args.ray.strip() if args.ray else "local",
+                         target=target, runner=args.ray.strip() if args.ray else "local",
                          ray_workers=ray_workers, progress=not args.no_progress, batch_size=batch_size,
-                         models=_models(args.models))
+                         models=models, gpu_binding=binding, sizes=sizes, max_seconds=max_seconds)
+
+
+def _gpu_target(binding: str | None):
+    """(the GPU's target, the workload sizes for it); ``GpuUnavailable`` (one line) without a GPU or nvcc."""
+    from costmodel.workloads import EMULATOR_SIZES, GPU_SIZES
+    from superopt.runtime.gpu import GpuUnavailable, require_gpu
+    from superopt.runtime.gpu.nvcc import find_nvcc
+
+    device = require_gpu(binding)
+    if binding == "emulator":
+        return device.target, EMULATOR_SIZES
+    if find_nvcc() is None:
+        raise GpuUnavailable("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the GPU kernels cannot "
+                             "be compiled")
+    return device.target, GPU_SIZES
 
 
 def _models(text: str | None) -> tuple[str, ...]:
@@ -124,12 +171,17 @@ def _print_summary(report: dict, out) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     """Run ``dataset collect``; returns the exit status (errors are one line on stderr)."""
+    from superopt.runtime.gpu import GpuUnavailable
+
     prog = "superopt dataset collect"
     try:
         config = _config(args)
     except DatasetUsageError as err:
         print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except GpuUnavailable as err:
+        print(f"{prog}: error: --target cuda: no usable GPU: {_one_line(err)}", file=sys.stderr)
+        return 1
     from costmodel.collect import collect
 
     try:

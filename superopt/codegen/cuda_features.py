@@ -1,6 +1,11 @@
 """Features of a CUDA kernel for cost models and datasets: launch shape, register tile, shared memory,
 an occupancy estimate, work and traffic. Read off the plan and the printed launches (nothing re-derived
-from the CUDA text). A dict of plain numbers, one per kernel (all launches of a compute together)."""
+from the CUDA text). A dict of plain numbers, one per kernel (all launches of a compute together).
+
+:func:`access_features` adds how the kernel's global-memory accesses map onto warps, from the loop nest:
+for each access under a ``thread_x`` loop, its stride along that loop (0: one address per warp, a
+broadcast; 1: consecutive addresses, coalesced; more: scattered), and the 32-byte sectors a warp's
+request touches, summed over every execution (a DRAM/L2 transaction estimate)."""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ from superopt.codegen.cuda_emit import CudaSource
 from superopt.codegen.cuda_legality import REGISTER_OVERHEAD
 from superopt.codegen.lower import KernelPlan
 from superopt.ir.flops import flop_count
+from superopt.loopnest import LoopNest, accesses
 from superopt.runtime.target import Target
 
 GPU_FEATURE_VERSION = 1
+SECTOR_BYTES = 32  # the unit of a global-memory transaction
 
 
 def occupancy(threads: int, registers: int, shared_bytes: int, target: Target) -> float:
@@ -59,3 +66,44 @@ def gpu_features(plan: KernelPlan, source: CudaSource, target: Target) -> dict[s
         "workspace_bytes": float(sum(source.workspace)),
         "packs": len(source.pack_launches),
     }
+
+
+def access_features(plan: KernelPlan, nest: LoopNest, target: Target) -> dict[str, float]:
+    """Warp-level view of the global-memory accesses of ``nest`` (see the module docstring):
+    ``sectors`` (32-byte sectors all warps' requests touch), ``requests`` (warp-wide loads and stores),
+    the shares of requests that are coalesced, broadcast or scattered, and ``bound_outside`` (requests of
+    accesses under no ``thread_x`` loop: each thread issues its own)."""
+    warp = target.gpu.warp_size if target.gpu else 32
+    sizes = {name: t.np_dtype.itemsize for name, t in plan.types.items()}
+    sectors = requests = coalesced = broadcast = scattered = outside = 0.0
+    for a in accesses(nest):
+        buf = a.access.buffer
+        if buf not in sizes:  # a local, shared or register buffer: not global memory
+            continue
+        item = sizes[buf]
+        execs = math.prod(lp.extent for lp in a.loops)
+        tx = next((lp for lp in a.loops if lp.kind == "thread_x"), None)
+        if tx is None:
+            outside += execs
+            requests += execs
+            sectors += execs
+            continue
+        lanes = min(warp, tx.extent)
+        reqs = execs / lanes
+        stride = a.access.stride(tx.var)
+        if stride == 0:
+            broadcast += reqs
+            per = 1.0
+        elif stride is not None and abs(stride) == 1:
+            coalesced += reqs
+            per = math.ceil(lanes * item / SECTOR_BYTES)
+        else:
+            scattered += reqs
+            span = lanes * abs(stride) * item if stride is not None else lanes * SECTOR_BYTES
+            per = float(min(lanes, math.ceil(span / SECTOR_BYTES)))
+        requests += reqs
+        sectors += reqs * per
+    total = max(requests, 1.0)
+    return {"sectors": sectors, "requests": requests, "coalesced_share": coalesced / total,
+            "broadcast_share": broadcast / total, "scattered_share": scattered / total,
+            "bound_outside": outside, "sector_bytes": sectors * SECTOR_BYTES}

@@ -3,6 +3,8 @@ source (blocks and threads as loops), device memory is host memory, events are w
 
 It runs the whole GPU runtime path (buffers, packs on the device, launch order, timing calls) on a
 machine without a GPU, for tests and dry runs of ``benchmarks/gpu_check.py``; its times mean nothing.
+Its device is an H200 by its limits but not by its name (:data:`EMULATED`), so the records it writes
+never share a target key with a real H200's.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from superopt.runtime.gpu.device import DeviceBuffer
 from superopt.runtime.target import H200, GpuSpec
+
+EMULATED = replace(H200, name="CPU emulator of an NVIDIA H200")
 
 
 class EmulatorBinding:
@@ -22,7 +27,7 @@ class EmulatorBinding:
     needs_cubin = False
 
     def spec(self) -> GpuSpec:
-        return H200
+        return EMULATED
 
     def load(self, image: bytes, sources=None):
         from superopt.runtime.gpu.emulate import compile_emulation
