@@ -130,3 +130,27 @@ def test_more_keys_than_queries_and_one_row_knob(kernel_cache):
     kn = KnobRecorder({f"{final}.row_block": 1})
     one_row = rows_into_contraction(node.op, target, kn)
     assert not any(isinstance(p, Split) for p in one_row) and 1 in kn.domains[f"{final}.row_block"]
+
+
+def test_sampled_points_of_the_attention_space_match_reference(kernel_cache):
+    """Random knob assignments of the rows+contraction sketch (row blocks, tiles, key blocks, packing,
+    inlining): every one that is legal computes the reference's result."""
+    import random
+
+    graph = _sdpa((1, 2, 40, 16), mask=True)
+    (node,) = graph.nodes
+    c = node.op
+    space = ScheduleSpace(c, host_target(2))
+    rng = random.Random(5)
+    traces = []
+    for _ in range(12):
+        try:
+            traces.append(space.trace(space.sample(rng, ROWS_INTO_CONTRACTION)))
+        except ScheduleError:
+            continue
+    assert len(traces) >= 6
+    args = [np.random.default_rng(6).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, threads=2)):
+        (got,) = kernel(*args)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5, err_msg=f"trace {trace}")
