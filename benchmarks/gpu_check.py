@@ -1,7 +1,7 @@
 """The GPU check of issue 13: tests, a small search on the GPU, torch next to it, a GPU dataset, one JSON file.
 
     python benchmarks/gpu_check.py [OUT.json] [--budget 8] [--deadline 420] [--binding NAME] [--no-tests] [--quick]
-                                   [--in-process]
+                                   [--in-process] [--collect-seconds 50] [--collect-workloads 24] [--collect-per-workload 6]
 
 On a GPU machine with no network, installing nothing. Parts, each in its own try/except (an error is
 recorded and the next part runs; the JSON is rewritten after every part, so a kill loses nothing done):
@@ -16,7 +16,12 @@ recorded and the next part runs; the JSON is rewritten after every part, so a ki
    cuBLAS with TF32 off; softmax: torch.softmax);
 4. dataset: one record per measured variant (workload, sketch, knobs, trace, GPU features, time), also
    written as JSON lines next to the output (``OUT.dataset.jsonl``) and as superopt MeasureRecords
-   (``OUT/measurements.jsonl``, the format of ``superopt dataset collect``; target kind ``cuda``).
+   (``OUT/measurements.jsonl``, the format of ``superopt dataset collect``; target kind ``cuda``);
+5. collect: ``superopt dataset collect --target cuda`` itself, for ``--collect-seconds`` (then it stops after
+   its batch in flight; the time is reserved from the start): generated GPU workloads (built-in ops,
+   light-model kernels when onnx is installed, random index-notation ops), the default and random points
+   of their GPU schedule space, verified and timed with CUDA events into ``OUT.collect/measurements.jsonl``
+   (a rerun of the same command resumes it); its report goes into the JSON.
 
 Each workload runs in a child process (``--in-process``: not), so a kernel that corrupts the CUDA context
 costs only that workload's remaining variants; what it measured before is kept.
@@ -405,6 +410,47 @@ def _measure_record(compute, trace, target, rec: dict):
                          constant_inputs=(), workload_key=workload_key(compute))
 
 
+def collect_dataset(out_dir: Path, binding: str | None, seconds: float, workloads: int, per_workload: int,
+                    limit_s: float) -> dict:
+    """``superopt dataset collect --target cuda`` for about ``seconds`` (killed with its workers, process group
+    and all, at ``limit_s``): the report it prints, the command and what the records file holds."""
+    import signal
+
+    models = "squeezenet,resnet50" if importlib.util.find_spec("onnx") is not None else ""
+    cmd = [sys.executable, "-m", "superopt.cli_dataset", "dataset", "collect", "--target", "cuda",
+           "--workloads", str(workloads), "--per-workload", str(per_workload), "--out", str(out_dir),
+           "--max-seconds", str(seconds), "--batch-size", "8", "--models", models, "--json", "--no-progress"]
+    if binding:
+        cmd += ["--gpu-binding", binding]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=limit_s)
+        killed = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its measurement workers
+        stdout, stderr = proc.communicate()
+        killed = True
+    out: dict = {"command": " ".join(cmd[1:]), "rc": proc.returncode, "killed_at_s": limit_s if killed else None,
+                 "dir": str(out_dir)}
+    try:
+        out["report"] = json.loads(stdout)
+    except ValueError:
+        out["stderr_tail"] = (stderr or "")[-3000:]
+    from superopt.measure.records import load_records, records_path
+
+    path = records_path(out_dir)
+    recs = load_records(path) if path.exists() else []
+    out["records_in_file"] = len(recs)
+    out["ok_records"] = sum(r.error_code == "OK" for r in recs)
+    out["workloads_in_file"] = len({r.workload_key for r in recs})
+    if proc.returncode != 0 and not recs:
+        last = (stderr or "").strip().splitlines()[-1:] or [""]
+        raise RuntimeError(f"dataset collect exited with {proc.returncode}: {last[0]}")
+    return out
+
+
 def summarize(result: dict) -> dict:
     parts = result["parts"]
     out = {}
@@ -437,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one workload, in a process of its own
     ap.add_argument("--in-process", action="store_true", help="run the workloads in this process (no isolation)")
+    ap.add_argument("--collect-seconds", type=float, default=50.0,
+                    help="superopt dataset collect --target cuda for this long (0: skip); reserved from the start")
+    ap.add_argument("--collect-workloads", type=int, default=24)
+    ap.add_argument("--collect-per-workload", type=int, default=6)
     args = ap.parse_args(argv)
     if args.child:
         check = Check(Path(args.out), args.deadline)
@@ -445,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         check.result["done"] = True
         check.write()
         return 0
-    check = Check(Path(args.out), args.deadline)
+    reserve = args.collect_seconds + 45 if args.collect_seconds > 0 else 0.0  # the collection's time, kept aside
+    check = Check(Path(args.out), args.deadline - reserve)
     check.result["config"] = vars(args)
     check.part("environment", environment, args.binding)
     if not args.no_tests:
@@ -459,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
             check.part(f"workload:{name}", run_isolated, check, name, args)
     check.result["summary"] = summarize(check.result)
     check.write()
+    if args.collect_seconds > 0:
+        check.deadline += reserve
+        out_dir = Path(args.out).with_suffix(".collect")
+        check.part("collect", collect_dataset, out_dir, args.binding, args.collect_seconds,
+                   args.collect_workloads, args.collect_per_workload, max(10.0, check.left() - 5))
     ds = Path(args.out).with_suffix(".dataset.jsonl")
     try:
         ds.write_text("".join(json.dumps(r, default=str) + "\n" for r in check.result["dataset"]))

@@ -225,6 +225,8 @@ def _worker(request: Path, results: Path) -> int:
         except Exception as e:  # noqa: BLE001
             put({"index": it.index, "code": "ILLEGAL_SCHEDULE", "msg": f"{type(e).__name__}: {e}"[:2000],
                  "target": tdict})
+    if not legal:
+        return 0
     t0 = time.perf_counter()
     kernels, _ = build_gpu_kernels_each([(it.compute, it.trace) for it in legal], dev)
     build_s = (time.perf_counter() - t0) / max(len(legal), 1)
