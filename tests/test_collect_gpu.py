@@ -235,3 +235,20 @@ def test_cli_collects_on_the_emulator_and_resumes(capsys, tmp_path):
     assert report["target_key"] == emulated().key() and report["ok"] + sum(report["failures"].values()) == 4
     assert dataset_main(argv) == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"].startswith("nothing to measure")
+
+
+def test_cli_cuda_without_a_binding_names_the_missing_binding(capsys, tmp_path, monkeypatch):
+    """A driver but no Python binding (the driver check passed by hand): the error names the binding."""
+    import importlib.util
+
+    import superopt.runtime.gpu.device as device
+
+    if importlib.util.find_spec("pycuda") is not None:
+        pytest.skip("pycuda is installed: its missing-binding error cannot be observed here")
+    monkeypatch.setattr(device, "_driver_present", lambda: None)
+    monkeypatch.setattr(device, "_DEVICES", {})
+    argv = ["dataset", "collect", "--target", "cuda", "--gpu-binding", "pycuda", "--workloads", "2",
+            "--per-workload", "1", "--out", str(tmp_path / "ds")]
+    line = one_line_error(capsys, argv, status=1)
+    assert "no usable GPU: no usable CUDA binding: pycuda: not installed" in line
+    assert not (tmp_path / "ds").exists()
