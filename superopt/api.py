@@ -133,7 +133,10 @@ class OptimizedProgram:
         self.output_dtypes = list(output_dtypes) if output_dtypes is not None else None  # e.g. float16 outputs
 
     def feed(self, inputs: Sequence[np.ndarray], named: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        alias = dict(zip(self.input_names, self.graph.inputs))
+        alias = self.__dict__.get("_alias")
+        if alias is None or alias[0] is not self.input_names:  # (computed once per input_names list)
+            alias = self.__dict__["_alias"] = (self.input_names, dict(zip(self.input_names, self.graph.inputs)))
+        alias = alias[1]
         feed = dict(zip(self.graph.inputs, inputs))
         for k, v in named.items():
             feed[alias.get(k, k)] = v
@@ -144,7 +147,7 @@ class OptimizedProgram:
         out = self.executor(self.feed(inputs, named) if named else inputs)
         res = [out[o] for o in self.graph.outputs]
         if self.output_dtypes is not None:
-            res = [r.astype(dt, copy=False) for r, dt in zip(res, self.output_dtypes)]
+            res = [r if r.dtype == dt else r.astype(dt) for r, dt in zip(res, self.output_dtypes)]
         return res
 
     def save(self, directory: str | Path) -> Path:

@@ -32,14 +32,16 @@ def data_address(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
-def aligned_empty_at(shape: tuple[int, ...], dtype: np.dtype, align: int = ALIGN) -> tuple[np.ndarray, int]:
-    """An uninitialized C-contiguous array whose data starts on an ``align``-byte boundary, and that address."""
-    count = math.prod(shape)
-    nbytes = max(count, 1) * dtype.itemsize
+def aligned_empty_at(shape: tuple[int, ...], dtype: np.dtype, align: int = ALIGN,
+                     nbytes: int | None = None) -> tuple[np.ndarray, int]:
+    """An uninitialized C-contiguous array whose data starts on an ``align``-byte boundary, and that address
+    (``nbytes``: the array's size in bytes when the caller knows it)."""
+    if nbytes is None:
+        nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
     addr = data_address(raw)
     offset = -addr % align
-    return raw[offset:offset + nbytes].view(dtype)[:count].reshape(shape), addr + offset
+    return np.ndarray(shape, dtype, raw, offset), addr + offset
 
 
 def aligned_empty(shape: int | Sequence[int], dtype=np.float32, align: int = ALIGN) -> np.ndarray:

@@ -15,6 +15,7 @@ per node and per tensor name, so that "no buffer holds T" is a checkable stateme
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import numpy as np
 from superopt.ir.compute import Compute
 from superopt.ir.externs import check_run_time_shapes, evaluate_extern
 from superopt.ir.graph import Graph, Node
-from superopt.runtime.buffers import aligned_empty, aligned_empty_at, data_address
+from superopt.runtime.buffers import ALIGN, aligned_empty, aligned_empty_at, data_address
 from superopt.runtime.chain import RUNNER_SOURCE, Chain, function_address, load_runner
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
@@ -339,7 +340,7 @@ class GraphExecutor:
 
     def _input_env(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """The graph inputs, checked and made contiguous in their element types."""
-        if not isinstance(inputs, Mapping):
+        if inputs.__class__ is not dict and not isinstance(inputs, Mapping):
             inputs = dict(zip(self.graph.inputs, inputs))
         env: dict[str, np.ndarray] = {}
         for name, shape, dtype in self._input_types:
@@ -529,12 +530,13 @@ class _ChainStep:
     def finish(self, runner) -> None:
         if self.calls:
             self.chain = Chain(runner, [f for f, _ in self.calls], [p for _, p in self.calls], self.status)
-        self._fresh = [(t, shape, dtype, tuple(targets)) for t, (shape, dtype, targets) in self.fresh.items()]
+        self._fresh = [(t, shape, dtype, math.prod(shape) * dtype.itemsize, tuple(targets))
+                       for t, (shape, dtype, targets) in self.fresh.items()]
         self._reads = [(t, tuple(targets)) for t, targets in self.reads.items()]
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
-        for tensor, shape, dtype, targets in self._fresh:
-            env[tensor], addr = aligned_empty_at(shape, dtype)
+        for tensor, shape, dtype, nbytes, targets in self._fresh:
+            env[tensor], addr = aligned_empty_at(shape, dtype, ALIGN, nbytes)
             for ptrs, slot in targets:
                 ptrs[slot] = addr
         for out, src, shape in self.aliases:
