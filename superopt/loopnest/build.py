@@ -254,7 +254,7 @@ class _Builder:
             size = math.prod(n for _, n in local_shape(s))
             body.append(Alloc("local", s.name, t.dtype, size))
         bounds = self.loop_bounds(s)
-        if s.partial:
+        if s.partial and self.first_blocks(s) is None:
             size = math.prod(n for _, n in local_shape(s))
             ident = Literal(REDUCE_IDENTITY[st.reduce], t.dtype)
             body.append(Fill(s.name, size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
@@ -347,7 +347,11 @@ class _Builder:
         if any(x.bind and x.reduce for x in s.loops):  # a reduction shared by a block's threads (GPU)
             wb.append(ThreadReduce(acc, st.reduce, t.dtype))
         guard = [g for g, on_reduce in self._guards if not on_reduce]
-        if self.stored(s):
+        first = self.first_blocks(s)
+        if first is not None:  # the first reduction block stores its tile, the later ones combine into it
+            wb.append(self._guarded(guard + [GuardCond(first, 1)], WriteBack(ref, acc, None, t.dtype)))
+            wb.append(self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(ref, acc, st.reduce, t.dtype)))
+        elif self.stored(s):
             wb.append(self._guarded(guard, WriteBack(ref, acc, st.reduce if s.partial else None, t.dtype)))
         if s.epilogue is not None:
             if s.partial:
@@ -361,6 +365,18 @@ class _Builder:
             wb = [self.make_loop(s, x, bounds, wb)]
         out.extend(wb)
         return [Scope(tuple(out))]
+
+    def first_blocks(self, s: Stage) -> Affine | None:
+        """For a stage whose accumulator holds a partial reduction (reduction loops outside it), the sum of
+        those loops' variables: zero exactly at the first visit of each output element, whose write-back
+        then stores the tile instead of combining it into a buffer filled with the identity beforehand (no
+        fill pass: one parallel region fewer). None where the buffer is filled (no accumulator, a GPU target)."""
+        at = s.acc_at
+        if not s.partial or at is None or self.plan.target.kind != "cpu" or not self.stored(s) \
+                or s.epilogue is not None or s.reduce_epilogues:
+            return None
+        cv = self.var[s.name]
+        return Affine.of({cv[lp.name]: 1 for lp in s.loops[:s.index_of(at)] if lp.reduce})
 
     def split_sum(self, s: Stage, lp: PlanLoop, k: int, bounds: Bounds) -> Scope:
         """A vectorized scalar sum as ``lanes`` partial sums (four vector registers) added up at the end.
