@@ -43,10 +43,13 @@ class ExecutorConfig:
     chain: bool = True  # run consecutive compiled nodes with one native call (runtime/chain.py)
     native_externs: bool = True  # C implementations of common externs (runtime/native_externs.py), in chains
     # kernels of fewer iteration points (runtime.kernel.kernel_work) are compiled without OpenMP parallel
-    # regions: on the 2-core test machine, 20k points (e.g. a 24x96 matvec, a 16-channel 8x8 1x1 conv) run
-    # faster on one thread than the fork and join of two costs (LSTM tagger 47 -> 23 us, U-Net 116 -> 97 us
-    # with 2 threads, benchmarks/exported_models.py's models); 0 keeps every parallel loop
-    serial_below: int = 20_000
+    # regions. A region costs 1-2 us on a quiet 2-core machine, but when another process holds the other core
+    # each one waits up to a scheduler time slice (milliseconds) for its second thread: measured on
+    # benchmarks/exported_models.py's U-Net under a load of 3, a median of 6-60 ms per call with the regions
+    # of its 55k-300k-point convolutions, 121-126 us without (54 us with them on a quiet machine; onnxruntime
+    # 200 us either way, its small ops run on the caller's thread). Below 1M points (well under a
+    # millisecond on one core) a kernel runs on one thread; 0 keeps every parallel loop
+    serial_below: int = 1_000_000
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
