@@ -203,3 +203,26 @@ def test_tiny_kernels_are_compiled_without_parallel_regions(kernel_cache):
     out = ex(feed)
     np.testing.assert_allclose(out[o1], np.e, rtol=1e-6)
     np.testing.assert_allclose(out[o2], 1.0)
+
+
+def test_an_output_the_caller_let_go_is_reused_one_still_held_never(kernel_cache):
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    y = b.compute1("Z[i,j] = X[i,j] * 2.0", {"X": x}, "dbl")
+    (flat,) = b.extern("reshape", [y], shape=(32,))
+    g = b.build([flat])
+    ex = _executor(g, kernel_cache)
+    ones = np.ones((4, 8), np.float32)
+    held = ex({"x": ones})[flat]  # a reshape of the kernel's fresh output
+    view = held[::2]
+    again = ex({"x": 3 * ones})[flat]
+    assert not np.shares_memory(held, again) and (held == 2).all() and (view == 2).all()
+    del held
+    fourth = ex({"x": 4 * ones})[flat]  # the view still refers to the first call's memory
+    assert not np.shares_memory(view, fourth) and (view == 2).all()
+    del view, fourth, again
+    last = ex({"x": 5 * ones})[flat]
+    address = last.__array_interface__["data"][0]
+    del last  # the caller drops it: the next call may write into the same memory
+    third = ex({"x": 6 * ones})[flat]
+    assert third.__array_interface__["data"][0] == address and (third == 12).all()

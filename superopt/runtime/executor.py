@@ -1,7 +1,9 @@
 """Run a whole Graph: compiled kernels and extern ops over a static memory plan.
 
 Intermediate tensors live in a few preallocated buffers reused once their last reader has run;
-``reshape`` externs are aliases (no copy); graph outputs are written straight into fresh arrays.
+``reshape`` externs are aliases (no copy); graph outputs are written straight into fresh arrays (on the
+chained path, the previous call's array when the caller no longer holds it or any view of it: a caller never
+sees an array that a later call overwrites).
 
 A call runs a short list of steps prepared once: each maximal run of compiled kernels and native externs
 (runtime/native_externs.py; reshapes between them are aliases) is ONE native call (runtime/chain.py) with
@@ -19,6 +21,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from sys import getrefcount
 from typing import Literal
 
 import numpy as np
@@ -508,6 +511,7 @@ class _ChainStep:
 
     def __init__(self, status: ctypes.c_int) -> None:
         self.status = status
+        self._pool: list = []
         self.calls: list[tuple[int, ctypes.Array]] = []
         self.fresh: dict[str, tuple[tuple[int, ...], np.dtype, list[tuple[ctypes.Array, int]]]] = {}
         self.aliases: list[tuple[str, str, tuple[int, ...]]] = []
@@ -535,11 +539,23 @@ class _ChainStep:
             self.chain = Chain(runner, [f for f, _ in self.calls], [p for _, p in self.calls], self.status)
         self._fresh = [(t, shape, dtype, math.prod(shape) * dtype.itemsize, tuple(targets))
                        for t, (shape, dtype, targets) in self.fresh.items()]
+        # the last array handed out for each fresh tensor: reused when nothing but this list refers to it any
+        # more (the caller dropped it and every view of it), else a new one is allocated
+        self._pool: list[tuple[np.ndarray, int, np.ndarray] | None] = [None] * len(self._fresh)
         self._reads = [(t, tuple(targets)) for t, targets in self.reads.items()]
 
     def __call__(self, env: dict[str, np.ndarray]) -> None:
-        for tensor, shape, dtype, nbytes, targets in self._fresh:
-            env[tensor], addr = aligned_empty_at(shape, dtype, ALIGN, nbytes)
+        pool = self._pool
+        for k, (tensor, shape, dtype, nbytes, targets) in enumerate(self._fresh):
+            last = pool[k]
+            # reused when only the pool refers to the array (2: the tuple and getrefcount's argument) and to
+            # its raw buffer (3: also the array's base), the base of every view numpy makes of it
+            if last is not None and getrefcount(last[0]) == 2 and getrefcount(last[2]) == 3:
+                arr, addr, _ = last
+            else:
+                arr, addr = aligned_empty_at(shape, dtype, ALIGN, nbytes)
+                pool[k] = (arr, addr, arr.base)
+            env[tensor] = arr
             for ptrs, slot in targets:
                 ptrs[slot] = addr
         for out, src, shape in self.aliases:
