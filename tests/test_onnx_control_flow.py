@@ -8,6 +8,7 @@ from onnx import TensorProto, helper
 import superopt.backend as backend
 from superopt.frontends.onnx_frontend import import_onnx_model
 from superopt.frontends.onnx_ops import OnnxImportError
+from superopt.testing.onnx_compare import backend_matches_onnxruntime
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -25,18 +26,9 @@ def _kinds(model, **kw):
     return [n.op.kind for n in import_onnx_model(model, **kw).graph.nodes if n.is_extern]
 
 
-def _check(model, feeds, rtol=1e-5):
-    ort = pytest.importorskip("onnxruntime")
-    rep = backend.prepare(model)
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [i.name for i in model.graph.input]
-    for feed in feeds:
-        got = rep.run([feed[n] for n in names])
-        want = ref.run(None, feed)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-6)
-            assert g.shape == np.shape(w)
-    return rep
+def _check(model, feeds, rtol=1e-5, atol=1e-6):
+    pytest.importorskip("onnxruntime")
+    return backend_matches_onnxruntime(model, feeds, rtol, atol)
 
 
 def test_if_with_a_run_time_condition_runs_the_branch_taken():
