@@ -28,6 +28,7 @@ from rewrite_rules.layout_choice import (
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph, Node
 from superopt.runtime.target import Target
+from superopt.schedule.blocked_conv import conv_efficiency
 
 LAYOUTS = ("auto", "nchw", "nchw8c", "nchw16c")
 
@@ -122,23 +123,24 @@ def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = No
                 nchw_window_slowdown: float = 4.0) -> Callable[[Graph], float]:
     """A roofline over kernels that sees layouts: max(flops / ceiling, bytes / bandwidth) per compute node.
 
-    A conv on blocked tensors of two vectors' lanes reaches the ceiling (its vector loop over output-channel
-    lanes loads and stores contiguously, each broadcast feeds two FMAs); on one vector's lanes half of it
-    (a broadcast per FMA); on NCHW ``nchw_conv_efficiency`` of it (the output tile is stored transposed,
-    with a stride of H*W; measured on this 2-core Zen 3, one thread, default schedules: a 64->64 3x3 conv
-    at 56x56 with its epilogue, 5.68 ms NCHW vs 4.29 ms NCHW16c; whole resnet50 1.18x; in the pipeline,
-    where the learned model tunes the NCHW kernels, 1.05-1.11x: hence 0.85). A pooling window on NCHW
-    vectorizes along a strided row: ``nchw_window_slowdown`` times its memory time (measured 3.28 ms vs
-    0.41 ms for resnet50's 3x3/2 max pool). Conversions move their bytes twice. ``peak`` defaults to the
+    A conv on blocked tensors whose register tile is two vectors wide reaches the ceiling (its vector loop
+    over output-channel lanes loads and stores contiguously, each broadcast feeds two FMAs); with one vector
+    half of it (a broadcast per FMA): :func:`superopt.schedule.blocked_conv.conv_efficiency`; on NCHW
+    ``nchw_conv_efficiency`` of it (the output tile is stored transposed, with a stride of H*W; measured on
+    this 2-core Zen 3, one thread, default schedules: a 64->64 3x3 conv at 56x56 with its epilogue, 5.68 ms
+    NCHW vs 4.29 ms NCHW16c; whole resnet50 1.18x; in the pipeline, where the learned model tunes the NCHW
+    kernels, 1.05-1.11x: hence 0.85). A pooling window on NCHW vectorizes along a strided row:
+    ``nchw_window_slowdown`` times its memory time (measured 3.28 ms vs 0.41 ms for resnet50's 3x3/2 max pool).
+    Conversions move their bytes twice. ``peak`` defaults to the
     target's FMA pipes x lanes x 2 flops x 3 GHz per thread."""
     lanes = target.lanes("float32")
     ceiling = peak if peak is not None else target.fma_units * 2 * lanes * 3e9 * target.threads
 
-    def lane_width(graph: Graph, n: Node) -> int | None:
+    def blocked_shape(graph: Graph, n: Node) -> tuple[int, ...] | None:
         for o in n.outputs:
             t = graph.type_of[o]
             if t.rank == 5 and t.shape[-1] in BLOCKS:
-                return t.shape[-1]
+                return t.shape
         return None
 
     def cost(graph: Graph) -> float:
@@ -150,13 +152,13 @@ def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = No
             if conversion_kind(graph, n) is not None:
                 total += 2 * io / bandwidth
                 continue
-            lane = lane_width(graph, n)
+            blocked = blocked_shape(graph, n)
             memory = io / bandwidth
             if is_conv(graph, n):
-                eff = min(1.0, lane / (2 * lanes)) if lane else nchw_conv_efficiency
+                eff = conv_efficiency(target, blocked[-1], blocked[1]) if blocked else nchw_conv_efficiency
                 total += max(flop_count(n.op) / (ceiling * eff), memory)
             else:
-                total += memory * (nchw_window_slowdown if lane is None and _is_window(graph, n) else 1.0)
+                total += memory * (nchw_window_slowdown if blocked is None and _is_window(graph, n) else 1.0)
         return total
 
     return cost
@@ -185,8 +187,8 @@ def choose_layouts(graph: Graph, target: Target, cost: Callable[[Graph], float] 
         candidates[f"nchw{b}c"] = blocked_graph(graph, b)
     costs = {name: cost(g) for name, (g, _) in candidates.items()}
     if layout == "auto":
-        # ties: no change first, then the block of two vectors (the default register tile's width)
-        prefer = ["nchw", f"nchw{2 * target.lanes('float32')}c"]
+        # ties: no change first, then the larger block (fewer, longer vector runs)
+        prefer = ["nchw", *(f"nchw{b}c" for b in sorted(BLOCKS, reverse=True))]
         chosen = min(costs, key=lambda k: (costs[k], prefer.index(k) if k in prefer else len(prefer)))
         reason = f"cheapest of {len(costs)} candidates under the cost"
     else:

@@ -59,7 +59,7 @@ class OptimizeConfig:
     strict: bool = False
     # the global activation layout (search/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
     # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
-    layout: str = "nchw"
+    layout: str = "auto"
     # wall-clock budget of the whole pipeline (``superopt optimize --budget``) and the schedule search's
     # measurements (``--trials``). With either, the kernels the database lacks are tuned (records go to
     # ``database``, a temporary one when None) within half the budget; the cost model's picks stop at 80%

@@ -9,13 +9,15 @@ import pytest
 from rewrite_rules import RULES, node_named
 from rewrite_rules.layout_choice import _conv_graph, block_node_in, cancel_all, conversion_kind, conversions
 from search.layout import blocked_graph, choose_layouts, is_conv
-from superopt.api import load_graph, random_inputs, rewrite_graph
+from superopt.api import OptimizeConfig, load_graph, random_inputs, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.target import host_target
+from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph import default_schedules
-from superopt.schedule.primitives import Vectorize
+from superopt.schedule.primitives import Split, Unroll, Vectorize
+from superopt.schedule.space import Point, ScheduleSpace
 
 TARGET = host_target(1)
 
@@ -127,6 +129,51 @@ def test_auto_weighs_the_conversions_against_the_convs_and_keeps_nchw_without_co
     assert report.chosen == "nchw" and new is g2
 
 
+def test_with_32_registers_16_lane_blocks_cost_the_full_ceiling_and_auto_blocks_a_conv_net():
+    avx512 = replace(TARGET, vector_bits=512, vector_registers=32)
+    avx2 = replace(TARGET, vector_bits=256, vector_registers=16)
+    assert conv_efficiency(avx512, 16, 4) == 1.0  # two blocks a tile: two vectors a row
+    assert conv_efficiency(avx512, 16, 3) == 0.5  # an odd block count: one block a tile
+    assert conv_efficiency(avx512, 8, 4) == 0.5  # two vectors a row, each half filled
+    assert conv_efficiency(avx2, 16, 4) == 1.0 and conv_efficiency(avx2, 8, 4) == 0.5
+    _, report = choose_layouts(small_net(c=64, hw=16), avx512)
+    assert report.chosen == "nchw16c"
+
+
+def _blocked_conv(target):
+    g = choose_layouts(small_net(c=64, hw=10, seed=3), target, layout="nchw16c")[0]
+    conv = node_named(g, "conv1")
+    consts = frozenset(local for local, gi in zip(conv.op.inputs, conv.inputs) if gi in g.constant)
+    return g, conv, consts, next(st for st in conv.op.statements if st.reduce == "+=")
+
+
+def test_the_blocked_conv_tile_takes_two_output_channel_blocks_with_32_registers_and_one_with_16():
+    avx512 = replace(TARGET, vector_bits=512, vector_registers=32)
+    avx2 = replace(TARGET, vector_bits=256, vector_registers=16)
+    _, conv, consts, p = _blocked_conv(avx512)
+    cob, col = p.out_dims[1], p.out_dims[3]
+    wide = ScheduleSpace(conv.op, avx512, consts)
+    trace, used, domains = wide.resolve(wide.default_point())
+    assert used[f"{p.out}.cob_tile"] == 2 and Split(p.out, cob, 2) in trace and Unroll(p.out, f"{cob}_i") in trace
+    # rows from the register budget, broadcasts included: 10 * (2 + 1) + 1 <= 32 (the 10 columns in one tile)
+    assert used[f"{p.out}.rows"] == 10 and Split(p.out, col, 10) not in trace
+    assert set(domains[f"{p.out}.cob_tile"]) == {1, 2, 4}
+    narrow = ScheduleSpace(conv.op, avx2, consts)
+    trace, used, _ = narrow.resolve(narrow.default_point())
+    assert used[f"{p.out}.cob_tile"] == 1 and not any(isinstance(x, Split) and x.loop == cob for x in trace)
+
+
+@pytest.mark.parametrize("cob_tile", [1, 2, 4])
+def test_every_output_channel_block_tile_compiles_and_matches_the_reference(cob_tile):
+    g, conv, consts, p = _blocked_conv(TARGET)
+    space = ScheduleSpace(conv.op, TARGET, consts)
+    point = Point.of(space.default_point().sketch, {f"{p.out}.cob_tile": cob_tile})
+    schedules = default_schedules(g, TARGET) | {"conv1": list(space.trace(point))}
+    ex = GraphExecutor(g, schedules, ExecutorConfig(1, target=TARGET))
+    feed = random_inputs(g)
+    assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
+
+
 def test_an_unknown_layout_is_refused_naming_it():
     with pytest.raises(ValueError, match="nhwc4"):
         choose_layouts(small_net(), TARGET, layout="nhwc4")
@@ -141,7 +188,7 @@ def test_the_layout_rules_are_registered_in_their_family():
 def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
     from superopt.testing.light_models import light_model_path
 
-    g = rewrite_graph(load_graph(str(light_model_path("resnet50"))))[0]
+    g = rewrite_graph(load_graph(str(light_model_path("resnet50"))), OptimizeConfig(layout="nchw"))[0]
     new, report = choose_layouts(g, TARGET, layout="nchw16c")
     convs = [n.name for n in g.nodes if is_conv(g, n)]
     assert len(convs) >= 50 and set(convs) <= set(report.blocked_nodes)
@@ -154,13 +201,16 @@ def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
 
 
 def test_optimize_takes_the_layout_from_its_config_and_verifies():
-    from superopt.api import OptimizeConfig, optimize
+    from superopt.api import optimize
 
     g = small_net(hw=6, seed=2)
     prog = optimize(g, OptimizeConfig(threads=1, layout="nchw16c"))
     assert prog.report.max_error is not None and prog.report.max_error < 1e-4  # checked against the reference
     assert len(conversions(prog.graph)) == 2
-    assert not conversions(optimize(g, OptimizeConfig(threads=1)).graph)  # the default keeps NCHW
+    assert not conversions(optimize(g, OptimizeConfig(threads=1, layout="nchw")).graph)
+    # the default is "auto": the layout choice's pick for this target
+    chosen = choose_layouts(rewrite_graph(g, OptimizeConfig(layout="nchw"))[0], host_target(1))[1].chosen
+    assert bool(conversions(optimize(g, OptimizeConfig(threads=1)).graph)) == (chosen != "nchw")
 
 
 def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
