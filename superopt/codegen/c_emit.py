@@ -280,13 +280,18 @@ class _CPrinter:
     def peeled(self, n: PeeledLoop) -> None:
         lp, v = n.loop, n.loop.var
         full = str(n.split)
-        if n.outer_full:
+        if n.outer_full:  # in a block of its own: index-set splitting may repeat the loop in one scope
+            self.line("{")
+            self.ind += 1
             conds = " && ".join(f"{c_linear(t.offset)} + {extent} <= {t.limit}" for extent, t in n.outer_full)
             self.line(f"const int {v}_full = ({conds}) ? {n.split} : 0;")
             full = f"{v}_full"
         self.line(f"/* {v} < {full}: full register tiles, constant trip counts */")
         self.loop(lp, stop=full)
         self.loop(replace(lp, body=n.general), start=full)
+        if n.outer_full:
+            self.ind -= 1
+            self.line("}")
 
     def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
         if lp.kind == "parallel":

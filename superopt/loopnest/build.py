@@ -37,6 +37,7 @@ from superopt.lang.parser import infer_dtype
 from superopt.loopnest.alloc import Alloc, Fill
 from superopt.loopnest.gpu import ThreadReduce
 from superopt.loopnest.index import BufferAccess, FlatIndex, GuardCond, InBounds, RegisterRef, WrappedTerm
+from superopt.loopnest.index_sets import split_index_sets
 from superopt.loopnest.kernel import Joined, LoopNest, PackNest, Param
 from superopt.loopnest.loop import Loop, ReductionClause, TailLimit
 from superopt.loopnest.statements import (
@@ -64,7 +65,7 @@ def build_loopnest(plan: KernelPlan) -> LoopNest:
     """The loop nest of ``plan`` (a legal lowering): kernel body and pack routines."""
     nest = _Builder(plan).kernel()
     if plan.target.kind == "cpu":  # (the CUDA printer maps tiles to threads: no tails to version there)
-        nest = peel_tile_tails(nest)
+        nest = peel_tile_tails(split_index_sets(nest, min_parallel=2 * plan.target.threads))
     return nest
 
 
