@@ -163,10 +163,12 @@ def _scores_tiles(t: Statement, inputs: tuple[str, ...], target: Target, kn: Kno
     prims += [CacheWrite(s, reduce[0]), Unroll(s, f"{row}_i"), Vectorize(s, col_i)]
     accs = product_accesses(t.expr) or []
     b = next((a for a in accs if any(ix.coeff(col) for ix in a.index)), None)
-    if b is None or b.tensor not in inputs or not all(ix.is_plain_dim or not ix.dims for ix in b.index) \
-            or any(ix.coeff(row) for ix in b.index):
+    # the column and reduction axes must be plain dims; a batch axis may be any index (the heads of a
+    # [seq, batch*heads, e] key tensor read as K[j, 4*b+h, e] stay where they are in the packed copy)
+    if b is None or b.tensor not in inputs or any(ix.coeff(row) for ix in b.index) \
+            or any(not ix.is_plain_dim and {col, *t.reduce_dims} & set(ix.vars()) for ix in b.index):
         return prims
-    axes = [ix.dims[0] if ix.dims else None for ix in b.index]
+    axes = [ix.dims[0] if ix.is_plain_dim else None for ix in b.index]
     red = [i for i, d in enumerate(axes) if d in t.reduce_dims]
     cols = [i for i, d in enumerate(axes) if d == col]
     perm = tuple([i for i in range(len(axes)) if i not in red and i not in cols] + red + cols)
