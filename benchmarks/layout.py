@@ -58,7 +58,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
     data = inst.onnx_bytes()
     # the greedy rewrite: one fixed graph for both programs (the graph search's result depends on its
     # time budget, so on the machine's load)
-    graph = rewrite_graph(load_graph(data), OptimizeConfig(graph_search=graph_search))[0]
+    graph = rewrite_graph(load_graph(data), OptimizeConfig(graph_search=graph_search, layout="nchw"))[0]
     target = host_target(threads)
     x = {graph.inputs[0]: inst.inputs[0].detach().numpy()}
     ref = evaluate(graph, x, np.float64)[graph.outputs[0]]
