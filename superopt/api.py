@@ -346,7 +346,9 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
-    return graph, report
+    from rewrite_rules.vertical_fusion import untie_all_keys
+
+    return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
 
 
 def _graph_cost(target: Target, compiler: CompilerConfig):

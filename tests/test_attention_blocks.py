@@ -126,6 +126,32 @@ def test_keys_laid_out_seq_major_with_fused_batch_and_heads_are_packed(kernel_ca
     _run(c, trace, kernel_cache)
 
 
+def test_keys_sliced_from_a_fused_projection_get_a_local_of_their_own_and_are_packed(kernel_cache):
+    """Q, K and V as column slices of one fused projection (torch.compile's multi-head attention):
+    untie_all_keys binds the key read to a new local of the same tensor, the schedule packs that local
+    only (packing the shared one would scatter V's reads), and the result still matches the reference."""
+    from rewrite_rules.vertical_fusion import untie_all_keys
+
+    src = ("T[b,h,i,j] += X[b,i,16*h+e] * X[b,j,16*h+e+32]\nM[b,h,i,u] max= T[b,h,i,j]\n"
+           "Ex[b,h,i,j] = exp(T[b,h,i,j] - M[b,h,i,0])\nZ[b,h,i,u] += Ex[b,h,i,j]\n"
+           "P[b,h,i,j] = Ex[b,h,i,j] / Z[b,h,i,0]\nO[b,h,i,f] += P[b,h,i,j] * X[b,j,16*h+f+64]")
+    b = GraphBuilder("fused_qkv")
+    x = b.input("x", (2, 40, 96))
+    out = b.compute1(src, {"X": x}, "attention", extents={"h": 2, "e": 16, "f": 16, "u": 1, "j": 40}, outputs=["O"])
+    graph = b.build([out])
+    untied = untie_all_keys(graph)
+    (node,) = untied.nodes
+    assert node.op.inputs == ("X", "X_keys") and node.inputs == ("x", "x")
+    target = host_target(2)
+    trace = default_schedule(node.op, target)
+    assert [p.stage for p in trace if getattr(p, "perm", None) is not None] == ["X_keys"]
+    assert untie_all_keys(untied) == untied  # once untied, nothing is shared any more
+    ex = GraphExecutor(untied, {node.name: trace}, ExecutorConfig(2, kernel_cache, target))
+    feed = {"x": np.random.default_rng(5).standard_normal((2, 40, 96)).astype(np.float32)}
+    ref = evaluate(graph, feed, np.float64)[graph.outputs[0]]
+    np.testing.assert_allclose(ex(feed)[untied.outputs[0]], ref, rtol=1e-4, atol=1e-5)
+
+
 def test_more_keys_than_queries_and_one_row_knob(kernel_cache):
     """Cross-attention (keys != queries) in blocks; ``row_block = 1`` is the one-row structure, also legal."""
     graph = _sdpa((1, 2, 20, 16), keys=50)

@@ -136,7 +136,11 @@ def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) 
             raise ValueError(f"{t.out} is not computed per row of {s}: attached, it would be recomputed")
         trace.append(ComputeAt(t.out, s, row_o))
         if _is_contraction(t) and len(t.out_dims) == len(rows) + 1:
-            trace += _scores_tiles(t, compute.inputs, target, kn, len(rows) - 1)
+            # a pack re-lays out a whole input: only one read by this access alone (not K sharing a fused
+            # projection's output with V, whose reads the pack would scatter)
+            reads = [a.tensor for x in compute.statements for a in x.expr.accesses()]
+            alone = tuple(i for i in compute.inputs if reads.count(i) == 1)
+            trace += _scores_tiles(t, alone, target, kn, len(rows) - 1)
         else:
             trace += simple_schedule(t, target, attached=True, knobs=kn)
     return trace
@@ -146,7 +150,7 @@ def _scores_tiles(t: Statement, inputs: tuple[str, ...], target: Target, kn: Kno
                   row_axis: int) -> list[Primitive]:
     """A contraction computed per block of rows (``T[.., i, j] += Q[.., i, e] * K[.., j, e]``): register
     tiles of rows x a vector run of its last dim ``j``, the operand indexed by ``j`` packed so the run is
-    contiguous (``[.., e, j]`` in panels of the run)."""
+    contiguous (``[.., e, j]`` in panels of the run) when it is one of ``inputs``."""
     VECTOR = target.lanes("float32")
     s, row, col = t.out, t.out_dims[row_axis], t.out_dims[-1]
     ext = t.extent
@@ -163,19 +167,20 @@ def _scores_tiles(t: Statement, inputs: tuple[str, ...], target: Target, kn: Kno
     prims += [CacheWrite(s, reduce[0]), Unroll(s, f"{row}_i"), Vectorize(s, col_i)]
     accs = product_accesses(t.expr) or []
     b = next((a for a in accs if any(ix.coeff(col) for ix in a.index)), None)
-    # the column and reduction axes must be plain dims; a batch axis may be any index (the heads of a
-    # [seq, batch*heads, e] key tensor read as K[j, 4*b+h, e] stay where they are in the packed copy)
+    # the column axis must be a plain dim; any other axis may be a compound index (the heads of a
+    # [seq, batch*heads, e] key tensor, K[j, 4*b+h, e]; a column slice of a fused Q/K/V projection,
+    # X[b, j, 64*h+e+256]): it keeps its index in the packed copy
     if b is None or b.tensor not in inputs or any(ix.coeff(row) for ix in b.index) \
-            or any(not ix.is_plain_dim and {col, *t.reduce_dims} & set(ix.vars()) for ix in b.index):
+            or sum(ix.is_plain_dim and ix.dims[0] == col for ix in b.index) != 1 \
+            or any(col in ix.vars() and not ix.is_plain_dim for ix in b.index):
         return prims
-    axes = [ix.dims[0] if ix.is_plain_dim else None for ix in b.index]
-    red = [i for i, d in enumerate(axes) if d in t.reduce_dims]
-    cols = [i for i, d in enumerate(axes) if d == col]
-    perm = tuple([i for i in range(len(axes)) if i not in red and i not in cols] + red + cols)
+    cols = [i for i, ix in enumerate(b.index) if ix.is_plain_dim and ix.dims[0] == col]
+    red = [i for i, ix in enumerate(b.index) if i not in cols and set(ix.vars()) & set(t.reduce_dims)]
+    perm = tuple([i for i in range(len(b.index)) if i not in red and i not in cols] + red + cols)
     if kn.get(f"{s}.pack", True, (True, False)):
         if col_o:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
-        elif perm != tuple(range(len(axes))):
+        elif perm != tuple(range(len(b.index))):
             prims.append(Pack(b.tensor, perm))
     return prims
 
