@@ -88,3 +88,12 @@ def test_fused_loops_and_many_pieces_are_not_split_and_stay_exact():
     nest = build_loopnest(lower(c, [], TARGET))
     assert len([v for v in walk(nest) if isinstance(v.node, Loop)]) == 1
     _run(c, [], [rng.standard_normal(12).astype(np.float32)])
+
+
+def test_a_long_padded_loop_is_split_at_its_two_edges_and_matches_the_reference():
+    # 200006 iterations: the change points are found by binary search, not by visiting every iteration
+    c = compile_op("O[i] = X[i-3]", {"X": (200000,)}, extents={"i": 200006}, padding={"X": 0.0})
+    nest = build_loopnest(lower(c, [], TARGET))
+    loops = [v.node for v in walk(nest) if isinstance(v.node, Loop)]
+    assert [lp.extent for lp in loops] == [3, 200000, 3] and _tests_left(nest) == 0
+    _run(c, [], [np.random.default_rng(4).standard_normal(200000).astype(np.float32)])

@@ -12,9 +12,10 @@ tensor with no test at all::
 
 A test's outcome on a range must hold for every iteration of the loops inside (their full extents: a
 tail only shrinks them), so a test that also depends on an enclosing loop's variable, or on a div/mod
-of a fused one, is left alone. Only serial and parallel loops without tails are split, into at most
-:data:`MAX_PIECES` loops; each piece's variable counts from 0 again (the body is shifted by the range's
-start), so every printer and walker sees plain loops.
+of a fused one, is left alone. Each test's outcome is monotone in the variable, so its changes are
+found by binary search (the cost does not grow with the loop's extent). Only serial and parallel loops
+without tails are split, into at most :data:`MAX_PIECES` loops; each piece's variable counts from 0
+again (the body is shifted by the range's start), so every printer and walker sees plain loops.
 """
 
 from __future__ import annotations
@@ -113,6 +114,25 @@ def _shift(x: object, var: str, start: int) -> object:
     return x
 
 
+def _changes(test: Test, var: str, extent: int, inner: dict[str, int]) -> set[int]:
+    """Where one test's outcome over ``var``'s range changes: it is monotone (all true, mixed, all false, or
+    the reverse), so two binary searches find both ends of the mixed part."""
+    def at(v: int) -> bool | None:
+        return _outcome((test,), var, v, inner)
+
+    first, last = at(0), at(extent - 1)
+
+    def search(lo: int, hi: int, stay) -> int:  # the first v in [lo, hi] where stay(v) is false (hi if none)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if stay(mid) else (lo, mid)
+        return lo
+
+    a = search(0, extent - 1, lambda v: at(v) == first)
+    b = search(a, extent - 1, lambda v: at(v) != last)
+    return {a, b} - {0}
+
+
 def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
     """(start, stop, decided tests) per piece of ``lp``, or None when splitting gains nothing."""
     found: dict[object, tuple[Test, ...]] = {}
@@ -124,16 +144,15 @@ def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
             and all(set(t[0].vars()) <= allowed and all(isinstance(a, str) for a in t[0].dims) for t in tests)}
     if not mine:
         return None
+    cuts = sorted({0} | {c for tests in mine.values() for t in tests for c in _changes(t, lp.var, lp.extent, inner)})
     pieces: list[tuple[int, int, dict[object, bool]]] = []
-    for v in range(lp.extent):
-        sig = {key: o for key, tests in mine.items() if (o := _outcome(tests, lp.var, v, inner)) is not None}
+    for start, stop in zip(cuts, [*cuts[1:], lp.extent]):
+        sig = {key: o for key, tests in mine.items() if (o := _outcome(tests, lp.var, start, inner)) is not None}
         if pieces and pieces[-1][2] == sig:
-            pieces[-1] = (pieces[-1][0], v + 1, sig)
+            pieces[-1] = (pieces[-1][0], stop, sig)
         else:
-            pieces.append((v, v + 1, sig))
-            if len(pieces) > MAX_PIECES:
-                return None
-    if len(pieces) == 1 and not pieces[0][2]:
+            pieces.append((start, stop, sig))
+    if len(pieces) > MAX_PIECES or len(pieces) == 1 and not pieces[0][2]:
         return None
     return pieces
 
@@ -144,7 +163,7 @@ def _split(n: Node, copies: int, min_parallel: int) -> tuple[Node, ...]:
         return (replace(n, body=tuple(c for x in n.body for c in _split(x, copies, min_parallel))),)
     if not isinstance(n, Loop):
         return (n,)
-    pieces = _ranges(n) if n.kind in ("serial", "parallel") and not n.tail and n.extent <= 1 << 16 else None
+    pieces = _ranges(n) if n.kind in ("serial", "parallel") and not n.tail else None
     if pieces is not None and (len(pieces) > copies or n.kind == "parallel"
                                and any(stop - start < min_parallel for start, stop, _ in pieces)):
         pieces = None  # too many copies of the body, or a parallel piece too short to share among the threads
