@@ -342,7 +342,9 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
                                 finish_descent=True)  # never worse than the greedy pass, whatever the budget
     cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
     graph, report = search_graph(graph, cost, gconfig, rules)
-    if config.layout != "nchw":  # the global layout choice (search/layout.py), after the rewrites
+    # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
+    # blocked-conv tiles are CPU ones), a forced block anywhere
+    if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]

@@ -140,6 +140,15 @@ def test_with_32_registers_16_lane_blocks_cost_the_full_ceiling_and_auto_blocks_
     assert report.chosen == "nchw16c"
 
 
+def test_auto_layout_runs_on_cpu_targets_only_and_a_forced_block_everywhere():
+    from superopt.runtime.target import h200_target
+
+    g = small_net(c=64, hw=16)
+    assert conversions(rewrite_graph(g, OptimizeConfig(target=replace(TARGET, vector_bits=512, vector_registers=32)))[0])
+    assert not conversions(rewrite_graph(g, OptimizeConfig(target=h200_target()))[0])  # GPU schedules are NCHW
+    assert conversions(rewrite_graph(g, OptimizeConfig(target=h200_target(), layout="nchw16c"))[0])
+
+
 def _blocked_conv(target):
     g = choose_layouts(small_net(c=64, hw=10, seed=3), target, layout="nchw16c")[0]
     conv = node_named(g, "conv1")
