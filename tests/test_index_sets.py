@@ -1,6 +1,8 @@
 """Index-set splitting (superopt/loopnest/index_sets.py): loops that test their own variable run as one
 loop per range of equal outcomes, the tests resolved; the result is still exact."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,26 @@ def test_a_long_padded_loop_is_split_at_its_two_edges_and_matches_the_reference(
     loops = [v.node for v in walk(nest) if isinstance(v.node, Loop)]
     assert [lp.extent for lp in loops] == [3, 200000, 3] and _tests_left(nest) == 0
     _run(c, [], [np.random.default_rng(4).standard_normal(200000).astype(np.float32)])
+
+
+def test_a_loop_whose_variable_a_split_index_rebuilds_is_not_split():
+    # r = so_o * 16 + so_l is printed from names: shifting so_o would leave r pointing at the old range
+    from superopt.ir.expr import Affine
+    from superopt.loopnest import StageNest
+    from superopt.loopnest.index import BufferAccess, FlatIndex, InBounds
+    from superopt.loopnest.kernel import LoopNest
+    from superopt.loopnest.statements import Assign, SplitIndex
+    from superopt.loopnest.values import Literal
+
+    so_o = Affine.of({"so_o": 1})
+    read = Load(BufferAccess("X", FlatIndex(Affine.of({"so_o": 16, "so_l": 1})), "float32"),
+                (InBounds(so_o, False, 2),), Literal(0.0, "float32"))
+    store = Assign(BufferAccess("O", FlatIndex(Affine.of({"r": 1})), "float32"), read)
+    inner = Loop("so_l", 16, "vectorized", (SplitIndex("r", "so_o", 16, "so_l"), store))
+    outer = Loop("so_o", 4, "serial", (inner,))
+    nest = LoopNest((), (), (StageNest("O", "O", (outer,)),), (), (), ())
+    assert split_index_sets(nest) == nest
+    # without the SplitIndex the same loop splits at so_o = 2
+    plain = Loop("so_o", 4, "serial", (Loop("so_l", 16, "vectorized", (replace(store, target=read.source),)),))
+    split = split_index_sets(LoopNest((), (), (StageNest("O", "O", (plain,)),), (), (), ()))
+    assert [lp.extent for lp in split.body[0].body] == [2, 2]

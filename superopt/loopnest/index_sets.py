@@ -26,7 +26,7 @@ from superopt.ir.expr import Affine
 from superopt.loopnest.index import InBounds
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
-from superopt.loopnest.statements import Node, Scope, StageNest
+from superopt.loopnest.statements import Node, Scope, SplitIndex, StageNest
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op
 
 MAX_PIECES = 4
@@ -133,8 +133,20 @@ def _changes(test: Test, var: str, extent: int, inner: dict[str, int]) -> set[in
     return {a, b} - {0}
 
 
+def _named_by_split(body: tuple[Node, ...], var: str) -> bool:
+    """Whether a SplitIndex in ``body`` rebuilds a variable from ``var`` (its text would not be shifted)."""
+    for n in body:
+        if isinstance(n, SplitIndex) and var in (n.outer, n.inner):
+            return True
+        if isinstance(n, (Loop, StageNest, Scope)) and _named_by_split(n.body, var):
+            return True
+    return False
+
+
 def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
     """(start, stop, decided tests) per piece of ``lp``, or None when splitting gains nothing."""
+    if _named_by_split(lp.body, lp.var):
+        return None
     found: dict[object, tuple[Test, ...]] = {}
     _tests_of(lp.body, found)
     inner = _inner_extents(lp.body, {})
