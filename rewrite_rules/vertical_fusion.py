@@ -206,9 +206,7 @@ def fuse_attention(graph: Graph, site: Site) -> Graph:
         raise RuleNotApplicable(f"no attention at {site}")
     scores, soft, out = site
     graph = _absorb(graph, node_named(graph, scores), node_named(graph, soft))
-    graph = _absorb(graph, node_named(graph, soft), node_named(graph, out))
-    fused = untie_keys(node_named(graph, out))
-    return replace(graph, nodes=tuple(fused if n.name == out else n for n in graph.nodes))
+    return _absorb(graph, node_named(graph, soft), node_named(graph, out))
 
 
 def attention_sites(graph: Graph) -> Iterator[Site]:

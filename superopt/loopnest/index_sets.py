@@ -81,37 +81,48 @@ def _outcome(tests: tuple[Test, ...], var: str, value: int, inner: dict[str, int
     return result
 
 
+def _map(x: object, fn) -> object:
+    """``x`` (a tree of frozen dataclasses and tuples) rebuilt bottom-up where ``fn`` returns a replacement
+    for a node (None: keep walking into it)."""
+    got = fn(x)
+    if got is not None:
+        return got
+    if isinstance(x, tuple):
+        return tuple(_map(c, fn) for c in x)
+    if is_dataclass(x) and not isinstance(x, type):
+        return replace(x, **{f.name: _map(getattr(x, f.name), fn) for f in fields(x) if f.init})
+    return x
+
+
 def _resolve(x: object, outcome: dict[object, bool]) -> object:
     """``x`` with the decided tests replaced: a read whose bounds hold loses its check, one that fails
     becomes its fill; a decided comparison a literal, and a select on a literal its branch."""
-    if isinstance(x, Load) and x.checks:
-        if any(outcome.get(c) is False for c in x.checks):
-            return x.fill
-        return replace(x, checks=tuple(c for c in x.checks if outcome.get(c) is not True))
-    if isinstance(x, Op):
-        if x in outcome:
-            return Literal(outcome[x], "bool")
-        args = tuple(_resolve(a, outcome) for a in x.args)
-        if x.op == "where" and isinstance(args[0], Literal):
-            return args[1] if args[0].value else args[2]
-        return replace(x, args=args)
-    if isinstance(x, tuple):
-        return tuple(_resolve(c, outcome) for c in x)
-    if is_dataclass(x) and not isinstance(x, type):
-        changes = {f.name: _resolve(getattr(x, f.name), outcome) for f in fields(x) if f.init}
-        return replace(x, **changes)
-    return x
+    def fn(n: object) -> object | None:
+        if isinstance(n, Load) and n.checks:
+            if any(outcome.get(c) is False for c in n.checks):
+                return n.fill
+            return replace(n, checks=tuple(c for c in n.checks if outcome.get(c) is not True))
+        if isinstance(n, Op):
+            if n in outcome:
+                return Literal(outcome[n], "bool")
+            args = tuple(_map(a, fn) for a in n.args)
+            if n.op == "where" and isinstance(args[0], Literal):
+                return args[1] if args[0].value else args[2]
+            return replace(n, args=args)
+        return None
+
+    return _map(x, fn)
 
 
 def _shift(x: object, var: str, start: int) -> object:
     """``x`` with ``var`` replaced by ``var + start``."""
-    if isinstance(x, Affine):
-        return x.substitute({var: Affine.of({var: 1}, start)}) if var in x.vars() else x
-    if isinstance(x, tuple):
-        return tuple(_shift(c, var, start) for c in x)
-    if is_dataclass(x) and not isinstance(x, type):
-        return replace(x, **{f.name: _shift(getattr(x, f.name), var, start) for f in fields(x) if f.init})
-    return x
+    moved = Affine.of({var: 1}, start)
+    def fn(n: object) -> object | None:
+        if isinstance(n, Affine):
+            return n.substitute({var: moved}) if var in n.vars() else n
+        return None
+
+    return _map(x, fn)
 
 
 def _changes(test: Test, var: str, extent: int, inner: dict[str, int]) -> set[int]:
