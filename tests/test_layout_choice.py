@@ -16,7 +16,7 @@ from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.target import host_target
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph import default_schedules
-from superopt.schedule.primitives import Split, Unroll, Vectorize
+from superopt.schedule.primitives import Epilogue, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
 
 TARGET = host_target(1)
@@ -179,6 +179,23 @@ def test_every_output_channel_block_tile_compiles_and_matches_the_reference(cob_
     point = Point.of(space.default_point().sketch, {f"{p.out}.cob_tile": cob_tile})
     schedules = default_schedules(g, TARGET) | {"conv1": list(space.trace(point))}
     ex = GraphExecutor(g, schedules, ExecutorConfig(1, target=TARGET))
+    feed = random_inputs(g)
+    assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
+
+
+@pytest.mark.parametrize("red_block", [1, 2])
+def test_reduction_blocks_outside_the_image_loops_compile_and_match_the_reference(red_block):
+    """red_block input-channel blocks per step, outside the image loops: the epilogue (relu) runs once the
+    last block is summed."""
+    g, conv, consts, p = _blocked_conv(TARGET)
+    space = ScheduleSpace(conv.op, TARGET, consts)
+    default = space.default_point()
+    cib = next(d for d in p.reduce_dims if p.extent[d] == 4)
+    assert space.resolve(default)[1][f"{p.out}.red_block"] == 4  # the whole reduction in the tile by default
+    point = Point.of(default.sketch, {f"{p.out}.red_block": red_block})
+    trace = list(space.trace(point))
+    assert Split(p.out, cib, red_block) in trace and any(isinstance(x, Epilogue) for x in trace)
+    ex = GraphExecutor(g, default_schedules(g, TARGET) | {"conv1": trace}, ExecutorConfig(1, target=TARGET))
     feed = random_inputs(g)
     assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
 

@@ -420,8 +420,16 @@ def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
     st, ps = e.stmt, prod.stmt
     if st.reduce != "=":
         raise ScheduleError(f"{prim}: {e.name} is a reduction, not an elementwise stage")
-    if prod.acc_at is None or prod.partial:
-        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
+    if prod.acc_at is None:
+        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite")
+    if prod.partial:  # reduction blocks outside the accumulator: the epilogue runs at the last one
+        if plan.target.kind != "cpu" or prod.reduce_epilogues:
+            raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction "
+                                "(reduction blocks outside it are combined before an epilogue on CPU targets "
+                                "only, and not with a folded reduction)")
+        if plan.types[e.name].dtype != plan.types[prod.name].dtype:
+            raise ScheduleError(f"{prim}: {prod.name}'s reduction blocks are combined in {e.name}'s buffer, "
+                                f"whose type {plan.types[e.name].dtype} is not {plan.types[prod.name].dtype}")
     if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
                                                              for x in plan.stages.values()):
         raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")

@@ -349,12 +349,14 @@ class _Builder:
             wb.append(ThreadReduce(acc, st.reduce, t.dtype))
         guard = [g for g, on_reduce in self._guards if not on_reduce]
         first = self.first_blocks(s)
-        if first is not None:  # the first reduction block stores its tile, the later ones combine into it
+        if first is not None and s.epilogue is not None:
+            wb.extend(self.blocks_then_epilogue(s, first, acc, guard))
+        elif first is not None:  # the first reduction block stores its tile, the later ones combine into it
             wb.append(self._guarded(guard + [GuardCond(first, 1)], WriteBack(ref, acc, None, t.dtype)))
             wb.append(self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(ref, acc, st.reduce, t.dtype)))
         elif self.stored(s):
             wb.append(self._guarded(guard, WriteBack(ref, acc, st.reduce if s.partial else None, t.dtype)))
-        if s.epilogue is not None:
+        if s.epilogue is not None and first is None:
             if s.partial:
                 raise AssertionError(f"epilogue of {s.name}, whose accumulator holds a partial reduction")
             wb.append(self.epilogue(s, self.stages[s.epilogue], Load(acc), guard))
@@ -373,11 +375,35 @@ class _Builder:
         then stores the tile instead of combining it into a buffer filled with the identity beforehand (no
         fill pass: one parallel region fewer). None where the buffer is filled (no accumulator, a GPU target)."""
         at = s.acc_at
-        if not s.partial or at is None or self.plan.target.kind != "cpu" or not self.stored(s) \
-                or s.epilogue is not None or s.reduce_epilogues:
+        if not s.partial or at is None or self.plan.target.kind != "cpu" or s.reduce_epilogues \
+                or not (self.stored(s) or s.epilogue is not None):
             return None
         cv = self.var[s.name]
         return Affine.of({cv[lp.name]: 1 for lp in s.loops[:s.index_of(at)] if lp.reduce})
+
+    def blocks_then_epilogue(self, s: Stage, first: Affine, acc: RegisterRef, guard: list[GuardCond]) -> list[Node]:
+        """The write-back of a partial reduction with an epilogue: the blocks before the last keep the
+        running sum in a buffer (the producer's own when it is stored, else the epilogue's output, which
+        the last block overwrites): the first stores it, the later ones combine into it; the last block
+        adds it to its tile, then stores the producer (when stored) and runs the epilogue on the sum.
+        ``first`` is the sum of the outer reduction loops' variables, at its largest in the last block."""
+        st, dtype = s.stmt, self.types[s.name].dtype
+        e = self.stages[s.epilogue]  # type: ignore[index]
+        last = sum(lp.extent - 1 for lp in s.loops[:s.index_of(s.acc_at)] if lp.reduce)  # type: ignore[arg-type]
+        stored = self.stored(s)
+        buf = self.out_access(s) if stored else self.access(s, e.name, tuple(Affine.dim(d) for d in st.out_dims))
+        is_last = guard + [GuardCond(first.scale(-1), 1 - last)]  # -sum < 1 - last: sum == last
+        out: list[Node] = []
+        if last > 0:
+            before = GuardCond(first, last)
+            out.append(self._guarded(guard + [GuardCond(first, 1), before], WriteBack(buf, acc, None, dtype)))
+            out.append(self._guarded(guard + [GuardCond(first.scale(-1), 0), before],
+                                     WriteBack(buf, acc, st.reduce, dtype)))
+            out.append(self._guarded(is_last, Accumulate(acc, st.reduce, Load(buf), dtype)))
+        if stored:
+            out.append(self._guarded(is_last, WriteBack(self.out_access(s), acc, None, dtype)))
+        out.append(self.epilogue(s, e, Load(acc), is_last))
+        return out
 
     def split_sum(self, s: Stage, lp: PlanLoop, k: int, bounds: Bounds) -> Scope:
         """A vectorized scalar sum as ``lanes`` partial sums (four vector registers) added up at the end.

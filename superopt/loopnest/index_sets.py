@@ -1,8 +1,9 @@
 """Index-set splitting: a loop whose body tests its own variable runs as consecutive loops, one per range
 where every such test has a single outcome, with the tests resolved there.
 
-The tests are a padded read's bounds (``InBounds``) and comparisons of an index with a constant (the
-select of a concatenation: ``where(16*c + l < 64, A[..], B[c-4, ..])``). Per element they cost a compare
+The tests are a padded read's bounds (``InBounds``), comparisons of an index with a constant (the
+select of a concatenation: ``where(16*c + l < 64, A[..], B[c-4, ..])``) and a statement's guards (the
+first and last reduction blocks' write-backs). Per element they cost a compare
 and a select, and a padded read inside a select clamps its index as well (see ``c_emit.c_value``); a
 concat over blocked channels ran at 2.8 GB/s that way. Split at the ranges' ends, each loop reads one
 tensor with no test at all::
@@ -23,10 +24,10 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass, replace
 
 from superopt.ir.expr import Affine
-from superopt.loopnest.index import InBounds
+from superopt.loopnest.index import GuardCond, InBounds
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
-from superopt.loopnest.statements import Node, Scope, SplitIndex, StageNest
+from superopt.loopnest.statements import Epilogue, Guard, Node, Scope, SplitIndex, StageNest
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op
 
 MAX_PIECES = 4
@@ -42,6 +43,9 @@ def _tests_of(x: object, out: dict[object, tuple[Test, ...]]) -> None:
     if isinstance(x, InBounds):
         tests = ((x.index, ">=", 0),) if x.lower else ()
         out[x] = tests + (((x.index, "<", x.upper),) if x.upper is not None else ())
+        return
+    if isinstance(x, GuardCond):
+        out[x] = ((x.index, "<", x.limit),)
         return
     if isinstance(x, Op) and x.op in _HOLDS and len(x.args) == 2:
         a, b = x.args
@@ -81,14 +85,17 @@ def _outcome(tests: tuple[Test, ...], var: str, value: int, inner: dict[str, int
     return result
 
 
+_GONE = object()  # a statement that a decided guard removes
+
+
 def _map(x: object, fn) -> object:
     """``x`` (a tree of frozen dataclasses and tuples) rebuilt bottom-up where ``fn`` returns a replacement
-    for a node (None: keep walking into it)."""
+    for a node (None: keep walking into it; ``_GONE``: drop it from its tuple)."""
     got = fn(x)
     if got is not None:
         return got
     if isinstance(x, tuple):
-        return tuple(_map(c, fn) for c in x)
+        return tuple(m for c in x if (m := _map(c, fn)) is not _GONE)
     if is_dataclass(x) and not isinstance(x, type):
         return replace(x, **{f.name: _map(getattr(x, f.name), fn) for f in fields(x) if f.init})
     return x
@@ -96,8 +103,17 @@ def _map(x: object, fn) -> object:
 
 def _resolve(x: object, outcome: dict[object, bool]) -> object:
     """``x`` with the decided tests replaced: a read whose bounds hold loses its check, one that fails
-    becomes its fill; a decided comparison a literal, and a select on a literal its branch."""
+    becomes its fill; a decided comparison a literal, and a select on a literal its branch; a guarded
+    statement whose guards hold loses them, one with a failing guard is dropped."""
     def fn(n: object) -> object | None:
+        if isinstance(n, Epilogue) and isinstance(n.body, Guard):
+            body = fn(n.body)
+            return _GONE if body is _GONE else replace(n, body=body)
+        if isinstance(n, Guard):
+            if any(outcome.get(c) is False for c in n.conds):
+                return _GONE
+            conds = tuple(c for c in n.conds if outcome.get(c) is not True)
+            return replace(n, conds=conds) if conds else n.body
         if isinstance(n, Load) and n.checks:
             if any(outcome.get(c) is False for c in n.checks):
                 return n.fill
@@ -165,6 +181,9 @@ def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
     mine = {key: tests for key, tests in found.items()
             if tests and any(lp.var in t[0].vars() for t in tests)
             and all(set(t[0].vars()) <= allowed and all(isinstance(a, str) for a in t[0].dims) for t in tests)}
+    if any(not isinstance(key, GuardCond) for key in found):
+        # a write-back's guards run once per tile: the copy budget goes to the reads' tests further in
+        mine = {key: tests for key, tests in mine.items() if not isinstance(key, GuardCond)}
     if not mine:
         return None
     cuts = sorted({0} | {c for tests in mine.values() for t in tests for c in _changes(t, lp.var, lp.extent, inner)})

@@ -119,12 +119,6 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     spatial = [n, y] + ([col_o] if col_o else [])
     outer = [cob_o] + spatial if panel_outer else spatial[:2] + [cob_o] + spatial[2:]
     tile = ([cob_i] if cob_i else []) + [col_i, lane]
-    prims.append(Reorder(s, tuple(outer + red + tile)))
-    prims.append(CacheWrite(s, red[0]))
-    if cob_i:
-        prims.append(Unroll(s, cob_i))
-    prims.append(Unroll(s, col_i))
-    prims.append(Vectorize(s, lane))
     extents = {d: ext[d] for d in (n, y)} | {cob_o: ext[cob] // cob_tile}
     if col_o:
         extents[col_o] = math.ceil(ext[col] / rows)
@@ -135,13 +129,33 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
             break
         chain.append(lp)
     par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
-    name, size = chain[0], extents[chain[0]]
-    divided = False  # a fuse of two loops of extent > 1 cannot be fused again
+    fused = [chain[0]]
+    size, divided = extents[chain[0]], False  # a fuse of two loops of extent > 1 cannot be fused again
     for nxt in chain[1:]:
         if size >= par * target.threads or divided and extents[nxt] > 1:
             break
-        prims.append(Fuse(s, name, nxt))
+        fused.append(nxt)
         divided = divided or (size > 1 and extents[nxt] > 1)
-        name, size = f"{name}_{nxt}", size * extents[nxt]
+        size *= extents[nxt]
+    # reduction blocks outside the image loops: each thread sweeps its image rows with one block of
+    # ``red_block`` input-channel blocks' weights (kept in L1), the tile's partial sums in the output
+    cib = next((d for d in red if x.index[1].is_plain_dim and x.index[1].dims[0] == d and d not in inner_red), None)
+    blocks = ext[cib] if cib else 1
+    splits = tuple(b for b in (1, 2, 4, 8) if b < blocks and blocks % b == 0) + (blocks,)
+    red_block = kn.get(f"{s}.red_block", blocks, splits)
+    if cib and red_block < blocks:
+        prims.append(Split(s, cib, red_block))
+        red = [f"{cib}_i"] + [d for d in red if d != cib]
+        outer = fused + [f"{cib}_o"] + [d for d in outer if d not in fused]
+    prims.append(Reorder(s, tuple(outer + red + tile)))
+    prims.append(CacheWrite(s, red[0]))
+    if cob_i:
+        prims.append(Unroll(s, cob_i))
+    prims.append(Unroll(s, col_i))
+    prims.append(Vectorize(s, lane))
+    name = fused[0]
+    for nxt in fused[1:]:
+        prims.append(Fuse(s, name, nxt))
+        name = f"{name}_{nxt}"
     prims.append(Parallel(s, name))
     return prims
