@@ -30,6 +30,11 @@ Making it fast on real models (resnet50: 176 nodes, about 190 rewrites on the wa
   improvements best first, then the moves not estimated yet; one per node; each kept only if the
   exact cost drops), so independent improvements, which commute, are not explored in every order:
   the search reaches greedy quality in a few expansions and spends its budget on the alternatives;
+- the moves not estimated yet go simplifications first, fusion last (fusing first would hide, inside
+  one node, what a folding rule rewrites across two); from the start graph a second descent takes
+  fusion first, since the other phase order can also lose: ``relu(A) | relu(B) = relu(A | B)`` saves
+  a launch, but then the relus can no longer run in their producers' write-backs, and the
+  concatenation, free when the producers write its slices, becomes a pass of its own (squeezenet);
 - node costs and canonical op digests are cached per node/op object.
 
 Budgets: ``budget_s`` seconds and ``max_expansions`` expanded graphs (and optionally ``patience``).
@@ -297,12 +302,13 @@ class _Explorer:
             return None
         return self.state(got[0], state.path + ((move.rule, move.site),))
 
-    def batch(self, state: _State, passes: int, cut: bool = True) -> _State | None:
+    def batch(self, state: _State, passes: int, cut: bool = True, fusion_first: bool = False) -> _State | None:
         """``state`` with every improving move applied: per pass, the moves known to improve first (best
         estimate first), then those not estimated yet, at most one per node, each kept only when the
         exact cost drops; the next pass enumerates the moves of the result (up to ``passes``). None when
         nothing improves or the result was seen before. ``cut=False``: the time budget does not stop it
-        (the first descent from the start graph, so that a search is never worse than a greedy pass)."""
+        (the first descent from the start graph, so that a search is never worse than a greedy pass).
+        ``fusion_first``: the fusion moves not estimated yet before the other ones (the other phase order)."""
         eps = 1e-9 * state.cost
         graph, cost, path = state.graph, state.cost, list(state.path)
         moves = self.moves(state)
@@ -316,7 +322,7 @@ class _Explorer:
             # node, what a folding or hoisting rule rewrites across two), otherwise in enumeration order
             # (exploration moves, which only pay off through later moves, are left to the search proper)
             unknown = sorted((m for m in moves if m.estimate is None and m.rule.family not in EXPLORATION_FAMILIES),
-                             key=lambda m: (m.rule.family == "fusion", m.order))
+                             key=lambda m: ((m.rule.family == "fusion") != fusion_first, m.order))
             for m in known + unknown:
                 if cut and self.budget.out_of_time():
                     break
@@ -380,11 +386,13 @@ def _backtracking(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: 
             return best, STOP_NO_RULE
         first = False
         if config.batch:
-            b = ex.batch(state, config.batch_passes, cut=not (config.finish_descent and state is start))
-            if b is not None:
-                if b.cost < best.cost:
-                    best = b
-                heapq.heappush(queue, (b.cost, rng.random(), next(tie), b, None, None))
+            for fusion_first in ((False, True) if state is start else (False,)):  # both phase orders from the start
+                b = ex.batch(state, config.batch_passes, cut=not (config.finish_descent and state is start),
+                             fusion_first=fusion_first)
+                if b is not None:
+                    if b.cost < best.cost:
+                        best = b
+                    heapq.heappush(queue, (b.cost, rng.random(), next(tie), b, None, None))
         for m in moves:
             p = m.priority(state.cost)
             if p < config.alpha * best.cost:

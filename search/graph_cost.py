@@ -2,7 +2,8 @@
 
 Every compute node is one kernel (which nodes form one kernel is decided by the graph rewrites, so
 fusing two nodes changes the cost); an extern moves its bytes (a ``reshape`` is an alias and moves
-none). A kernel's time is, by default, a roofline estimate::
+none), and so does a concatenation whose producers write its slices in place (the executor never
+runs it: :mod:`superopt.runtime.concat_slices`). A kernel's time is, by default, a roofline estimate::
 
     max(flops / compute ceiling, bytes moved / memory bandwidth) + launch overhead
 
@@ -50,6 +51,7 @@ from superopt.ir.flops import flop_count
 from superopt.ir.graph import Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
+from superopt.runtime.concat_slices import writable_in_place
 from superopt.runtime.target import Target
 
 LAUNCH_CACHE_VERSION = 1
@@ -301,6 +303,8 @@ class GraphCost:
 
     def node(self, graph: Graph, node: Node) -> float:
         """Seconds of one node of ``graph`` (cached per node object: rewritten graphs share nodes)."""
+        if writable_in_place(graph, node):  # (not cached: it depends on the producers, not on the node alone)
+            return 0.0
         hit = self._nodes.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]

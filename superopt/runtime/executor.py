@@ -32,6 +32,7 @@ from superopt.ir.graph import Graph, Node
 from superopt.runtime.buffers import ALIGN, aligned_empty, aligned_empty_at, data_address
 from superopt.runtime.chain import RUNNER_SOURCE, Chain, function_address, load_runner
 from superopt.runtime.compiler import CompilerConfig
+from superopt.runtime.concat_slices import ConcatSlices, concat_slices
 from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
 from superopt.runtime.native_externs import NativeExtern, native_extern
 from superopt.runtime.target import Target, host_target
@@ -53,6 +54,8 @@ class ExecutorConfig:
     # 200 us either way, its small ops run on the caller's thread). Below 1M points (well under a
     # millisecond on one core) a kernel runs on one thread; 0 keeps every parallel loop
     serial_below: int = 1_000_000
+    # a concatenation whose inputs' producers can write its slices is never run (runtime/concat_slices.py)
+    elide_concats: bool = True
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -117,6 +120,8 @@ class MemoryPlan:
     buffer_of: dict[str, int]  # storage tensor -> buffer index
     buffer_bytes: list[int]
     buffers: list[PlannedBuffer] = field(default_factory=list)  # every buffer, intermediates included
+    offset_of: dict[str, int] = field(default_factory=dict)  # tensor -> byte offset in its root's buffer
+    elided: frozenset[str] = frozenset()  # concatenations whose inputs were written in place: never run
 
     @property
     def intermediate_bytes(self) -> int:
@@ -152,8 +157,9 @@ class MemoryPlan:
         return "\n".join([f"memory plan: {self.total_bytes:,d} bytes held", *rows])
 
 
-def _storage_roots(graph: Graph) -> dict[str, str]:
-    """Tensor -> the tensor owning its memory (reshape outputs alias their input)."""
+def _storage_roots(graph: Graph, slices: Sequence[ConcatSlices] = ()) -> dict[str, str]:
+    """Tensor -> the tensor owning its memory (reshape outputs alias their input; a concatenation's
+    inputs written in place live in its output)."""
     root: dict[str, str] = {}
     for n in graph.nodes:
         for o in n.outputs:
@@ -161,11 +167,18 @@ def _storage_roots(graph: Graph) -> dict[str, str]:
         if n.is_extern and n.op.kind == "reshape":
             src = n.inputs[0]
             root[n.outputs[0]] = root.get(src, src)
+    for cs in slices:
+        for t, _ in cs.inputs:
+            root[t] = cs.output
     return root
 
 
-def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
-    root = _storage_roots(graph)
+def plan_memory(graph: Graph, elide_concats: bool = True) -> tuple[MemoryPlan, dict[str, str]]:
+    """Intermediate buffers shared by tensors whose lives do not overlap, and (``elide_concats``) the
+    concatenations whose inputs their producers write in place (``runtime/concat_slices.py``)."""
+    slices = concat_slices(graph) if elide_concats else []
+    root = _storage_roots(graph, slices)
+    offset_of = {t: off for cs in slices for t, off in cs.inputs}
     external = set(graph.inputs) | set(graph.constant)
     fresh = {root.get(o, o) for o in graph.outputs}  # outputs own fresh arrays each call
     last_use: dict[str, int] = {}
@@ -182,9 +195,9 @@ def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
     for i, n in enumerate(graph.nodes):
         for o in n.outputs:
             r = root[o]
-            if r != o or r in external or r in fresh or r in buffer_of:
-                continue
-            need = graph.type_of[o].nbytes
+            if (r != o and o not in offset_of) or r in external or r in fresh or r in buffer_of:
+                continue  # (a slice's producer allocates its concatenation's buffer)
+            need = graph.type_of[r].nbytes
             fits = sorted((sizes[b], b) for b in free if sizes[b] >= need)
             if fits:
                 b = fits[0][1]
@@ -205,7 +218,8 @@ def plan_memory(graph: Graph) -> tuple[MemoryPlan, dict[str, str]]:
     for r, b in buffer_of.items():
         members.setdefault(b, []).append(r)
     buffers = [PlannedBuffer("intermediate", n, tuple(members.get(b, ()))) for b, n in enumerate(sizes)]
-    return MemoryPlan(buffer_of, sizes, buffers), root
+    elided = frozenset(cs.node for cs in slices)
+    return MemoryPlan(buffer_of, sizes, buffers, offset_of, elided), root
 
 
 class GraphExecutor:
@@ -218,13 +232,15 @@ class GraphExecutor:
         self.graph = graph
         self.config = config or ExecutorConfig()
         self.target = self.config.resolved_target()
+        self.memory, self.root = plan_memory(graph, self.config.elide_concats)
         items: list[tuple[Compute, list[Primitive]]] = []
         index: dict[tuple[str, str], int] = {}
         self.node_kernel: dict[str, int] = {}
         self.traces: dict[str, list[Primitive]] = {}
-        for n in graph.nodes:
-            if n.is_extern:
-                continue
+        self.compiled = [n for n in graph.nodes if not n.is_extern and n.name not in self.memory.elided]
+        for name in self.memory.elided:  # (kept for artifacts: a reload without the slices runs them)
+            self.traces[name] = list(schedules.get(name, []))
+        for n in self.compiled:
             if n.name not in schedules:
                 raise ValueError(f"no schedule for compute node {n.name!r}: run a schedule pass first "
                                  "(superopt.schedule.graph.default_schedules, or the database/search in search/)")
@@ -250,17 +266,14 @@ class GraphExecutor:
         if items or self.natives:
             lib, self.kernels = build_library(items, self.config.compiler, self.target.threads, self.target, extra,
                                               self.config.serial_below)
-        self.memory, self.root = plan_memory(graph)
         self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}
-        for n in graph.nodes:  # pack constant weights once, ahead of time
-            if n.is_extern:
-                continue
+        for n in self.compiled:  # pack constant weights once, ahead of time
             kern = self.kernels[self.node_kernel[n.name]]
             for local, g in zip(n.op.inputs, n.inputs):
                 if local in kern.pack_fns and g in graph.constant:
                     self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
-        self._calls = {n.name: self._prepare_call(n) for n in graph.nodes if not n.is_extern}
+        self._calls = {n.name: self._prepare_call(n) for n in self.compiled}
         self.memory.buffers += self._kernel_buffers()
         self._lib = lib
         self._status = ctypes.c_int(0)  # set by a native extern that meets an index out of range
@@ -278,6 +291,8 @@ class GraphExecutor:
         out: list[PlannedBuffer] = []
         g = self.graph
         for n in g.nodes:
+            if n.name in self.memory.elided:
+                continue
             if n.is_extern:  # an extern's outputs land in planned buffers, or are new arrays (graph outputs)
                 out += [PlannedBuffer("output", g.type_of[o].nbytes, (o,), n.name) for o in n.outputs
                         if self.root.get(o, o) == o and o not in self.memory.buffer_of and n.op.kind != "reshape"]
@@ -296,9 +311,16 @@ class GraphExecutor:
         return out
 
     def _view(self, tensor: str) -> np.ndarray:
+        """The planned tensor's array: its root's buffer (at its slice's offset)."""
         t = self.graph.type_of[tensor]
-        buf = self._buffers[self.memory.buffer_of[tensor]]
-        return buf[: t.nbytes].view(t.np_dtype).reshape(t.shape)
+        buf = self._buffers[self.memory.buffer_of[self.root.get(tensor, tensor)]]
+        at = self.memory.offset_of.get(tensor, 0)
+        return buf[at: at + t.nbytes].view(t.np_dtype).reshape(t.shape)
+
+    def _address(self, tensor: str) -> int:
+        """The planned tensor's first byte."""
+        buf = self._buffers[self.memory.buffer_of[self.root.get(tensor, tensor)]]
+        return buf.ctypes.data + self.memory.offset_of.get(tensor, 0)
 
     def __call__(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         env = self._input_env(inputs)
@@ -374,6 +396,9 @@ class GraphExecutor:
 
     def _run_node(self, n: Node, env: dict[str, np.ndarray]) -> None:
         g = self.graph
+        if n.name in self.memory.elided:  # its inputs' producers wrote it
+            env[n.outputs[0]] = self._static_env[n.outputs[0]]
+            return
         if n.is_extern:
             if n.op.kind == "reshape":
                 env[n.outputs[0]] = env[n.inputs[0]].reshape(g.type_of[n.outputs[0]].shape)
@@ -414,7 +439,7 @@ class GraphExecutor:
             elif local is not None and tensor in g.constant:
                 ptrs[i] = g.constant[tensor].array.ctypes.data
             elif root in self.memory.buffer_of:
-                ptrs[i] = self._buffers[self.memory.buffer_of[root]].ctypes.data
+                ptrs[i] = self._address(tensor)
                 if local is None:
                     call.planned.append((tensor, self._view(tensor)))
             elif local is None:
@@ -436,7 +461,7 @@ class GraphExecutor:
             if root in g.constant:
                 ptrs[i] = g.constant[root].array.ctypes.data
             elif root in self.memory.buffer_of:
-                ptrs[i] = self._buffers[self.memory.buffer_of[root]].ctypes.data
+                ptrs[i] = self._address(tensor)
             elif i < len(n.inputs):
                 call.reads.append((i, tensor))
             else:
@@ -454,7 +479,7 @@ class GraphExecutor:
             elif root in g.constant:
                 out[name] = g.constant[root].array.reshape(t.shape)
             elif root in self.memory.buffer_of:
-                out[name] = self._buffers[self.memory.buffer_of[root]][: t.nbytes].view(t.np_dtype).reshape(t.shape)
+                out[name] = self._view(name)
         return out
 
     def _copies(self, output: str) -> bool | None:
@@ -479,6 +504,8 @@ class GraphExecutor:
             seg = _ChainStep(self._status)
 
         for n in g.nodes:
+            if n.name in self.memory.elided:
+                continue
             if n.is_extern and n.op.kind == "reshape":
                 if n.outputs[0] not in self._static_env:
                     seg.aliases.append((n.outputs[0], n.inputs[0], g.type_of[n.outputs[0]].shape))
@@ -500,7 +527,7 @@ class GraphExecutor:
         return steps
 
     def _place(self, tensor: str, value: np.ndarray) -> np.ndarray:
-        if tensor in self.memory.buffer_of:
+        if self.root.get(tensor, tensor) in self.memory.buffer_of:
             view = self._view(tensor)
             view[...] = value
             return view
