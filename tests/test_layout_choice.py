@@ -191,7 +191,11 @@ def test_reduction_blocks_outside_the_image_loops_compile_and_match_the_referenc
     space = ScheduleSpace(conv.op, TARGET, consts)
     default = space.default_point()
     cib = next(d for d in p.reduce_dims if p.extent[d] == 4)
-    assert space.resolve(default)[1][f"{p.out}.red_block"] == 4  # the whole reduction in the tile by default
+    # 4 blocks of 3x3x16 weights for 16-lane output blocks: at least 18 KiB a block, more than half of a
+    # 32 KiB L1: one block a step by default; with a large L1, the whole reduction in one step
+    for l1, want in ((32 << 10, 1), (1 << 20, 4)):
+        sized = ScheduleSpace(conv.op, replace(TARGET, l1_bytes=l1), consts)
+        assert sized.resolve(sized.default_point())[1][f"{p.out}.red_block"] == want
     point = Point.of(default.sketch, {f"{p.out}.red_block": red_block})
     trace = list(space.trace(point))
     assert Split(p.out, cib, red_block) in trace and any(isinstance(x, Epilogue) for x in trace)
