@@ -14,7 +14,7 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, FeatureVersionError, extract
 from costmodel.metrics import pairwise_accuracy, relative_speed, top_k_score
 from costmodel.xgb import XGBConfig, XGBModel
-from search.model_guided import evolve, pick_schedule
+from search.model_guided import evolve, pick_schedule, thread_partition
 from superopt.lang import compile_op
 from superopt.runtime.target import avx512_target
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize, trace_to_json
@@ -229,6 +229,31 @@ def test_zero_measurement_pick_keeps_the_default_unless_the_model_prefers_anothe
     cost = {False: _known_cost(fx([Candidate(c, pick.trace, TARGET, consts)])[0]),
             True: _known_cost(fx([Candidate(c, default, TARGET, consts)])[0])}
     assert pick.is_default or cost[False] < cost[True]
+
+
+def test_zero_measurement_picks_split_the_work_among_threads_as_the_default_does():
+    """Kernels of a graph read what their producers' threads wrote: a pick keeps the default's parallel
+    loop and the loops fused into it, however much the model prefers another split."""
+    c = sgemm(256, 256, 128)
+    consts = frozenset({"B"})
+    space = ScheduleSpace(c, TARGET, consts)
+    split = thread_partition(space.trace(space.default_point()))
+    assert split and any(isinstance(p, Parallel) for p in split)
+
+    class PrefersOtherSplits:
+        trained = True
+
+        def update(self, *_):
+            return None
+
+        def predict(self, cands):  # other splits first, then longer traces (so that a pick is made)
+            return np.array([(thread_partition(x.trace) != split) * 10.0 + len(x.trace) for x in cands])
+
+    free = pick_schedule(c, TARGET, PrefersOtherSplits(), constant_inputs=consts, population=64, generations=1,
+                         keep_partition=False)
+    assert not free.is_default and thread_partition(free.trace) != split
+    kept = pick_schedule(c, TARGET, PrefersOtherSplits(), constant_inputs=consts, population=64, generations=1)
+    assert thread_partition(kept.trace) == split
 
 
 def test_a_model_knows_only_the_vector_isa_classes_it_was_trained_on(synthetic, tmp_path):
