@@ -59,6 +59,14 @@ def test_producers_write_into_the_slices_and_the_concatenation_never_runs(kernel
     assert plain.memory.elided == frozenset() and cat.name in plain.node_kernel
 
 
+def test_a_slice_off_the_cache_line_is_written_in_place_too(kernel_cache):
+    g, feed = _branches(shape=(1, 3, 5, 7))  # the second slice starts 420 bytes in
+    ex = _executor(g, kernel_cache)
+    assert ex.memory.elided and ex.memory.offset_of[_concat_node(g).inputs[1]] % 64 != 0
+    got, ref = ex(feed), evaluate(g, feed, np.float64)
+    np.testing.assert_allclose(got[g.outputs[0]], ref[g.outputs[0]], rtol=1e-5, atol=1e-5)
+
+
 def test_a_concatenation_that_interleaves_its_inputs_is_run_as_a_kernel(kernel_cache):
     for shape, axis in [((2, 8, 5, 6), 1), ((1, 8, 5, 6), 2)]:  # two images; an inner axis
         g, feed = _branches(shape, axis)
