@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import Candidate, CostModel, RandomModel
-from search.model_guided import evolve
+from search.model_guided import evolve, thread_partition
 from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
@@ -57,6 +57,9 @@ class SearchConfig:
     # generations) and only the model's top of it is measured (plus the explore share)
     population: int = 512
     generations: int = 2
+    # only schedules that split the work among threads as the default does (CPU): a kernel of a graph
+    # reads what its producer's threads wrote (search/model_guided.thread_partition)
+    keep_partition: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -141,6 +144,9 @@ class ScheduleSearch:
         self.stop_reason = ""
         self._stale = 0  # batches in a row that proposed nothing new
         self._structures: dict[Point, tuple] = {}  # point -> its structure (a lowering each: cached)
+        self._partition = None  # the default's thread partition, when the search keeps it
+        if config.keep_partition and target.kind == "cpu":
+            self._partition = thread_partition(self._legal(self.space.default_point()) or ())
 
     # -- budget ---------------------------------------------------------------------------------
 
@@ -191,7 +197,7 @@ class ScheduleSearch:
 
     def _new(self, p: Point, out: dict[str, tuple[Point, tuple]]) -> None:
         trace = self._legal(p)
-        if trace is None:
+        if trace is None or self._partition is not None and thread_partition(trace) != self._partition:
             return
         key = trace_to_json(trace)
         if key not in self.seen and key not in out:
@@ -236,6 +242,8 @@ class ScheduleSearch:
         best = sorted((t for t in self.log if math.isfinite(t.seconds)), key=lambda t: t.seconds)[: cfg.parents]
         scored = evolve(self.space, self.model, self._candidate, self.rng, seeds + [t.point for t in best],
                         population=cfg.population, generations=cfg.generations, exclude=self.seen)
+        if self._partition is not None:
+            scored = [x for x in scored if thread_partition(x.trace) == self._partition]
         n_explore = int(round(n * cfg.explore)) if len(scored) > n else 0
         chosen = scored[: n - n_explore]
         rest = scored[n - n_explore:]

@@ -112,6 +112,47 @@ def test_search_with_real_measurements_verifies_and_improves(tmp_path):
     assert r.failures == {}  # every candidate lowered, compiled and matched the reference
 
 
+def test_a_search_that_keeps_the_partition_measures_only_the_defaults_thread_split(mm):
+    from search.model_guided import thread_partition
+
+    default = thread_partition(default_schedule(mm, TARGET, frozenset(mm.inputs)))
+    free = _run(mm, trials=64)
+    kept = _run(mm, trials=64, keep_partition=True)
+    assert any(thread_partition(t.trace) != default for t in free.log)  # the space has other splits
+    assert len(kept.log) > 8 and all(thread_partition(t.trace) == default for t in kept.log)
+
+
+def test_tuning_a_graph_keeps_each_kernels_thread_split_and_a_lone_op_does_not(tmp_path):
+    import search.tune as tune
+
+    made = []
+    real = tune.ScheduleSearch
+
+    class Recording(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self.config.keep_partition)
+
+    tune.ScheduleSearch = Recording
+    real_service = tune.MeasureService
+    tune.MeasureService = lambda cfg: _Ctx(FakeMeasurer())
+    try:
+        lone = canonicalize_kernels(define_op(MATMUL, {"A": (64, 48), "B": (48, 40)}))
+        tune_graph(lone, TARGET, TuneConfig(trials=4, batch_size=4, progress=False), TuningDatabase(tmp_path / "a.jsonl"))
+        from superopt.builder import GraphBuilder
+
+        b = GraphBuilder("two")
+        a_in, w_in = b.input("A", (64, 48)), b.input("B", (48, 40))
+        (c_out,) = b.add_compute(lone.nodes[0].op, [a_in, w_in], "mm")
+        y = b.compute1("Y[i,j] = tanh(X[i,j])", {"X": c_out}, "act")
+        g = canonicalize_kernels(b.build([y]))
+        db = TuningDatabase(tmp_path / "b.jsonl")
+        tune_graph(g, TARGET, TuneConfig(trials=8, batch_size=4, progress=False), db)
+    finally:
+        tune.ScheduleSearch, tune.MeasureService = real, real_service
+    assert made[0] is False and made[1:] and all(made[1:])
+
+
 def test_task_scheduler_tunes_once_then_uses_the_database(tmp_path):
     g = canonicalize_kernels(define_op(MATMUL, {"A": (64, 48), "B": (48, 40)}))
     db = TuningDatabase(tmp_path / "db.jsonl")
