@@ -67,7 +67,9 @@ def writable_in_place(graph: Graph, n: Node) -> bool:
     """Whether node ``n`` is a contiguous concatenation whose inputs' producers can write its slices:
     compute nodes produce them, and neither they nor its output is a graph output (those are fresh
     arrays each call) or aliased by a reshape."""
-    if n.is_extern or n.outputs[0] in graph.outputs or any(t in graph.outputs for t in n.inputs):
+    if n.is_extern or len(n.inputs) < 2 or len(n.outputs) != 1:  # (first: the graph cost asks of every node)
+        return False
+    if n.outputs[0] in graph.outputs or any(t in graph.outputs for t in n.inputs):
         return False
     producer = graph.producer
     if any(t not in producer or producer[t].is_extern for t in n.inputs):
