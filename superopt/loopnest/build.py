@@ -351,9 +351,8 @@ class _Builder:
         first = self.first_blocks(s)
         if first is not None and s.epilogue is not None:
             wb.extend(self.blocks_then_epilogue(s, first, acc, guard))
-        elif first is not None:  # the first reduction block stores its tile, the later ones combine into it
-            wb.append(self._guarded(guard + [GuardCond(first, 1)], WriteBack(ref, acc, None, t.dtype)))
-            wb.append(self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(ref, acc, st.reduce, t.dtype)))
+        elif first is not None:
+            wb.extend(self.block_write_backs(s, ref, acc, first, guard))
         elif self.stored(s):
             wb.append(self._guarded(guard, WriteBack(ref, acc, st.reduce if s.partial else None, t.dtype)))
         if s.epilogue is not None and first is None:
@@ -381,6 +380,14 @@ class _Builder:
         cv = self.var[s.name]
         return Affine.of({cv[lp.name]: 1 for lp in s.loops[:s.index_of(at)] if lp.reduce})
 
+    def block_write_backs(self, s: Stage, buf: BufferAccess, acc: RegisterRef, first: Affine,
+                          guard: list[GuardCond]) -> list[Node]:
+        """A partial reduction's tile into ``buf``: the first reduction block (``first`` == 0) stores it,
+        the later ones combine into it (each under ``guard``)."""
+        dtype = self.types[s.name].dtype
+        return [self._guarded(guard + [GuardCond(first, 1)], WriteBack(buf, acc, None, dtype)),
+                self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(buf, acc, s.stmt.reduce, dtype))]
+
     def blocks_then_epilogue(self, s: Stage, first: Affine, acc: RegisterRef, guard: list[GuardCond]) -> list[Node]:
         """The write-back of a partial reduction with an epilogue: the blocks before the last keep the
         running sum in a buffer (the producer's own when it is stored, else the epilogue's output, which
@@ -395,13 +402,10 @@ class _Builder:
         is_last = guard + [GuardCond(first.scale(-1), 1 - last)]  # -sum < 1 - last: sum == last
         out: list[Node] = []
         if last > 0:
-            before = GuardCond(first, last)
-            out.append(self._guarded(guard + [GuardCond(first, 1), before], WriteBack(buf, acc, None, dtype)))
-            out.append(self._guarded(guard + [GuardCond(first.scale(-1), 0), before],
-                                     WriteBack(buf, acc, st.reduce, dtype)))
+            out.extend(self.block_write_backs(s, buf, acc, first, guard + [GuardCond(first, last)]))
             out.append(self._guarded(is_last, Accumulate(acc, st.reduce, Load(buf), dtype)))
         if stored:
-            out.append(self._guarded(is_last, WriteBack(self.out_access(s), acc, None, dtype)))
+            out.append(self._guarded(is_last, WriteBack(buf, acc, None, dtype)))
         out.append(self.epilogue(s, e, Load(acc), is_last))
         return out
 

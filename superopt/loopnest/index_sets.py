@@ -39,7 +39,8 @@ Test = tuple[Affine, str, int]
 
 
 def _tests_of(x: object, out: dict[object, tuple[Test, ...]]) -> None:
-    """Every resolvable test under ``x``, keyed by the node it belongs to (an InBounds or a comparison Op)."""
+    """Every resolvable test under ``x``, keyed by the node it belongs to (an InBounds, a GuardCond or a
+    comparison Op)."""
     if isinstance(x, InBounds):
         tests = ((x.index, ">=", 0),) if x.lower else ()
         out[x] = tests + (((x.index, "<", x.upper),) if x.upper is not None else ())
