@@ -1,8 +1,11 @@
 """Zero measurements: the cost model's schedule picks against the default heuristic, end to end.
 
-    python benchmarks/zero_shot.py [--models resnet50,squeezenet,inception_v1] [--cost-model PATH] [--quick]
+    python benchmarks/zero_shot.py [--models resnet50,squeezenet,inception_v1] [--blocks ffn_block,..]
+                                   [--cost-model PATH] [--quick]
 
-For each light model of the onnx wheel (seeded weights), three programs side by side in one run:
+For each light model of the onnx wheel (seeded weights), and each block of ``benchmarks/workloads.py``
+(``--blocks``, default: the transformer and conv blocks of ``benchmarks/run.py``), three programs side by
+side in one run:
 superopt with the default heuristic's schedules, superopt with the schedules the cost model picks
 without measuring anything (``OptimizeConfig(cost_model=...)``: the model keeps the default unless it
 expects another schedule to be faster), and onnxruntime. Both superopt programs are verified against
@@ -27,14 +30,32 @@ from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
-def compare(name: str, cost_model: str, threads: int, quick: bool) -> dict:
-    import onnxruntime as ort
+BLOCKS = "ffn_block,llama_mlp,attention,conv_bn_relu,softmax"
 
-    from superopt.api import OptimizeConfig, optimize
+
+def _load(name: str, block: bool) -> tuple[bytes, dict]:
+    """(ONNX model bytes, inputs by name) of a light model (seeded weights) or a benchmark block."""
+    if block:
+        import onnx
+
+        from benchmarks.workloads import WORKLOADS_BY_NAME
+
+        inst = WORKLOADS_BY_NAME[name].build()
+        data = inst.onnx_bytes()
+        names = [i.name for i in onnx.load_from_string(data).graph.input]
+        return data, {n: t.detach().numpy() for n, t in zip(names, inst.inputs, strict=True)}
     from superopt.testing.light_models import light_model_inputs, randomized_light_model
 
     model = randomized_light_model(name)
-    feed = light_model_inputs(model)
+    return model.SerializeToString(), light_model_inputs(model)
+
+
+def compare(name: str, cost_model: str, threads: int, quick: bool, block: bool = False) -> dict:
+    import onnxruntime as ort
+
+    from superopt.api import OptimizeConfig, optimize
+
+    model, feed = _load(name, block)
     x = list(feed.values())
     default = optimize(model, OptimizeConfig(threads=threads, cost_model=None))
     t0 = time.perf_counter()
@@ -44,7 +65,7 @@ def compare(name: str, cost_model: str, threads: int, quick: bool) -> dict:
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(model.SerializeToString(), so)
+    sess = ort.InferenceSession(model, so)
     timings = time_alternating({"default": lambda: default(*x), "zero-shot": lambda: zero(*x),
                                 "onnxruntime": lambda: sess.run(None, feed)}, QUICK if quick else FULL)
     ms = {k: v.median_s * 1e3 for k, v in timings.items()}
@@ -75,13 +96,15 @@ def write(rows: list[dict], meta: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="resnet50,squeezenet,inception_v1")
+    ap.add_argument("--blocks", default=BLOCKS, help="blocks of benchmarks/workloads.py ('' for none)")
     ap.add_argument("--cost-model", default="pretrained")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     rows = []
-    for name in args.models.split(","):
-        rows.append(compare(name, args.cost_model, args.threads, args.quick))
+    todo = [(n, False) for n in args.models.split(",") if n] + [(n, True) for n in args.blocks.split(",") if n]
+    for name, block in todo:
+        rows.append(compare(name, args.cost_model, args.threads, args.quick, block))
         print(f"{name}: {rows[-1]['ms']}", flush=True)
     write(rows, {"when_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
                  "cost_model": args.cost_model})

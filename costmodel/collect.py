@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from costmodel.workloads import DEFAULT_MODELS, Workload, WorkloadSizes, generate_workloads
+from costmodel.workloads import DEFAULT_MIX, DEFAULT_MODELS, Workload, WorkloadSizes, generate_workloads
 from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
 from superopt.measure.runner import make_runner
@@ -64,6 +64,7 @@ class CollectConfig:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     slow_call_s: float | None = 1.0  # a candidate slower than this per call is timed once (MeasureInput)
     models: tuple[str, ...] = DEFAULT_MODELS  # light models that generate_workloads draws kernels from
+    mix: tuple[tuple[str, float], ...] = DEFAULT_MIX  # generate_workloads' sources and their weights
     gpu_binding: str | None = None  # a cuda target: the GPU binding (None: automatic; "emulator": the CPU stand-in)
     sizes: WorkloadSizes | None = None  # generated workloads' sizes (None: the target's, workloads.sizes_for)
     max_seconds: float | None = None  # stop after the first batch that ends past this much time (resume later)
@@ -90,7 +91,8 @@ class CollectConfig:
             "workloads": self.workloads if isinstance(self.workloads, int) else "given",
             "per_workload": self.per_workload, "seed": self.seed, "out": str(self.out), "runner": self.runner,
             "ray_workers": self.ray_workers, "batch_size": self.batch_size, "slow_call_s": self.slow_call_s,
-            "models": list(self.models), "gpu_binding": self.gpu_binding, "max_seconds": self.max_seconds,
+            "models": list(self.models), "mix": [list(m) for m in self.mix], "gpu_binding": self.gpu_binding,
+            "max_seconds": self.max_seconds,
             "sizes": None if self.sizes is None else asdict(self.sizes),
             "measure": {"warmup": m.warmup, "repeats": m.repeats, "min_repeat_s": m.min_repeat_s, "rtol": m.rtol,
                         "atol": m.atol, "run_timeout_s": m.run_timeout_s, "build_timeout_s": m.build_timeout_s,
@@ -283,7 +285,7 @@ def _plans(workloads: Sequence[Workload], done: dict[str, set[str]], config: Col
 def resolve_workloads(config: CollectConfig) -> list[Workload]:
     if isinstance(config.workloads, int):
         return generate_workloads(config.workloads, config.seed, target=config.target, models=config.models,
-                                  sizes=config.sizes)
+                                  mix=config.mix, sizes=config.sizes)
     return list(config.workloads)
 
 

@@ -184,10 +184,23 @@ def _seconds(error_code: str, median_s: object) -> float:
     return float(median_s)
 
 
+# A measurement whose median repeat is this much slower than its fastest was pre-empted in most repeats
+# (another process, or the hypervisor, took a core from one of its threads, and every parallel region then
+# waits for that thread): its median says more about the machine's load than about the schedule. On the
+# shared Xeon, a kernel of 0.15 ms was recorded at 8 ms (repeats 8.0, 8.0, 7.0, 8.0, 2.1 ms).
+PREEMPTED_RATIO = 1.5
+
+
+class PreemptedTiming(ValueError):
+    """A measurement record whose repeats were mostly pre-empted (:data:`PREEMPTED_RATIO`)."""
+
+
 def _from_measurement(d: dict) -> RawRecord:
     r = MeasureRecord.from_dict(d)
-    return RawRecord(r.workload_text, r.constant_inputs, r.trace, r.target, _seconds(r.error_code, r.median_s),
-                     float(r.timestamp))
+    seconds = _seconds(r.error_code, r.median_s)
+    if math.isfinite(seconds) and len(r.times_s) > 1 and seconds > PREEMPTED_RATIO * min(r.times_s):
+        raise PreemptedTiming(f"median {seconds * 1e3:.3g} ms, fastest repeat {min(r.times_s) * 1e3:.3g} ms")
+    return RawRecord(r.workload_text, r.constant_inputs, r.trace, r.target, seconds, float(r.timestamp))
 
 
 def _from_tuning(d: dict) -> RawRecord:
@@ -253,6 +266,9 @@ def _read_lines(path: Path, skips: _Skips) -> Iterator[tuple[str, RawRecord]]:
         where = f"{path}:{i}"
         try:
             record = parse_line(line)
+        except PreemptedTiming as e:
+            skips.add(f"pre-empted timings (median over {PREEMPTED_RATIO}x the fastest repeat)", where, e)
+            continue
         except Exception as e:  # noqa: BLE001 - whatever is wrong with one line costs that line only
             skips.add("corrupt lines", where, e)
             continue
@@ -367,7 +383,7 @@ def load_dataset(*paths: str | Path) -> Dataset:
     files = [_records_file(Path(p)) for p in paths]
     skips = _Skips()
     lines = [rec for f in files for rec in _read_lines(f, skips)]
-    total = len(lines) + skips.counts.get("corrupt lines", 0)
+    total = len(lines) + sum(skips.counts.values())  # lines skipped while reading count in the total
     rows = _merge(_rows(lines, skips))
     skips.warn(total)
     if not rows:

@@ -11,7 +11,11 @@ deterministically for a seed and without two workloads of the same workload key:
   also on its own: a trainer holds out whole models' workloads for evaluation);
 - ``random``: random index-notation ops: contractions with batch dims and transposed operands,
   windowed reductions (conv-like, max/avg pooling), row-wise reductions (sum, max, softmax-like) and
-  elementwise chains.
+  elementwise chains;
+- ``transformer``: the projections of transformer blocks (:func:`_transformer_workloads`): a token
+  matrix of 16-512 rows times a constant weight of 256-4096 inputs and outputs, stored either way,
+  with the epilogues such blocks fuse into it (bias, GELU, SiLU, a gate, a residual). The other
+  sources hold few contractions this wide against so few rows.
 
 Every workload is sized so that one call takes roughly 0.05-30 ms on a small machine
 (:func:`fits_size` with :data:`CPU_SIZES`; on a GPU, :data:`GPU_SIZES`: from a few microseconds to a few
@@ -38,11 +42,11 @@ from superopt.runtime.target import Target, host_target
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.space import ScheduleSpace
 
-SOURCES = ("op", "model", "random")
+SOURCES = ("op", "model", "random", "transformer")
 # the light models of the onnx wheel (superopt.testing.light_models.LIGHT_MODELS), the smaller first
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "bvlc_alexnet", "zfnet512", "vgg19",
                   "inception_v2", "densenet121")
-DEFAULT_MIX = (("op", 0.3), ("model", 0.3), ("random", 0.4))
+DEFAULT_MIX = (("op", 0.25), ("model", 0.25), ("random", 0.35), ("transformer", 0.15))
 # sizes: one call should take roughly 0.05-30 ms on one core of a small machine
 FLOP_RATE = 2e10  # flop/s of a default schedule on one core (rough)
 BYTE_RATE = 1e10  # bytes/s streamed by one core (rough)
@@ -455,6 +459,63 @@ def _random_workloads(rng: random.Random) -> list[Workload]:
     return [make_workload(f"random/{name}_{label}", compute, [c for c in consts if c in compute.inputs], "random")]
 
 
+# -- transformer projections --------------------------------------------------------------------
+
+EPILOGUES = ("none", "bias", "bias_gelu", "silu", "gate", "bias_residual")
+
+
+def _transformer_graph(rng: random.Random) -> tuple[str, Graph]:
+    """One projection of a transformer block: rows x (inputs -> outputs) with a constant weight, at most
+    :data:`MAX_FLOPS`, and one of :data:`EPILOGUES`."""
+    from superopt import ops
+
+    common = (512, 768, 1024, 1536, 2048, 2816, 3072, 4096)  # hidden and feed-forward widths of real models
+
+    def width() -> int:
+        return rng.choice(common) if rng.random() < 0.5 else _dim(rng, 256, 4096)
+
+    m = rng.choice((32, 64, 128, 256, 512)) if rng.random() < 0.5 else _dim(rng, 16, 512)
+    k, n = width(), width()
+    while 2 * m * k * n > MAX_FLOPS:
+        if k >= n:
+            k = max(256, k // 2)
+        else:
+            n = max(256, n // 2)
+        if k == n == 256:
+            m = max(16, m // 2)
+    trans_b = rng.random() < 0.5  # torch's Linear stores [outputs, inputs]; exported MatMuls [inputs, outputs]
+    epilogue = rng.choice(EPILOGUES)
+    inputs = [("X", (m, k))] + ([("G", (m, n))] if epilogue in ("gate", "bias_residual") else [])
+    consts = [("W", (n, k) if trans_b else (k, n))] + ([("Bias", (n,))] if epilogue.startswith("bias") else [])
+
+    def build(b, x, *rest):
+        other = rest[0] if epilogue in ("gate", "bias_residual") else None
+        w = rest[1] if other is not None else rest[0]
+        bias = rest[-1] if epilogue.startswith("bias") else None
+        y = ops.linear(b, x, w, bias) if trans_b else ops.matmul(b, x, w)
+        if bias is not None and not trans_b:
+            y = ops.add(b, y, bias)
+        if epilogue == "bias_gelu":
+            y = ops.gelu(b, y)
+        elif epilogue == "silu":
+            y = ops.silu(b, y)
+        elif epilogue == "gate":
+            y = ops.mul(b, ops.silu(b, other), y)
+        elif epilogue == "bias_residual":
+            y = ops.add(b, y, other)
+        return y
+
+    name = f"linear_{m}x{k}x{n}{'_tb' if trans_b else ''}_{epilogue}"
+    return name, _graph("linear", build, inputs, consts)
+
+
+def _transformer_workloads(rng: random.Random) -> list[Workload]:
+    name, graph = _transformer_graph(rng)
+    kernels = graph_workloads(graph, f"transformer/{name}", "transformer")
+    # the projection itself (the kernel with the most flops), not a gate's separate activation
+    return [max(kernels, key=lambda w: flop_count(w.compute))] if kernels else []
+
+
 # -- the mix ------------------------------------------------------------------------------------
 
 
@@ -487,7 +548,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
     rng = random.Random(seed)
     out: dict[str, Workload] = {}
     rejected: set[str] = set()
-    draw = {"op": _op_workloads, "random": _random_workloads,
+    draw = {"op": _op_workloads, "random": _random_workloads, "transformer": _transformer_workloads,
             "model": lambda r: _model_draw(r, models, rejected | set(out), sizes)}
     for _ in range(max_attempts if max_attempts is not None else 50 * n + 100):
         if len(out) >= n:
@@ -512,7 +573,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
     return list(out.values())
 
 
-__all__ = ["BYTE_RATE", "CPU_SIZES", "DEFAULT_MIX", "DEFAULT_MODELS", "EMULATOR_SIZES", "FLOP_RATE", "GPU_SIZES",
+__all__ = ["BYTE_RATE", "CPU_SIZES", "DEFAULT_MIX", "DEFAULT_MODELS", "EMULATOR_SIZES", "EPILOGUES", "FLOP_RATE", "GPU_SIZES",
            "MAX_BYTES", "MAX_FLOPS", "MIN_SECONDS", "SOURCES", "Workload", "WorkloadSizes", "estimated_seconds",
            "fits_size", "generate_workloads", "graph_workloads", "has_legal_default", "make_workload",
            "model_workloads", "sizes_for", "workload_size"]

@@ -67,6 +67,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--ray-workers", default=None, metavar="W", help="Ray actors (default: cluster CPUs / threads)")
     c.add_argument("--models", default=None, metavar="NAME,..",
                    help="light ONNX models to draw kernels from (default: all of them; '' for none)")
+    c.add_argument("--mix", default=None, metavar="SOURCE=W,..",
+                   help="workload sources and their weights (default op=0.25,model=0.25,random=0.35,transformer=0.15; "
+                        "e.g. transformer=1 for transformer projections only)")
     c.add_argument("--batch-size", default="16", metavar="B", help="schedules measured and saved at a time")
     c.add_argument("--gpu-binding", default=None, metavar="|".join(GPU_BINDINGS),
                    help="with --target cuda: the GPU binding (default auto: pycuda, cuda-bindings, then CuPy; "
@@ -125,6 +128,7 @@ def _config(args: argparse.Namespace):
     if not args.out.strip():
         raise DatasetUsageError("bad --out '': give a dataset directory")
     models = _models(args.models)
+    mix = _mix(args.mix)
     binding = None if args.gpu_binding in (None, "auto") else args.gpu_binding
     target, sizes = host_target(threads), None
     if args.target == "cuda":
@@ -132,7 +136,7 @@ def _config(args: argparse.Namespace):
     return CollectConfig(workloads=workloads, per_workload=per_workload, seed=seed, out=args.out,
                          target=target, runner=args.ray.strip() if args.ray else "local",
                          ray_workers=ray_workers, progress=not args.no_progress, batch_size=batch_size,
-                         models=models, gpu_binding=binding, sizes=sizes, max_seconds=max_seconds)
+                         models=models, mix=mix, gpu_binding=binding, sizes=sizes, max_seconds=max_seconds)
 
 
 def _gpu_target(binding: str | None):
@@ -160,6 +164,29 @@ def _models(text: str | None) -> tuple[str, ...]:
     if unknown:
         raise DatasetUsageError(f"bad --models: unknown model(s) {', '.join(unknown)}; known: {', '.join(DEFAULT_MODELS)}")
     return names
+
+
+def _mix(text: str | None) -> tuple[tuple[str, float], ...]:
+    from costmodel.workloads import DEFAULT_MIX, SOURCES
+
+    if text is None:
+        return DEFAULT_MIX
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        name, eq, weight = part.partition("=")
+        name = name.strip()
+        if name not in SOURCES:
+            raise DatasetUsageError(f"bad --mix {text!r}: unknown source {name!r}; known: {', '.join(SOURCES)}")
+        try:
+            w = float(weight) if eq else 1.0
+        except ValueError:
+            raise DatasetUsageError(f"bad --mix {text!r}: weight of {name!r} is not a number") from None
+        if not w >= 0:
+            raise DatasetUsageError(f"bad --mix {text!r}: weight of {name!r} must be at least 0")
+        out.append((name, w))
+    if not any(w > 0 for _, w in out):
+        raise DatasetUsageError(f"bad --mix {text!r}: give at least one source a positive weight")
+    return tuple(out)
 
 
 def _print_summary(report: dict, out) -> None:

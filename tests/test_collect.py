@@ -117,6 +117,22 @@ def test_generated_workloads_are_deterministic_distinct_sized_and_schedulable():
         w.source != "model" for w in generate_workloads(4, seed=3, target=TARGET, models=()))
 
 
+def test_transformer_workloads_are_wide_projections_of_constant_weights():
+    ws = generate_workloads(16, seed=5, target=TARGET, mix=(("transformer", 1.0),))
+    assert len(ws) == 16 and {w.source for w in ws} == {"transformer"}
+    kinds, orientations = set(), set()
+    for w in ws:
+        st = next(s for s in w.compute.statements if s.reduce == "+=")
+        reads = [a.tensor for a in st.expr.accesses()]
+        weight = next(t for t in reads if t in w.constant_inputs)  # the weight is a graph constant
+        rows, k, n = (st.extent[d] for d in (*st.out_dims, *st.reduce_dims))
+        assert 16 <= rows <= 512 and 256 <= max(k, n) and 2 * rows * k * n <= 300_000_000, w.name
+        orientations.add(w.compute.type_of[weight].shape == (n, k))
+        kinds.add(w.name.split("/")[1].rsplit("_", 1)[-1])
+        assert fits_size(w.compute) and has_legal_default(w, TARGET), w.name
+    assert orientations == {True, False} and len(kinds) >= 3, (orientations, kinds)
+
+
 def test_plan_starts_with_the_default_schedule_and_skips_what_is_done():
     w = tiny_workloads()[0]
     plan = plan_workload(w, TARGET, 5, seed=1, done=set())
@@ -322,6 +338,9 @@ def test_cli_bad_arguments_are_one_line_errors(capsys, tmp_path):
     assert "bad --per-workload 0" in one_line_error(capsys, [*base[:7], "0", *base[8:]])
     assert "--ray-workers goes with --ray" in one_line_error(capsys, [*base, "--ray-workers", "2"])
     assert "unknown model(s) nope" in one_line_error(capsys, [*base, "--models", "nope"])
+    assert "unknown source 'bert'" in one_line_error(capsys, [*base, "--mix", "bert=1"])
+    assert "weight of 'op' is not a number" in one_line_error(capsys, [*base, "--mix", "op=x"])
+    assert "at least one source a positive weight" in one_line_error(capsys, [*base, "--mix", "op=0"])
     assert "--out" in one_line_error(capsys, base[:-2])
     assert not (tmp_path / "ds").exists()
 

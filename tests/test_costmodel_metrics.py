@@ -255,6 +255,26 @@ def test_bad_records_are_skipped_with_one_warning(tmp_path):
         load_dataset(records_path(_dataset_dir(tmp_path)))  # a clean file warns nothing
 
 
+def test_records_timed_mostly_while_pre_empted_are_skipped(tmp_path):
+    """A median far above the fastest repeat (the core was taken from a thread in most repeats) says
+    nothing about the schedule: such a record is skipped and counted, one with a slow outlier is kept."""
+    from dataclasses import replace
+
+    c = _mm(16)
+    a, b, d = _traces(c, 3, seed=4)
+    steady = replace(_record(c, a, 1e-3), times_s=(1.0e-3, 0.98e-3, 1.0e-3, 1.02e-3, 4e-3))  # one outlier
+    preempted = replace(_record(c, b, 8e-3), times_s=(8e-3, 8e-3, 7e-3, 8e-3, 2.1e-3))
+    once = _record(c, d, 5e-3)  # a slow candidate timed once
+    f = tmp_path / "m.jsonl"
+    f.write_text("".join(r.to_json() + "\n" for r in (steady, preempted, once)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_dataset(f)
+    assert sorted(data.seconds.tolist()) == [1e-3, 5e-3]
+    msg = str(caught[0].message)
+    assert "skipped 1 of 3 records: 1 pre-empted timings" in msg and f"{f}:2" in msg and "median 8 ms" in msg
+
+
 def test_tuning_database_files_load_too(tmp_path):
     canon = canonicalize(_mm(24))
     traces = _traces(canon, 4, seed=5)
