@@ -200,7 +200,9 @@ def test_attached_stages_get_local_buffers_and_prefixed_loop_variables():
     locals_ = [a for a in allocations(nest) if a.kind == "local"]
     assert {(a.name, a.size) for a in locals_} == {("m", 1), ("e", 40), ("s", 1)}
     inner = {v.stage: v.node.var for v in walk(nest) if isinstance(v.node, Loop) and v.node.kind == "vectorized"}
-    assert inner == {"m": "m_j", "e": "e_j", "s": "s_j", "Y": "j"}
+    assert inner == {"m": "m_j", "e": "e_j", "Y": "j"}  # s sums e's row in e's loop (a folded reduction)
+    (e_loop,) = [v.node for v in walk(nest) if isinstance(v.node, Loop) and v.node.var == "e_j"]
+    assert [(r.op, r.var) for r in e_loop.reductions] == [("+", "s_acc")]
 
 
 def test_emit_c_prints_a_plan_and_its_nest_identically():

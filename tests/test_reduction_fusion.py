@@ -21,6 +21,7 @@ from superopt.schedule.default import FOLD_REDUCTIONS, default_schedule, sketch_
 from superopt.schedule.graph import default_schedules
 from superopt.schedule.primitives import (
     CacheWrite,
+    ComputeAt,
     Parallel,
     ReduceEpilogue,
     Reorder,
@@ -178,3 +179,62 @@ def test_full_size_moments_never_store_t(kernel_cache):
         T = A[row].astype(np.float64) @ B.astype(np.float64)  # [k, j]
         np.testing.assert_allclose(S[row], T.sum(0), rtol=1e-4, atol=1e-3 * np.abs(T.sum(0)).max())
         np.testing.assert_allclose(Q[row], (T * T).sum(0), rtol=1e-4)
+
+
+# ---- a row sum folded into the elementwise stage it sums (softmax's Z[i] += E[i, r]) -------------
+
+SOFTMAX = ("M[i,u] max= X[i,r]\nE[i,j] = exp(X[i,j] - M[i,0])\nZ[i,u] += E[i,r]\nR[i,u] = 1.0 / Z[i,u]\n"
+           "O[i,j] = E[i,j] * R[i,0]")
+ROW_BASE = [ComputeAt("M", "O", "i"), ComputeAt("E", "O", "i"), Vectorize("E", "j"), ComputeAt("Z", "O", "i"),
+            ComputeAt("R", "O", "i"), Parallel("O", "i")]
+
+
+def _softmax(rows: int, cols: int):
+    return compile_op(SOFTMAX, {"X": (rows, cols)}, extents={"u": 1})
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 1000), (7, 16), (5, 24), (33, 257)])
+def test_softmax_sums_its_row_as_it_computes_it_and_matches_reference(rows, cols, kernel_cache):
+    c = _softmax(rows, cols)
+    space = ScheduleSpace(c, host_target(2))
+    trace = space.trace(space.default_point())
+    assert ReduceEpilogue("Z", "E") in trace  # the default folds the sum
+    code = emit_c(lower(c, trace)).code
+    assert "reduction(+:Z_acc)" in code and not [ln for ln in code.splitlines() if "Z_r" in ln]  # no pass of its own
+    X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) * 4
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)
+    ref = np.exp(X.astype(np.float64) - X.max(1, keepdims=True))
+    np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    # the same rows summed in a second pass: the knob that turns the fold off
+    two_pass = space.trace(Point.of(space.default_point().sketch, {"Z.fold": False}))
+    assert not any(isinstance(p, ReduceEpilogue) for p in two_pass)
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ([ReduceEpilogue("Z", "E")], None),  # legal: the base case
+    ([ReduceEpilogue("M", "E")], "only a sum"),  # (a max: its NaN flag needs a pass of its own)
+    ([ReduceEpilogue("R", "E")], "is elementwise, not a reduction"),
+])
+def test_row_fold_legality(extra, reason):
+    c = _softmax(8, 32)
+    if reason is None:
+        lower(c, ROW_BASE + extra)
+        return
+    with pytest.raises(ScheduleError, match=reason):
+        lower(c, ROW_BASE + extra)
+
+
+def test_row_fold_needs_both_stages_at_one_loop_a_sum_and_a_cpu():
+    c = _softmax(8, 32)
+    with pytest.raises(ScheduleError, match="computed at the same consumer loop"):
+        lower(c, [ComputeAt("Z", "O", "i"), ComputeAt("R", "O", "i"), Parallel("O", "i"),
+                  ReduceEpilogue("Z", "E")])  # E (and M) are root stages
+    mx = compile_op("E[i,j] = exp(X[i,j])\nZ[i,u] max= E[i,r]\nO[i,j] = E[i,j] - Z[i,0]", {"X": (8, 32)},
+                    extents={"u": 1})
+    with pytest.raises(ScheduleError, match="only a sum"):
+        lower(mx, [ComputeAt("E", "O", "i"), ComputeAt("Z", "O", "i"), ReduceEpilogue("Z", "E")])
+    from superopt.runtime.target import h200_target
+
+    with pytest.raises(ScheduleError, match="CPU targets only"):
+        lower(c, [p for p in ROW_BASE if not isinstance(p, (Vectorize, Parallel))] + [ReduceEpilogue("Z", "E")],
+              h200_target())

@@ -455,7 +455,9 @@ def reduce_epilogue_dims(st: Statement, ps: Statement) -> dict[str, str] | None:
     if len(index) != len(ps.out_dims) or not all(ix.is_plain_dim for ix in index):
         return None
     mine = [ix.dims[0] for ix in index]
-    if len(set(mine)) != len(mine) or set(mine) != {d for d, _ in st.extents}:
+    # every dim of ``st`` but those of extent 1 (a kept reduced axis: softmax's Z[i, u] += E[i, r]) is read at
+    if len(set(mine)) != len(mine) or not set(mine) <= set(st.extent) \
+            or any(n > 1 and d not in mine for d, n in st.extents):
         return None
     if any(st.extent[d] != n for d, n in zip(mine, ps.out_shape)):
         return None
@@ -467,6 +469,9 @@ def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
     st = e.stmt
     if st.reduce == "=":
         raise ScheduleError(f"{prim}: {e.name} is elementwise, not a reduction (use Epilogue)")
+    if prod.stmt.reduce == "=":
+        _check_fold_into_elementwise(plan, e, prod, prim)
+        return
     if prod.acc_at is None or prod.partial:
         raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
     if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
@@ -489,6 +494,45 @@ def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
             if walked & reduced:
                 raise ScheduleError(f"{prim}: {prod.name}'s parallel loop {lp.name!r} walks {sorted(walked & reduced)}, "
                                     f"which {e.name} reduces over (threads would update one element)")
+
+
+def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: str) -> None:
+    """A sum folded into an elementwise stage computed inside the same consumer loop (softmax's
+    ``Z[i] += E[i, r]`` summed as each ``E[i, r]`` is computed): its operand is summed where it is
+    produced instead of in a second pass over it. Both stages see one row at a time, so the sum is one
+    register per row."""
+    st = e.stmt
+    if plan.target.kind != "cpu":
+        raise ScheduleError(f"{prim}: a reduction folds into an elementwise stage on CPU targets only")
+    if st.reduce != "+=":
+        raise ScheduleError(f"{prim}: only a sum ('+=', not {st.reduce!r}) folds into an elementwise stage")
+    if prod.attach is None or e.attach != prod.attach:
+        raise ScheduleError(f"{prim}: {e.name} and the elementwise {prod.name} must be computed at the same "
+                            "consumer loop")
+    if prod.block or e.block or prod.epilogue is not None or prod.epilogue_of is not None:
+        raise ScheduleError(f"{prim}: {prod.name} must compute whole rows (no blocks of rows, no epilogue)")
+    if any(x.attach and x.attach[0] in (e.name, prod.name) for x in plan.stages.values()):
+        raise ScheduleError(f"{prim}: nothing may be computed at {e.name} or {prod.name}")
+    if st.padding:
+        raise ScheduleError(f"{prim}: {e.name} reads with padding")
+    dims = reduce_epilogue_dims(st, prod.stmt)
+    if dims is None:
+        raise ScheduleError(f"{prim}: {e.name} must read {prod.name} at one index, a permutation of "
+                            f"{prod.name}'s output dims covering all of {e.name}'s dims")
+    ext = prod.stmt.extent
+    walked = {d for d in prod.stmt.out_dims if d not in prod.bound and ext[d] > 1}
+    reduced = {dims[d] for d in st.reduce_dims if d in dims and ext[dims[d]] > 1}
+    if walked != reduced:
+        raise ScheduleError(f"{prim}: {e.name} must sum over exactly the dims {prod.name}'s own loops walk "
+                            f"({sorted(walked)}), not {sorted(reduced)}")
+    if any(d in dims and ext[dims[d]] > 1 and dims[d] not in prod.bound for d in st.out_dims):
+        raise ScheduleError(f"{prim}: {e.name}'s output dims must be fixed by the consumer loop")
+    if any(lp.parallel or lp.bind for lp in prod.loops):
+        raise ScheduleError(f"{prim}: {prod.name} may not run a parallel loop")
+    order = list(plan.stages)
+    for t in st.inputs():
+        if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
+            raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
 
 
 def _check_attach(plan: KernelPlan, s: Stage) -> None:

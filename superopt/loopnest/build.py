@@ -259,12 +259,46 @@ class _Builder:
             size = math.prod(n for _, n in local_shape(s))
             ident = Literal(REDUCE_IDENTITY[st.reduce], t.dtype)
             body.append(Fill(s.name, size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
+        folded_sums = st.reduce == "=" and bool(s.reduce_epilogues)  # sums of my elements, one register each
         for name in s.reduce_epilogues:  # folded reductions start at their identity before my loops
             e = self.stages[name]
-            ident = Literal(REDUCE_IDENTITY[e.stmt.reduce], self.types[name].dtype)
-            body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
+            dtype = self.types[name].dtype
+            ident = Literal(REDUCE_IDENTITY[e.stmt.reduce], dtype)
+            if folded_sums:
+                body.append(Alloc("local", name, dtype, math.prod(n for _, n in local_shape(e))))
+                body.append(Alloc("register", self.fold_register(name), dtype, 1, ident))
+            else:
+                body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
         body.extend(self.loops(s, 0, bounds))
+        if folded_sums:
+            for name in s.reduce_epilogues:
+                e = self.stages[name]
+                ren = self.fold_dims(e, s)
+                body.append(Assign(self.access(s, name, tuple(ren[d] for d in e.stmt.out_dims)),
+                                   Load(RegisterRef(self.fold_register(name)))))
         return StageNest(s.name, str(st), tuple(body))
+
+    @staticmethod
+    def fold_register(name: str) -> str:
+        """The register a sum folded into an elementwise stage accumulates in."""
+        return f"{name}_acc"
+
+    def fold_dims(self, e: Stage, prod: Stage) -> dict[str, Affine]:
+        """The folded reduction ``e``'s dims as ``prod``'s (a kept axis of extent 1 at 0)."""
+        dims = reduce_epilogue_dims(e.stmt, prod.stmt)
+        assert dims is not None, f"{e.name} folded into {prod.name} without a legality check"
+        return {d: Affine.dim(dims[d]) if d in dims else Affine.of() for d in e.stmt.extent}
+
+    def folded_sums(self, s: Stage, guard: list[GuardCond]) -> list[Node]:
+        """The sums folded into elementwise ``s``, each element added as it is computed."""
+        out: list[Node] = []
+        for name in s.reduce_epilogues:
+            e = self.stages[name]
+            dtype = self.types[name].dtype
+            val = self.value(s, substitute_dims(e.stmt.expr, self.fold_dims(e, s)), dtype)
+            out.append(self._guarded(guard, Accumulate(RegisterRef(self.fold_register(name)), e.stmt.reduce, val,
+                                                       dtype)))
+        return out
 
     def out_access(self, s: Stage) -> BufferAccess:
         return self.access(s, s.name, tuple(Affine.dim(d) for d in s.stmt.out_dims))
@@ -292,7 +326,7 @@ class _Builder:
             val = self.value(s, st.expr, t.dtype)
             guard = [g for g, _ in self._guards]
             if st.reduce == "=":
-                return [self._guarded(guard, Assign(self.out_access(s), val))]
+                return [self._guarded(guard, Assign(self.out_access(s), val)), *self.folded_sums(s, guard)]
             if acc_at is not None and s.name in self._nan_flag:
                 return [self._guarded(guard, Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan"))]
             if acc_at is not None:
@@ -318,6 +352,9 @@ class _Builder:
             clause = (ReductionClause(_CLAUSE_OP[st.reduce], "acc"),)
             if s.name in self._nan_flag:
                 clause += (ReductionClause("or", "acc_nan"),)
+        if lp.vector and st.reduce == "=":  # sums folded into me combine their registers across the lanes
+            clause = tuple(ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.fold_register(n))
+                           for n in s.reduce_epilogues)
         v = self.var[s.name][lp.name]
         inner = bounds  # bounds of the loops that accumulate; the write-back below keeps ``bounds``
         if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and v in bounds \
@@ -333,7 +370,8 @@ class _Builder:
             body: list[Node] = []
             guards = self._guards  # an attached stage computes its own tail guards; restore ours after it
             for child in self.attached.get((s.name, lp.name), []):
-                body.append(self.stage(child))
+                if child.reduce_epilogue_of is None:  # (a sum folded into a sibling runs in its loops)
+                    body.append(self.stage(child))
             self._guards = guards
             body.extend(self.loops(s, k + 1, inner))
             out.append(self.make_loop(s, lp, inner, body, clause))
@@ -471,9 +509,7 @@ class _Builder:
     def reduce_epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
         """A reduction folded into ``s``'s write-back: its buffer combined with its expression of the
         tile element, in ``s``'s loop variables (its dims renamed to the producer's by its read of it)."""
-        dims = reduce_epilogue_dims(e.stmt, s.stmt)
-        assert dims is not None, f"{e.name} folded into {s.name} without a legality check"
-        ren = {d: Affine.dim(p) for d, p in dims.items()}
+        ren = self.fold_dims(e, s)
         expr = substitute_dims(e.stmt.expr, ren)
         dtype = self.types[e.name].dtype
         self._acc_override[s.name] = acc

@@ -383,6 +383,56 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     return out
 
 
+def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fold: bool) -> list[Primitive]:
+    """The ``rowwise@depth`` sketch: every temporary computed (or recomputed, when cheap) per row of the
+    final stage's first ``depth`` dims, the rows in parallel. ``fold``: a sum over a row of an
+    elementwise temporary (softmax's ``Z[i] += E[i, r]``) is folded into that temporary's loop (knob
+    ``<sum>.fold``, CPU targets): one pass over the row instead of two."""
+    stmts = list(compute.statements)
+    final = stmts[-1]
+    temps = [s for s in stmts if s.out not in compute.outputs]
+    trace: list[Primitive] = []
+    attach_loop = final.out_dims[depth - 1]
+    rows: dict[str, Statement] = {}  # elementwise temporaries computed into a row buffer
+    for t in temps:
+        per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
+        if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) \
+                and kn.get(f"{t.out}.inline", True, (True, False)):
+            trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
+            continue
+        trace.append(ComputeAt(t.out, final.out, attach_loop))
+        producer = _row_sum_of(t, rows, depth) if fold and target.kind == "cpu" else None
+        if producer is not None and kn.get(f"{t.out}.fold", True, (True, False)):
+            trace.append(ReduceEpilogue(t.out, producer))
+            continue
+        trace += simple_schedule(t, target, attached=True, knobs=kn)
+        if t.reduce == "=":
+            rows[t.out] = t
+    loops = [d for d, _ in final.extents]
+    trace.append(Parallel(final.out, loops[0]))
+    if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
+            and kn.get(f"{final.out}.vectorize", True, (True, False)):
+        trace.append(Vectorize(final.out, loops[-1]))
+    return trace
+
+
+def _row_sum_of(t: Statement, rows: dict[str, Statement], depth: int) -> str | None:
+    """The row buffer ``t`` sums over a whole row of, read at one index (then ``t`` can be folded into
+    that buffer's loop), or None."""
+    from superopt.codegen.lower import reduce_epilogue_dims
+
+    read = [x for x in t.inputs() if x in rows]
+    if t.reduce != "+=" or len(read) != 1 or t.padding:
+        return None
+    p = rows[read[0]]
+    dims = reduce_epilogue_dims(t, p)
+    if dims is None:
+        return None
+    row = {d for d in p.out_dims[depth:] if p.extent[d] > 1}
+    summed = {dims[d] for d in t.reduce_dims if d in dims and p.extent[dims[d]] > 1}
+    return p.out if row and summed == row else None
+
+
 def inlinable(st: Statement, stmts: list[Statement], outputs: tuple[str, ...]) -> bool:
     """An elementwise temporary the sketches inline into its readers: read by some stage, none of which
     pads it, and not a padded copy feeding a window (inlined, its bounds checks would return)."""
@@ -428,25 +478,16 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         return build_gpu_sketch(compute, target, consts, sketch, knobs)
     kn = knobs or KnobRecorder()
     stmts = list(compute.statements)
-    final = stmts[-1]
-    temps = [s for s in stmts if s.out not in compute.outputs]
     if sketch.startswith(ROWWISE):
         depth = int(sketch.split("@")[1])
-        trace: list[Primitive] = []
-        attach_loop = final.out_dims[depth - 1]
-        for t in temps:
-            per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
-            if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) \
-                    and kn.get(f"{t.out}.inline", True, (True, False)):
-                trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
-                continue
-            trace.append(ComputeAt(t.out, final.out, attach_loop))
-            trace += simple_schedule(t, target, attached=True, knobs=kn)
-        loops = [d for d, _ in final.extents]
-        trace.append(Parallel(final.out, loops[0]))
-        if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
-                and kn.get(f"{final.out}.vectorize", True, (True, False)):
-            trace.append(Vectorize(final.out, loops[-1]))
+        trace = _rowwise(compute, target, kn, depth, fold=True)
+        if any(isinstance(p, ReduceEpilogue) for p in trace):
+            from superopt.codegen.lower import ScheduleError, lower
+
+            try:
+                lower(compute, trace, target)
+            except ScheduleError:  # a fold the static test let through: the same rows, summed in a pass
+                trace = _rowwise(compute, target, kn, depth, fold=False)
         return trace
     if sketch == NAIVE:
         return []
