@@ -22,6 +22,7 @@ from superopt.schedule.graph import default_schedules
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    InPlace,
     Parallel,
     ReduceEpilogue,
     Reorder,
@@ -199,15 +200,21 @@ def test_softmax_sums_its_row_as_it_computes_it_and_matches_reference(rows, cols
     space = ScheduleSpace(c, host_target(2))
     trace = space.trace(space.default_point())
     assert ReduceEpilogue("Z", "E") in trace  # the default folds the sum
+    assert InPlace("E", "O") in trace  # and writes exp into the output row, scaled there in place
     code = emit_c(lower(c, trace)).code
     assert "reduction(+:Z_acc)" in code and not [ln for ln in code.splitlines() if "Z_r" in ln]  # no pass of its own
+    assert "float E[" not in code and f"O[E_j + {cols}*i] = so_expf(" in code
     X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) * 4
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)
     ref = np.exp(X.astype(np.float64) - X.max(1, keepdims=True))
     np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
     # the same rows summed in a second pass: the knob that turns the fold off
-    two_pass = space.trace(Point.of(space.default_point().sketch, {"Z.fold": False}))
-    assert not any(isinstance(p, ReduceEpilogue) for p in two_pass)
+    two_pass = space.trace(Point.of(space.default_point().sketch, {"Z.fold": False, "E.in_place": False}))
+    assert not any(isinstance(p, (ReduceEpilogue, InPlace)) for p in two_pass)
+    for knobs in ({"Z.fold": False}, {"E.in_place": False}):  # each alone is legal and exact
+        (got,) = build_kernel(c, space.trace(Point.of(space.default_point().sketch, knobs)), kernel_cache,
+                              threads=2)(X)
+        np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("extra, reason", [
@@ -238,3 +245,24 @@ def test_row_fold_needs_both_stages_at_one_loop_a_sum_and_a_cpu():
     with pytest.raises(ScheduleError, match="CPU targets only"):
         lower(c, [p for p in ROW_BASE if not isinstance(p, (Vectorize, Parallel))] + [ReduceEpilogue("Z", "E")],
               h200_target())
+
+
+@pytest.mark.parametrize("src, trace, reason", [
+    # the consumer reads the row at another index (reversed): it would read what it already overwrote
+    ("E[i,j] = exp(X[i,j])\nO[i,j] = E[i,j] - E[i,7-j]", [ComputeAt("E", "O", "i"), InPlace("E", "O")],
+     "only at its own index"),
+    # not attached: E has a buffer of its own
+    ("E[i,j] = exp(X[i,j])\nO[i,j] = E[i,j] * 2.0", [InPlace("E", "O")], "computed at O"),
+])
+def test_in_place_rows_are_rejected_where_a_read_would_see_an_overwrite(src, trace, reason):
+    c = compile_op(src, {"X": (4, 8)}, extents={"u": 1} if "u]" in src else None)
+    with pytest.raises(ScheduleError, match=reason):
+        lower(c, trace)
+
+
+def test_in_place_rows_are_cpu_only():
+    from superopt.runtime.target import h200_target
+
+    c = compile_op("E[i,j] = exp(X[i,j])\nO[i,j] = E[i,j] * 2.0", {"X": (4, 8)})
+    with pytest.raises(ScheduleError, match="CPU targets only"):
+        lower(c, [ComputeAt("E", "O", "i"), InPlace("E", "O")], h200_target())

@@ -22,6 +22,7 @@ from superopt.schedule.primitives import (
     Epilogue,
     Fuse,
     Inline,
+    InPlace,
     Pack,
     Parallel,
     Primitive,
@@ -68,6 +69,7 @@ class Stage:
     cache_reads: list[tuple[str, str]] = field(default_factory=list)  # (input, loop): GPU shared-memory copies
     reduce_epilogues: list[str] = field(default_factory=list)  # reductions folded into my write-back, in order
     reduce_epilogue_of: str | None = None  # I am one: my buffer is combined into at this producer's write-back
+    in_place: str | None = None  # attached and stored in this consumer's buffer (InPlace)
 
     @property
     def name(self) -> str:
@@ -347,6 +349,10 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
             raise ScheduleError(f"{p}: a stage folded into a producer is folded once and has no epilogues of its own")
         stage.reduce_epilogue_of = prod.name
         prod.reduce_epilogues.append(stage.name)
+    elif isinstance(p, InPlace):
+        if p.consumer not in stages or p.consumer == p.stage:
+            raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
+        stage.in_place = p.consumer
     elif isinstance(p, ComputeAt):
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
@@ -404,6 +410,8 @@ def _check(plan: KernelPlan) -> None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])
         if s.reduce_epilogue_of is not None:
             _check_reduce_epilogue(plan, s, plan.stages[s.reduce_epilogue_of])
+        if s.in_place is not None:
+            _check_in_place(plan, s, plan.stages[s.in_place])
     # attachment must be acyclic
     for s in plan.stages.values():
         seen = {s.name}
@@ -533,6 +541,30 @@ def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: 
     for t in st.inputs():
         if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
             raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
+
+
+def _check_in_place(plan: KernelPlan, s: Stage, c: Stage) -> None:
+    """``s`` may live in consumer ``c``'s buffer when ``c`` reads it once per element, at ``c``'s own
+    index, and every other reader is done with a row before ``c``'s pass over it overwrites it."""
+    prim = f"InPlace({s.name}, {c.name})"
+    st, ct = s.stmt, c.stmt
+    if plan.target.kind != "cpu":
+        raise ScheduleError(f"{prim}: in-place rows on CPU targets only")
+    if st.reduce != "=" or s.attach is None or s.attach[0] != c.name:
+        raise ScheduleError(f"{prim}: {s.name} must be an elementwise stage computed at {c.name}")
+    if s.block or c.attach is not None or c.epilogue_of is not None or c.reduce_epilogue_of is not None:
+        raise ScheduleError(f"{prim}: {s.name} must compute whole rows of the root stage {c.name}")
+    if st.out_shape != ct.out_shape or plan.types[s.name].dtype != plan.types[c.name].dtype:
+        raise ScheduleError(f"{prim}: {s.name} and {c.name} must have one shape and element type")
+    own = tuple(Affine.dim(d) for d in ct.out_dims)
+    if ct.reduce != "=" or {a.index for a in ct.expr.accesses() if a.tensor == s.name} != {own} \
+            or ct.padding:
+        raise ScheduleError(f"{prim}: {c.name} must be elementwise and read {s.name} only at its own index")
+    if any(s.bound.get(d) not in (None, cd) for d, cd in zip(st.out_dims, ct.out_dims)):
+        raise ScheduleError(f"{prim}: {s.name}'s rows are not {c.name}'s rows")
+    if c.acc_at is not None or c.epilogue is not None or c.reduce_epilogues:
+        raise ScheduleError(f"{prim}: {c.name} has no accumulator, epilogue or folded reduction")
+    # (any other reader is computed at the same loop, before the consumer's pass: ComputeAt's check)
 
 
 def _check_attach(plan: KernelPlan, s: Stage) -> None:

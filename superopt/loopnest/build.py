@@ -129,6 +129,9 @@ class _Builder:
 
     def access(self, s: Stage, tensor: str, index: tuple[Affine, ...]) -> BufferAccess:
         lins = [self.affine_lin(s, ix) for ix in index]
+        owner = self.stages.get(tensor)
+        if owner is not None and owner.in_place is not None:  # stored in its consumer's rows (InPlace)
+            tensor = owner.in_place
         shape, keep = self.buffer_axes(tensor)
         if keep is not None:
             owner = self.stages[tensor]  # a block of the attached stage's dim is indexed from its origin
@@ -251,7 +254,7 @@ class _Builder:
         for lp in s.loops:
             self.extents[cvars[lp.name]] = lp.extent
         body: list[Node] = []
-        if s.attach is not None:
+        if s.attach is not None and s.in_place is None:
             size = math.prod(n for _, n in local_shape(s))
             body.append(Alloc("local", s.name, t.dtype, size))
         bounds = self.loop_bounds(s)

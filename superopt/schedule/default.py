@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Binary, Unary, product_accesses
+from superopt.ir.expr import Access, Affine, Binary, Unary, product_accesses
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
@@ -24,6 +24,7 @@ from superopt.schedule.primitives import (
     Epilogue,
     Fuse,
     Inline,
+    InPlace,
     Pack,
     Parallel,
     Primitive,
@@ -387,7 +388,9 @@ def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fol
     """The ``rowwise@depth`` sketch: every temporary computed (or recomputed, when cheap) per row of the
     final stage's first ``depth`` dims, the rows in parallel. ``fold``: a sum over a row of an
     elementwise temporary (softmax's ``Z[i] += E[i, r]``) is folded into that temporary's loop (knob
-    ``<sum>.fold``, CPU targets): one pass over the row instead of two."""
+    ``<sum>.fold``, CPU targets): one pass over the row instead of two; and the last elementwise
+    temporary the final stage reads only at its own index is stored in the final stage's rows (knob
+    ``<temporary>.in_place``: softmax's ``exp`` written to the output, then scaled in place)."""
     stmts = list(compute.statements)
     final = stmts[-1]
     temps = [s for s in stmts if s.out not in compute.outputs]
@@ -408,6 +411,12 @@ def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fol
         trace += simple_schedule(t, target, attached=True, knobs=kn)
         if t.reduce == "=":
             rows[t.out] = t
+    own = tuple(Affine.dim(d) for d in final.out_dims)
+    in_place = [t for t in rows.values() if fold and target.kind == "cpu" and final.reduce == "=" and not final.padding
+                and t.out_shape == final.out_shape and compute.type_of[t.out].dtype == compute.type_of[final.out].dtype
+                and {a.index for a in final.expr.accesses() if a.tensor == t.out} == {own}]
+    if in_place and kn.get(f"{in_place[-1].out}.in_place", True, (True, False)):
+        trace.append(InPlace(in_place[-1].out, final.out))  # softmax: exp into the output row, scaled in place
     loops = [d for d, _ in final.extents]
     trace.append(Parallel(final.out, loops[0]))
     if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
@@ -481,7 +490,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     if sketch.startswith(ROWWISE):
         depth = int(sketch.split("@")[1])
         trace = _rowwise(compute, target, kn, depth, fold=True)
-        if any(isinstance(p, ReduceEpilogue) for p in trace):
+        if any(isinstance(p, (ReduceEpilogue, InPlace)) for p in trace):
             from superopt.codegen.lower import ScheduleError, lower
 
             try:

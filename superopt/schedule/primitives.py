@@ -110,6 +110,16 @@ class ReduceEpilogue(Primitive):
 
 
 @dataclass(frozen=True)
+class InPlace(Primitive):
+    """Store the attached elementwise stage in the buffer of ``consumer``, the stage it is computed at,
+    which reads it only at its own output index: each element is read, then overwritten by the consumer
+    (softmax: ``exp`` written into the output row, then scaled in place). No row buffer of its own, and
+    the consumer's pass re-reads cached data instead of writing a fresh stream. CPU targets."""
+
+    consumer: str
+
+
+@dataclass(frozen=True)
 class Inline(Primitive):
     """Substitute an elementwise ('=') stage's expression into its consumers; it gets no loops."""
 
@@ -151,7 +161,7 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace)
 }
 
 

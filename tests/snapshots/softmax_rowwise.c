@@ -1,4 +1,4 @@
-/* trace: [{"kind": "ComputeAt", "stage": "m", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "m", "loop": "j"}, {"kind": "ComputeAt", "stage": "e", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "e", "loop": "j"}, {"kind": "ComputeAt", "stage": "s", "consumer": "Y", "loop": "i"}, {"kind": "ReduceEpilogue", "stage": "s", "producer": "e"}, {"kind": "Parallel", "stage": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "Y", "loop": "j"}] */
+/* trace: [{"kind": "ComputeAt", "stage": "m", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "m", "loop": "j"}, {"kind": "ComputeAt", "stage": "e", "consumer": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "e", "loop": "j"}, {"kind": "ComputeAt", "stage": "s", "consumer": "Y", "loop": "i"}, {"kind": "ReduceEpilogue", "stage": "s", "producer": "e"}, {"kind": "InPlace", "stage": "e", "consumer": "Y"}, {"kind": "Parallel", "stage": "Y", "loop": "i"}, {"kind": "Vectorize", "stage": "Y", "loop": "j"}] */
 void softmax_rowwise(void **args) {
     const float *restrict X = (const float *)args[0];
     float *restrict Y = (float *)args[1];
@@ -18,18 +18,17 @@ void softmax_rowwise(void **args) {
             m[0] = acc;
         }
         /* e[i,j] = exp((X[i,j] - m[i]))  over(i:16 j:40) */
-        float e[40] __attribute__((aligned(64)));
         float s[1] __attribute__((aligned(64)));
         float s_acc = 0.0f;
         #pragma omp simd reduction(+:s_acc)
         for (int e_j = 0; e_j < 40; ++e_j) {
-            e[e_j] = so_expf((X[e_j + 40*i] - m[0]));
-            s_acc = s_acc + e[e_j];
+            Y[e_j + 40*i] = so_expf((X[e_j + 40*i] - m[0]));
+            s_acc = s_acc + Y[e_j + 40*i];
         }
         s[0] = s_acc;
         #pragma omp simd
         for (int j = 0; j < 40; ++j) {
-            Y[40*i + j] = (e[j] / s[0]);
+            Y[40*i + j] = (Y[40*i + j] / s[0]);
         }
     }
 }
