@@ -477,14 +477,6 @@ def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
     st = e.stmt
     if st.reduce == "=":
         raise ScheduleError(f"{prim}: {e.name} is elementwise, not a reduction (use Epilogue)")
-    if prod.stmt.reduce == "=":
-        _check_fold_into_elementwise(plan, e, prod, prim)
-        return
-    if prod.acc_at is None or prod.partial:
-        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
-    if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
-                                                             for x in plan.stages.values()):
-        raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")
     if st.padding:
         raise ScheduleError(f"{prim}: {e.name} reads with padding")
     dims = reduce_epilogue_dims(st, prod.stmt)
@@ -495,7 +487,15 @@ def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
     for t in st.inputs():
         if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
             raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
-    reduced = {dims[d] for d in st.reduce_dims}  # producer dims the folded stage sums over
+    if prod.stmt.reduce == "=":
+        _check_fold_into_elementwise(plan, e, prod, prim, dims)
+        return
+    if prod.acc_at is None or prod.partial:
+        raise ScheduleError(f"{prim}: {prod.name} needs a CacheWrite holding its whole reduction")
+    if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
+                                                             for x in plan.stages.values()):
+        raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")
+    reduced = {dims[d] for d in st.reduce_dims if d in dims}  # producer dims the folded stage sums over
     for lp in prod.loops:
         if lp.parallel or lp.bind:
             walked = {d for d, lin in prod.dims.items() if lp.name in lin.vars()}
@@ -504,7 +504,7 @@ def _check_reduce_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
                                     f"which {e.name} reduces over (threads would update one element)")
 
 
-def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: str) -> None:
+def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: str, dims: dict[str, str]) -> None:
     """A sum folded into an elementwise stage computed inside the same consumer loop (softmax's
     ``Z[i] += E[i, r]`` summed as each ``E[i, r]`` is computed): its operand is summed where it is
     produced instead of in a second pass over it. Both stages see one row at a time, so the sum is one
@@ -521,12 +521,6 @@ def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: 
         raise ScheduleError(f"{prim}: {prod.name} must compute whole rows (no blocks of rows, no epilogue)")
     if any(x.attach and x.attach[0] in (e.name, prod.name) for x in plan.stages.values()):
         raise ScheduleError(f"{prim}: nothing may be computed at {e.name} or {prod.name}")
-    if st.padding:
-        raise ScheduleError(f"{prim}: {e.name} reads with padding")
-    dims = reduce_epilogue_dims(st, prod.stmt)
-    if dims is None:
-        raise ScheduleError(f"{prim}: {e.name} must read {prod.name} at one index, a permutation of "
-                            f"{prod.name}'s output dims covering all of {e.name}'s dims")
     ext = prod.stmt.extent
     walked = {d for d in prod.stmt.out_dims if d not in prod.bound and ext[d] > 1}
     reduced = {dims[d] for d in st.reduce_dims if d in dims and ext[dims[d]] > 1}
@@ -537,10 +531,6 @@ def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: 
         raise ScheduleError(f"{prim}: {e.name}'s output dims must be fixed by the consumer loop")
     if any(lp.parallel or lp.bind for lp in prod.loops):
         raise ScheduleError(f"{prim}: {prod.name} may not run a parallel loop")
-    order = list(plan.stages)
-    for t in st.inputs():
-        if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
-            raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
 
 
 def _check_in_place(plan: KernelPlan, s: Stage, c: Stage) -> None:
