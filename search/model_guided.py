@@ -109,6 +109,14 @@ class ModelPick:
     is_default: bool
 
 
+# the model's predicted gain (in its score units: normalized speed, best time / time) a pick needs over the
+# default. On the Xeon (one run, alternating), picks the model scored +0.004 (sgemm 1024^3), +0.067 (a 1x1
+# conv; softmax, turning off the exp's vectorization) ran 1.27-2.1x slower than the default; with 0.1 the
+# resnet50, softmax and inception_v1 programs ran 1.05x, 1.01x and 1.07x the default, against 0.93x,
+# 0.48x and 1.06x with no margin
+PICK_MARGIN = 0.1
+
+
 def thread_partition(trace: Sequence[Primitive]) -> tuple[Primitive, ...]:
     """What decides which thread computes which part of a kernel's output on a CPU: its Fuse and Parallel
     primitives (the parallel loop and the loops fused into it), in order."""
@@ -116,12 +124,13 @@ def thread_partition(trace: Sequence[Primitive]) -> tuple[Primitive, ...]:
 
 
 def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constant_inputs: frozenset[str],
-                  population: int = 512, generations: int = 2, margin: float = 0.0, seed: int = 0,
+                  population: int = 512, generations: int = 2, margin: float = PICK_MARGIN, seed: int = 0,
                   keep_partition: bool = True) -> ModelPick:
     """The model's choice among the default and the model's top candidates, measuring nothing.
 
     The default wins unless the model scores a candidate above it by more than ``margin`` (score
-    units of the model; the XGBoost ranker's scores are comparable within one workload).
+    units of the model; the XGBoost ranker's scores are comparable within one workload;
+    :data:`PICK_MARGIN` by default: the model's error is larger than its smallest predicted gains).
 
     ``keep_partition``: only candidates that split the work among threads as the default does
     (:func:`thread_partition`). The model learned from kernels timed alone, whose inputs sit in the
@@ -151,7 +160,7 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
 
 
 def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Iterable[str] = (),
-                         population: int = 128, generations: int = 2, margin: float = 0.0, seed: int = 0,
+                         population: int = 128, generations: int = 2, margin: float = PICK_MARGIN, seed: int = 0,
                          deadline: float | None = None) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:
     """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are

@@ -14,7 +14,7 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, FeatureVersionError, extract
 from costmodel.metrics import pairwise_accuracy, relative_speed, top_k_score
 from costmodel.xgb import XGBConfig, XGBModel
-from search.model_guided import evolve, pick_schedule, thread_partition
+from search.model_guided import PICK_MARGIN, evolve, pick_schedule, thread_partition
 from superopt.lang import compile_op
 from superopt.runtime.target import avx512_target
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize, trace_to_json
@@ -229,6 +229,36 @@ def test_zero_measurement_pick_keeps_the_default_unless_the_model_prefers_anothe
     cost = {False: _known_cost(fx([Candidate(c, pick.trace, TARGET, consts)])[0]),
             True: _known_cost(fx([Candidate(c, default, TARGET, consts)])[0])}
     assert pick.is_default or cost[False] < cost[True]
+
+
+def test_a_zero_measurement_pick_needs_a_predicted_gain_above_the_margin():
+    """The model's error is larger than its smallest predicted gains: another schedule scored a little above
+    the default (less than ``PICK_MARGIN``) does not replace it; one scored well above it does."""
+    c = sgemm(96, 160, 64)
+    consts = frozenset({"B"})
+    space = ScheduleSpace(c, TARGET, consts)
+    default = space.trace(space.default_point())
+
+    def model_with_gain(gain: float):
+        class Slightly:
+            trained = True
+
+            def update(self, *_):
+                return None
+
+            def predict(self, cands):  # every other schedule `gain` above the default
+                return np.array([0.5 if x.trace == default else 0.5 + gain for x in cands])
+        return Slightly()
+
+    small = pick_schedule(c, TARGET, model_with_gain(PICK_MARGIN / 2), constant_inputs=consts, population=16,
+                          generations=1)
+    assert small.is_default and small.trace == default
+    large = pick_schedule(c, TARGET, model_with_gain(2 * PICK_MARGIN), constant_inputs=consts, population=16,
+                          generations=1)
+    assert not large.is_default and large.trace != default and large.predicted_gain == pytest.approx(2 * PICK_MARGIN)
+    # no margin: the smallest predicted gain switches
+    assert not pick_schedule(c, TARGET, model_with_gain(PICK_MARGIN / 2), constant_inputs=consts, population=16,
+                             generations=1, margin=0.0).is_default
 
 
 def test_zero_measurement_picks_split_the_work_among_threads_as_the_default_does():
