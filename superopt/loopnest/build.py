@@ -129,9 +129,9 @@ class _Builder:
 
     def access(self, s: Stage, tensor: str, index: tuple[Affine, ...]) -> BufferAccess:
         lins = [self.affine_lin(s, ix) for ix in index]
-        owner = self.stages.get(tensor)
-        if owner is not None and owner.in_place is not None:  # stored in its consumer's rows (InPlace)
-            tensor = owner.in_place
+        stage = self.stages.get(tensor)
+        if stage is not None and stage.in_place is not None:  # stored in its consumer's rows (InPlace)
+            tensor = stage.in_place
         shape, keep = self.buffer_axes(tensor)
         if keep is not None:
             owner = self.stages[tensor]  # a block of the attached stage's dim is indexed from its origin
@@ -262,18 +262,18 @@ class _Builder:
             size = math.prod(n for _, n in local_shape(s))
             ident = Literal(REDUCE_IDENTITY[st.reduce], t.dtype)
             body.append(Fill(s.name, size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
-        folded_sums = st.reduce == "=" and bool(s.reduce_epilogues)  # sums of my elements, one register each
+        sums_in_registers = st.reduce == "=" and bool(s.reduce_epilogues)  # sums of my elements, a register each
         for name in s.reduce_epilogues:  # folded reductions start at their identity before my loops
             e = self.stages[name]
             dtype = self.types[name].dtype
             ident = Literal(REDUCE_IDENTITY[e.stmt.reduce], dtype)
-            if folded_sums:
+            if sums_in_registers:
                 body.append(Alloc("local", name, dtype, math.prod(n for _, n in local_shape(e))))
                 body.append(Alloc("register", self.fold_register(name), dtype, 1, ident))
             else:
                 body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
         body.extend(self.loops(s, 0, bounds))
-        if folded_sums:
+        if sums_in_registers:
             for name in s.reduce_epilogues:
                 e = self.stages[name]
                 ren = self.fold_dims(e, s)

@@ -104,7 +104,11 @@ class ReduceEpilogue(Primitive):
     reduces over a subset of them). Its buffer is set to the reduction's identity before the
     producer's loops; each written-back tile element is combined into it. The producer's parallel
     loop must not walk a dim the stage reduces over (two threads would update one element). The
-    producer is not stored at all when nothing else reads it."""
+    producer is not stored at all when nothing else reads it.
+
+    The producer may also be an elementwise stage computed per row inside a consumer, with the
+    reduction computed at the same loop and summing exactly the producer's row (CPU, ``+=`` only:
+    softmax's ``Z[i] += E[i, r]``): the sum is then kept in a register as each element is computed."""
 
     producer: str
 
