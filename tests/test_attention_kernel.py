@@ -128,3 +128,59 @@ def test_rows_sketch_refuses_a_temporary_that_is_not_per_row(kernel_cache):
     feed = {n: rng.standard_normal(graph.type_of[n].shape).astype(np.float32) for n in graph.inputs}
     np.testing.assert_allclose(ex(feed)[graph.outputs[0]], evaluate(graph, feed, np.float64)[graph.outputs[0]],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, row_block", [((2, 4, 16, 16), None), ((1, 3, 17, 8), None), ((2, 2, 5, 7), 1),
+                                              ((1, 2, 40, 16), 1)])
+def test_normalization_factored_out_runs_at_the_write_back(shape, row_block, kernel_cache):
+    """With the softmax's division by Z moved after the weighted sum (``divide_after_sum``), the op ends in
+    ``O = S / Z``: the rows+contraction sketch still applies, computing that division as the weighted sum's
+    epilogue (reading Z, a row temporary), with blocks of rows and with one row at a time."""
+    from rewrite_rules.algebraic import DIVIDE_AFTER_SUM
+    from superopt.schedule.graph import constant_inputs
+    from superopt.schedule.primitives import Epilogue
+    from superopt.schedule.space import Point, ScheduleSpace
+
+    b = GraphBuilder("sdpa")
+    q, k, v = (b.input(n, shape) for n in "qkv")
+    graph = b.build([scaled_dot_product_attention(b, q, k, v, None)])
+    graph = DIVIDE_AFTER_SUM.first(graph)
+    (node,) = graph.nodes
+    last = node.op.statements[-1]
+    assert last.reduce == "=" and sketch_names(node.op, host_target(2))[0] == ROWS_INTO_CONTRACTION
+    space = ScheduleSpace(node.op, host_target(2), constant_inputs(graph, node))
+    point = space.default_point()
+    if row_block is not None:
+        weighted = node.op.statements[-2].out
+        point = Point.of(point.sketch, {**point.knob_map, f"{weighted}.row_block": row_block})
+    trace = list(space.trace(point))
+    assert any(isinstance(p, Epilogue) and p.stage == last.out for p in trace)
+    target = host_target(2)
+    ex = GraphExecutor(graph, {node.name: trace}, ExecutorConfig(2, kernel_cache, target))
+    rng = np.random.default_rng(3)
+    feed = {n: rng.standard_normal(graph.type_of[n].shape).astype(np.float32) for n in graph.inputs}
+    np.testing.assert_allclose(ex(feed)[graph.outputs[0]], evaluate(graph, feed, np.float64)[graph.outputs[0]],
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale, inlined", [("8.0", True), ("0.125", True), ("3.0", False)])
+def test_scores_scaled_by_a_power_of_two_are_recomputed_not_stored(scale, inlined, kernel_cache):
+    """``T / 8`` is as cheap as a multiply (the compiler multiplies by the exact reciprocal), so the rows
+    sketch inlines the scaled scores into the max and the exponent instead of storing a second score block;
+    a division by 3 stays a stored stage. Either way the kernel matches the reference."""
+    from superopt.schedule.primitives import Inline
+
+    b = GraphBuilder("scaled")
+    q, k, v = b.input("q", (2, 24, 16)), b.input("k", (2, 24, 16)), b.input("v", (2, 24, 8))
+    src = (f"T[h,i,j] += Q[h,i,e] * K[h,j,e]\nS[h,i,j] = T[h,i,j] / {scale}\nM[h,i,u] max= S[h,i,j]\n"
+           "E[h,i,j] = exp(S[h,i,j] - M[h,i,0])\nZ[h,i,u] += E[h,i,j]\nP[h,i,j] = E[h,i,j] / Z[h,i,0]\n"
+           "O[h,i,f] += P[h,i,j] * V[h,j,f]")
+    graph = b.build([b.compute1(src, {"Q": q, "K": k, "V": v}, "op", extents={"u": 1})])
+    (node,) = graph.nodes
+    trace = default_schedule(node.op, host_target(2))
+    assert any(isinstance(p, Inline) and p.stage == "S" for p in trace) == inlined
+    ex = _compile(graph, kernel_cache)
+    rng = np.random.default_rng(4)
+    feed = {n: rng.standard_normal(graph.type_of[n].shape).astype(np.float32) for n in graph.inputs}
+    np.testing.assert_allclose(ex(feed)[graph.outputs[0]], evaluate(graph, feed, np.float64)[graph.outputs[0]],
+                               rtol=1e-4, atol=1e-5)

@@ -567,12 +567,15 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
         raise ScheduleError(f"{prim}: no consumer stage {cname!r}")
     siblings = {r.name for r in plan.stages.values() if r.attach == s.attach and r is not s}
     readers = [r for r in plan.consumers_of(s.name)]
-    if not readers or any(r.name != cname and r.name not in siblings for r in readers):
-        raise ScheduleError(f"{prim}: {s.name} is read by {[r.name for r in readers]}; only {cname} and stages "
-                            f"computed at the same loop may read it")
     names = [lp.name for lp in c.loops]
     if loop not in names:
         raise ScheduleError(f"{prim}: {cname} has no loop {loop!r}")
+    # the consumer's epilogue runs at its tile's write-back: inside the attach loop when the tile is
+    in_tile = c.acc_at in names and names.index(c.acc_at) > names.index(loop)
+    if not readers or any(r.name != cname and r.name not in siblings and not (r.epilogue_of == cname and in_tile)
+                          for r in readers):
+        raise ScheduleError(f"{prim}: {s.name} is read by {[r.name for r in readers]}; only {cname}, its "
+                            f"epilogue and stages computed at the same loop may read it")
     outer = c.loops[: names.index(loop) + 1]
     outer_names = {lp.name for lp in outer}
     # consumer dims the loops down to the attach point fix entirely (plain loops, or fused ones: b0_b1)
@@ -589,17 +592,18 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
                 continue
             this: dict[str, str] = {}
             this_block: dict[str, tuple[str, Affine, int]] = {}
+            at_c = r is c or r.epilogue_of == cname  # an epilogue walks the consumer's dims
             for d, ix in zip(s.stmt.out_dims, a.index):
                 if not ix.is_plain_dim:
                     continue
                 rd = ix.dims[0]
-                if r is c and rd in plain:
+                if at_c and rd in plain:
                     this[d] = rd
-                elif r is c and rd in blocks:
+                elif at_c and rd in blocks:
                     this_block[d] = (rd, *blocks[rd])
-                elif r is not c and rd in r.bound:
+                elif not at_c and rd in r.bound:
                     this[d] = r.bound[rd]
-                elif r is not c and rd in r.block:
+                elif not at_c and rd in r.block:
                     this_block[d] = r.block[rd]
             if not first and (this, this_block) != (bound, block):
                 raise ScheduleError(f"{prim}: {s.name} is read at different points of the bound loops")

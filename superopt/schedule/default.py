@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, Binary, Unary, product_accesses
+from superopt.ir.expr import Access, Affine, Binary, Const, Unary, product_accesses
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
@@ -42,11 +42,22 @@ EXPENSIVE_OPS = frozenset({"/", "pow", "mod", "fmod"})
 
 
 def _is_cheap(e) -> bool:
-    """Only adds, multiplies, compares and the like: recomputing it beats a store and a reload."""
+    """Only adds, multiplies, compares and the like: recomputing it beats a store and a reload. A division
+    by a constant power of two counts as a multiply (the compiler emits the exact reciprocal's multiply)."""
     for x in e.walk():
-        if isinstance(x, Unary) and x.fn in EXPENSIVE_FNS or isinstance(x, Binary) and x.op in EXPENSIVE_OPS:
+        if isinstance(x, Unary) and x.fn in EXPENSIVE_FNS:
+            return False
+        if isinstance(x, Binary) and x.op in EXPENSIVE_OPS and not (x.op == "/" and _power_of_two(x.b)):
             return False
     return True
+
+
+def _power_of_two(e) -> bool:
+    """``e`` is a floating constant +-2**k: dividing by it is exactly multiplying by its reciprocal."""
+    if not isinstance(e, Const) or isinstance(e.value, bool) or not str(e.dtype).startswith("float"):
+        return False
+    v = abs(float(e.value))
+    return math.isfinite(v) and v > 0 and math.frexp(v)[0] == 0.5
 
 
 def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent: int) -> tuple[list, str, int]:
@@ -365,6 +376,22 @@ def _is_contraction(st: Statement) -> bool:
     return st.reduce == "+=" and bool(st.reduce_dims) and accs is not None and len(set(accs)) >= 2
 
 
+def final_contraction(compute: Compute) -> tuple[list[Statement], Statement, Statement | None]:
+    """(the statements before it, the last contraction, its elementwise epilogue or None): the last
+    statement, or the one before it when the last only scales or shifts it at its own index (the
+    softmax's ``O[i, j] = S[i, j] * R[i]`` after ``S[i, j] += E[i, k] * V[k, j]``)."""
+    stmts = list(compute.statements)
+    last = stmts[-1]
+    if len(stmts) >= 2 and last.reduce == "=" and _is_contraction(stmts[-2]):
+        prev = stmts[-2]
+        own = tuple(Affine.dim(d) for d in last.out_dims)
+        reads = [a for a in last.expr.accesses() if a.tensor == prev.out]
+        if reads and all(a.index == own for a in reads) and prev.out_shape == last.out_shape \
+                and prev.out not in compute.outputs and not last.padding:
+            return stmts[:-2], prev, last
+    return stmts[:-1], last, None
+
+
 def foldable_reductions(compute: Compute) -> dict[str, str]:
     """Reduction stage -> the two-operand contraction whose result it reads at that result's own index
     (``S[i,j] += T[i,j,k]`` of ``T[i,j,k] += A[i,k,r] * B[r,j]``): folded by :class:`ReduceEpilogue`, the
@@ -470,8 +497,10 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
     if foldable_reductions(compute):
         out.append(FOLD_REDUCTIONS)
-    if temps and _is_contraction(final) and any(_is_contraction(t) for t in temps) \
-            and any(t.reduce != "=" and not _is_contraction(t) for t in temps):
+    before, contraction, _ = final_contraction(compute)
+    if before and len(compute.outputs) == 1 and _is_contraction(contraction) \
+            and any(_is_contraction(t) for t in before) \
+            and any(t.reduce != "=" and not _is_contraction(t) for t in before):
         out.append(ROWS_INTO_CONTRACTION)
     return out + [STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE]
 

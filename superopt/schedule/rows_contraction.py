@@ -26,11 +26,12 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target
-from superopt.schedule.default import _is_cheap, _is_contraction, simple_schedule
+from superopt.schedule.default import _is_cheap, _is_contraction, final_contraction, simple_schedule
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
+    Epilogue,
     Fuse,
     Inline,
     Pack,
@@ -50,8 +51,7 @@ def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) ->
     where that structure lowers, else to one row."""
     from superopt.codegen.lower import ScheduleError, lower
 
-    stmts = list(compute.statements)
-    final = stmts[-1]
+    _, final, _ = final_contraction(compute)
     if len(compute.outputs) != 1 or not _is_contraction(final) or len(final.out_dims) < 2:
         raise ValueError("not a contraction over rows")
     s = final.out
@@ -89,8 +89,7 @@ def _batch_loop(s: str, batch: list[str]) -> tuple[list[Primitive], str | None, 
 
 
 def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) -> list[Primitive]:
-    stmts = list(compute.statements)
-    final = stmts[-1]
+    temps, final, epilogue = final_contraction(compute)
     VECTOR = target.lanes("float32")
     s, last, (red,) = final.out, final.out_dims[-1], final.reduce_dims
     ext = final.extent
@@ -127,7 +126,7 @@ def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) 
         par = f"{par}_{row_o}"
         row_o = par
     trace.append(Parallel(s, par))
-    for t in stmts[:-1]:
+    for t in temps:
         per_row = math.prod(n for d, n in t.extents if d in t.out_dims[len(rows):])
         if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
             trace.append(Inline(t.out))
@@ -143,7 +142,7 @@ def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) 
             trace += _scores_tiles(t, alone, target, kn, len(rows) - 1)
         else:
             trace += simple_schedule(t, target, attached=True, knobs=kn)
-    return trace
+    return trace + ([Epilogue(epilogue.out, s)] if epilogue else [])
 
 
 def _scores_tiles(t: Statement, inputs: tuple[str, ...], target: Target, kn: KnobRecorder,
@@ -190,8 +189,7 @@ def _one_row(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primiti
     computed inside the final contraction's row loop (its last output dim excepted), so each lives in a
     row buffer on the stack (the score row, never the score matrix); cheap elementwise ones are inlined.
     The final contraction accumulates its row in registers, vectorized along its last output dim."""
-    stmts = list(compute.statements)
-    final = stmts[-1]
+    temps, final, epilogue = final_contraction(compute)
     s, last = final.out, final.out_dims[-1]
     # the first two row dims fused into the parallel loop (batch x heads; a fused loop cannot be fused
     # again), the temporaries attached at the innermost row loop (the query row)
@@ -203,7 +201,7 @@ def _one_row(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primiti
         par = f"{rows[0]}_{rows[1]}"
         rows[:2] = [par]
     row = rows[-1]
-    for t in stmts[:-1]:
+    for t in temps:
         per_row = math.prod(n for d, n in t.extents if d in t.out_dims[len(final.out_dims) - 1:])
         if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
             trace.append(Inline(t.out))
@@ -216,4 +214,4 @@ def _one_row(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primiti
     if final.extent[last] >= 4 and kn.get(f"{s}.vectorize", True, (True, False)):
         trace.append(Vectorize(s, last))
     trace.append(Parallel(s, par))
-    return trace
+    return trace + ([Epilogue(epilogue.out, s)] if epilogue else [])
