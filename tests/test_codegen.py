@@ -345,8 +345,15 @@ def test_transposes_are_copied_in_blocks(kernel_cache):
     X = np.random.default_rng(0).standard_normal((3, 48, 32)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(X)
     np.testing.assert_array_equal(got, X.transpose(0, 2, 1))
-    odd = compile_op("O[j,i] = X[i,j]", {"X": (20, 7)})  # not multiples of 16: the plain schedule
+    odd = compile_op("O[j,i] = X[i,j]", {"X": (20, 7)})  # a side shorter than a vector: the plain schedule
     assert not any(isinstance(p, Split) for p in default_schedule(odd))
+    # NCHW16c back to NCHW (56 pixels a row: the last block of each row is partial)
+    tail = compile_op("O[b,c,y,x] = X[b,y,x,c]", {"X": (2, 5, 56, lanes)})
+    trace = default_schedule(tail, host_target(2))
+    assert Split("O", "x", lanes) in trace
+    X = np.random.default_rng(1).standard_normal((2, 5, 56, lanes)).astype(np.float32)
+    (got,) = build_kernel(tail, trace, kernel_cache)(X)
+    np.testing.assert_array_equal(got, X.transpose(0, 3, 1, 2))
 
 
 def test_vectorizable_exp_is_accurate_over_the_whole_float_range(kernel_cache):
@@ -388,3 +395,22 @@ def test_index_comparisons_compile_as_integer_compares(shape, k):
     np.testing.assert_array_equal(prog(x)[0], np.tril(x, k))
     code = open(prog.executor.kernels[0].lib._name[:-3] + ".c").read()
     assert "<= 0)" in code and "1.0f)" not in code.split("void k0")[1]
+
+
+@pytest.mark.parametrize("cols", [512, 500])
+def test_large_packs_are_split_among_the_threads(cols, kernel_cache):
+    """A pack of at least PARALLEL_PACK_ELEMENTS elements runs as a parallel loop (a run-time input is
+    packed on every call); an exact last panel needs no range test, a partial one zero-fills its tail."""
+    from superopt.loopnest.build import PARALLEL_PACK_ELEMENTS
+
+    c = compile_op("O[i,j] += A[i,k] * B[k,j]", {"A": (64, 256), "B": (256, cols)})
+    target = host_target(2)
+    trace = default_schedule(c, target)
+    src = emit_c(lower(c, trace, target), "mm").code
+    pack = src[src.index("_pack_B("):]
+    assert 256 * cols >= PARALLEL_PACK_ELEMENTS and "#pragma omp parallel for" in pack
+    assert ("? src[" in pack) == (cols % 64 != 0)  # panels of 64 columns
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, cols)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=target)(A, B)
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)

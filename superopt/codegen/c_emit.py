@@ -333,6 +333,8 @@ def print_pack(p: PackNest, name: str) -> str:
     lines = [f"void {name}_pack_{p.tensor}(const void *src_, void *dst_) {{",
              f"    const {ct} *restrict src = (const {ct} *)src_;",
              f"    {ct} *restrict dst = ({ct} *)dst_;"]
+    if p.parallel:
+        lines.append("    #pragma omp parallel for schedule(static)" + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
     for i, (v, n) in enumerate(p.loops):
         lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
     flat_src = "0"

@@ -57,6 +57,7 @@ from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value
 from superopt.loopnest.versioning import peel_tile_tails
 
 _CLAUSE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}
+PARALLEL_PACK_ELEMENTS = 1 << 16  # a pack this large is split among the threads (a parallel region costs a few us)
 
 Bounds = dict[str, tuple[TailLimit, ...]]  # loop var -> its tail limits
 
@@ -563,10 +564,21 @@ class _Builder:
         for pos, axis in enumerate(lay.perm):
             src[axis] = permuted[pos]
         in_range = None
-        if lay.split_axis >= 0:
-            in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])
+        if lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
+            in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])  # a partial last panel
         return PackNest(tensor, self.types[tensor].dtype, lay, tuple(zip(names, lay.shape)), lay.src_shape,
-                        tuple(src), in_range)
+                        tuple(src), in_range, self.pack_parallel(lay.shape))
+
+    def pack_parallel(self, shape: tuple[int, ...]) -> int:
+        """Leading pack loops the threads share: the fewest giving each thread 4 parts, none for a copy under
+        :data:`PARALLEL_PACK_ELEMENTS` (a run-time input packed on every call: attention's keys, 0.1 ms alone)."""
+        threads = self.plan.target.threads
+        if self.plan.target.kind != "cpu" or threads < 2 or math.prod(shape) < PARALLEL_PACK_ELEMENTS:
+            return 0
+        for k in range(1, len(shape)):
+            if math.prod(shape[:k]) >= 4 * threads:
+                return k
+        return 0
 
 
 def _divmod(lin: Affine, f: int, extents: dict[str, int]) -> tuple[Affine | None, Affine | None]:

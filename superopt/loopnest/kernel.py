@@ -34,7 +34,8 @@ class PackNest:
     """Copy input ``tensor`` into its packed layout: loops ``loops`` (var, extent) over the packed
     shape ``dst_shape``; the source element at per-axis ``src_index`` (one per source axis) lands at
     the packed per-axis index ``loops``' vars. ``in_range``: (source axis index, limit) below which the
-    source is read, zero above (the padded tail of a split axis)."""
+    source is read, zero above (the padded tail of a split axis). ``parallel``: how many leading loops
+    the threads share (collapsed into one parallel loop; 0: one thread packs it all)."""
 
     tensor: str
     dtype: str
@@ -43,6 +44,7 @@ class PackNest:
     src_shape: tuple[int, ...]
     src_index: tuple[str | Joined, ...]
     in_range: tuple[str | Joined, int] | None
+    parallel: int = 0
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ void capsule_default(void **args) {
 void capsule_default_pack_W(const void *src_, void *dst_) {
     const float *restrict src = (const float *)src_;
     float *restrict dst = (float *)dst_;
+    #pragma omp parallel for schedule(static) collapse(2)
     for (int a0 = 0; a0 < 3; ++a0)
         for (int a1 = 0; a1 < 3; ++a1)
             for (int a2 = 0; a2 < 32; ++a2)

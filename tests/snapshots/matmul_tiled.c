@@ -37,5 +37,5 @@ void matmul_tiled_pack_B(const void *src_, void *dst_) {
     for (int a0 = 0; a0 < 2; ++a0)
         for (int a1 = 0; a1 < 48; ++a1)
             for (int a2 = 0; a2 < 32; ++a2)
-                dst[(((0) * 2 + a0) * 48 + a1) * 32 + a2] = ((a0 * 32 + a2) < 64) ? src[((0) * 48 + a1) * 64 + (a0 * 32 + a2)] : 0;
+                dst[(((0) * 2 + a0) * 48 + a1) * 32 + a2] = src[((0) * 48 + a1) * 64 + (a0 * 32 + a2)];
 }
