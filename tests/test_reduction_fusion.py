@@ -6,6 +6,8 @@ is never stored. Checked against the reference interpreter (several shapes, tail
 executor's memory plan (no buffer holds T), and for illegal folds (a one-line reason each).
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,7 @@ from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
     InPlace,
+    NextRow,
     Parallel,
     ReduceEpilogue,
     Reorder,
@@ -203,7 +206,9 @@ def test_softmax_sums_its_row_as_it_computes_it_and_matches_reference(rows, cols
     assert InPlace("E", "O") in trace  # and writes exp into the output row, scaled there in place
     code = emit_c(lower(c, trace)).code
     assert "reduction(+:Z_acc)" in code and not [ln for ln in code.splitlines() if "Z_r" in ln]  # no pass of its own
-    assert "float E[" not in code and f"O[E_j + {cols}*i] = so_expf(" in code
+    assert "float E[" not in code and re.search(r"O\[E_j [^\]]*\] = so_expf\(", code)
+    # rows divide into blocks of at least 2 rows, 2 blocks a thread: the next row's max is taken in the exp loop
+    assert (NextRow("M", "E") in trace) == (rows in (64, 33))
     X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) * 4
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)
     ref = np.exp(X.astype(np.float64) - X.max(1, keepdims=True))
@@ -211,7 +216,7 @@ def test_softmax_sums_its_row_as_it_computes_it_and_matches_reference(rows, cols
     # the same rows summed in a second pass: the knob that turns the fold off
     two_pass = space.trace(Point.of(space.default_point().sketch, {"Z.fold": False, "E.in_place": False}))
     assert not any(isinstance(p, (ReduceEpilogue, InPlace)) for p in two_pass)
-    for knobs in ({"Z.fold": False}, {"E.in_place": False}):  # each alone is legal and exact
+    for knobs in ({"Z.fold": False}, {"E.in_place": False}, {"M.next_row": False}):  # each alone: legal, exact
         (got,) = build_kernel(c, space.trace(Point.of(space.default_point().sketch, knobs)), kernel_cache,
                               threads=2)(X)
         np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -266,3 +271,50 @@ def test_in_place_rows_are_cpu_only():
     c = compile_op("E[i,j] = exp(X[i,j])\nO[i,j] = E[i,j] * 2.0", {"X": (4, 8)})
     with pytest.raises(ScheduleError, match="CPU targets only"):
         lower(c, [ComputeAt("E", "O", "i"), InPlace("E", "O")], h200_target())
+
+
+# ---- a row reduction computed one row ahead (softmax's max of row i+1 inside row i's exp loop) --------
+
+AHEAD_BASE = [Split("O", "i", 4), ComputeAt("M", "O", "i_i"), ComputeAt("E", "O", "i_i"), Vectorize("E", "j"),
+              ComputeAt("Z", "O", "i_i"), ComputeAt("R", "O", "i_i"), Parallel("O", "i_o")]
+
+
+@pytest.mark.parametrize("rows, cols, block", [(16, 40, 4), (13, 37, 4), (9, 16, 9), (6, 2, 3)])
+def test_next_row_max_matches_reference_with_nan_inf_and_tails(rows, cols, block, kernel_cache):
+    """The max of row i+1 reduced inside row i's exp loop (NextRow), blocks of ``block`` rows (13 rows:
+    a partial last block), rows holding a NaN, a +inf and only -inf: NaN rows stay NaN, the rest exact."""
+    c = _softmax(rows, cols)
+    trace = [Split("O", "i", block)] + AHEAD_BASE[1:-1] + [Parallel("O", "i_o"), NextRow("M", "E")]
+    code = emit_c(lower(c, trace)).code
+    assert "reduction(max:M_next)" in code  # reduced in E's loop, across its lanes
+    X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) * 4
+    X[1, cols // 2] = np.nan
+    X[2, 0] = np.inf
+    X[3, :] = -np.inf
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)
+    x = X.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ref = np.exp(x - x.max(1, keepdims=True))
+        ref = ref / ref.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("trace, reason", [
+    (AHEAD_BASE + [NextRow("Z", "E")], "read kernel inputs only"),  # Z sums E, a stage
+    (AHEAD_BASE + [NextRow("M", "R")], "walk exactly the dim"),  # R has no row to walk
+    (AHEAD_BASE + [NextRow("M", "Z")], "Z must be an elementwise stage computed at M's consumer loop"),
+    ([ComputeAt("M", "O", "i"), ComputeAt("E", "O", "i"), ComputeAt("Z", "O", "i"), ComputeAt("R", "O", "i"),
+      Parallel("O", "i"), NextRow("M", "E")], "must be serial"),
+])
+def test_next_row_is_rejected_with_reason(trace, reason):
+    with pytest.raises(ScheduleError, match=reason):
+        lower(_softmax(8, 32), trace)
+
+
+def test_next_row_is_cpu_only_and_round_trips():
+    from superopt.runtime.target import h200_target
+
+    trace = [p for p in AHEAD_BASE if not isinstance(p, (Vectorize, Parallel))] + [NextRow("M", "E")]
+    with pytest.raises(ScheduleError, match="CPU targets only"):
+        lower(_softmax(8, 32), trace, h200_target())
+    assert trace_from_json(trace_to_json(trace)) == tuple(trace)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, DivMod, Expr, map_expr, substitute_dims
 from superopt.ir.statement import Statement
-from superopt.ir.types import TensorType
+from superopt.ir.types import TensorType, is_float
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
     Bind,
@@ -23,6 +23,7 @@ from superopt.schedule.primitives import (
     Fuse,
     Inline,
     InPlace,
+    NextRow,
     Pack,
     Parallel,
     Primitive,
@@ -70,6 +71,8 @@ class Stage:
     reduce_epilogues: list[str] = field(default_factory=list)  # reductions folded into my write-back, in order
     reduce_epilogue_of: str | None = None  # I am one: my buffer is combined into at this producer's write-back
     in_place: str | None = None  # attached and stored in this consumer's buffer (InPlace)
+    next_row_into: str | None = None  # a row reduction computed a row ahead in this sibling's loop (NextRow)
+    next_rows: list[str] = field(default_factory=list)  # the row reductions computed a row ahead in my loop
 
     @property
     def name(self) -> str:
@@ -353,6 +356,13 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
         stage.in_place = p.consumer
+    elif isinstance(p, NextRow):
+        if p.into not in stages or p.into == p.stage:
+            raise ScheduleError(f"{p}: no stage {p.into!r}")
+        if stage.next_row_into is not None:
+            raise ScheduleError(f"{p}: {stage.name} is already computed a row ahead in {stage.next_row_into}")
+        stage.next_row_into = p.into
+        stages[p.into].next_rows.append(stage.name)
     elif isinstance(p, ComputeAt):
         if p.consumer not in stages or p.consumer == p.stage:
             raise ScheduleError(f"{p}: no consumer stage {p.consumer!r}")
@@ -412,6 +422,8 @@ def _check(plan: KernelPlan) -> None:
             _check_reduce_epilogue(plan, s, plan.stages[s.reduce_epilogue_of])
         if s.in_place is not None:
             _check_in_place(plan, s, plan.stages[s.in_place])
+        if s.next_row_into is not None:
+            _check_next_row(plan, s, plan.stages[s.next_row_into])
     # attachment must be acyclic
     for s in plan.stages.values():
         seen = {s.name}
@@ -531,6 +543,56 @@ def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: 
         raise ScheduleError(f"{prim}: {e.name}'s output dims must be fixed by the consumer loop")
     if any(lp.parallel or lp.bind for lp in prod.loops):
         raise ScheduleError(f"{prim}: {prod.name} may not run a parallel loop")
+
+
+def next_row_shift(plan: KernelPlan, m: Stage) -> tuple[str, int]:
+    """(the consumer dim that walks the rows, how far one iteration of the row loop moves it) for a
+    stage computed a row ahead: the one dim of the consumer bound to ``m``'s output that the attach
+    loop moves."""
+    cname, loop = m.attach
+    c = plan.stages[cname]
+    moved = [cd for cd in m.bound.values() if loop in c.dims[cd].vars()]
+    (row,) = moved
+    return row, c.dims[row].coeff(loop)
+
+
+def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
+    """``m`` (a row reduction of kernel inputs) may be computed one row ahead in ``e``'s loop when both
+    are computed at the same serial loop of their consumer, ``e`` walks exactly the dim ``m`` reduces
+    over, and the attach loop moves exactly one of the consumer's dims that ``m``'s output is bound to."""
+    prim = f"NextRow({m.name}, {e.name})"
+    st = m.stmt
+    if plan.target.kind != "cpu":
+        raise ScheduleError(f"{prim}: rows computed ahead on CPU targets only")
+    if st.reduce == "=" or not is_float(plan.types[m.name].dtype):
+        raise ScheduleError(f"{prim}: {m.name} must be a float reduction")
+    if st.padding or any(a.tensor not in plan.compute.inputs for a in st.expr.accesses()):
+        raise ScheduleError(f"{prim}: {m.name} must read kernel inputs only, without padding")
+    if m.attach is None or e.attach != m.attach or e.stmt.reduce != "=":
+        raise ScheduleError(f"{prim}: {e.name} must be an elementwise stage computed at {m.name}'s consumer loop")
+    if m.block or e.block or m.in_place or m.reduce_epilogue_of or m.reduce_epilogues or m.epilogue \
+            or e.epilogue_of is not None or m.cache_at is not None:
+        raise ScheduleError(f"{prim}: {m.name} and {e.name} must compute whole rows, unfolded")
+    if any(x.attach and x.attach[0] in (m.name, e.name) for x in plan.stages.values()):
+        raise ScheduleError(f"{prim}: nothing may be computed at {m.name} or {e.name}")
+    c = plan.stages[m.attach[0]]
+    lp = c.loops[c.index_of(m.attach[1])]
+    if lp.parallel or lp.vector or lp.bind:
+        raise ScheduleError(f"{prim}: the row loop {lp.name!r} must be serial (its rows run in order)")
+    ext = st.extent
+    if any(ext[d] > 1 and d not in m.bound for d in st.out_dims):
+        raise ScheduleError(f"{prim}: {m.name}'s output must be fixed by the consumer loop")
+    moved = [cd for cd in m.bound.values() if m.attach[1] in c.dims[cd].vars()]
+    if len(moved) != 1 or any(isinstance(a, DivMod) for a in c.dims[moved[0]].dims) \
+            or not c.dims[moved[0]].coeff(m.attach[1]):
+        raise ScheduleError(f"{prim}: the loop {lp.name!r} must move exactly one row dim of {m.name}")
+    walked = [d for d in e.stmt.out_dims if d not in e.bound and e.stmt.extent[d] > 1]
+    reduced = [d for d in st.reduce_dims if ext[d] > 1]
+    if len(walked) != 1 or len(reduced) != 1 or ext[reduced[0]] != e.stmt.extent[walked[0]] \
+            or [lp.name for lp in e.loops if lp.extent > 1] != walked:
+        raise ScheduleError(f"{prim}: {e.name}'s loop must walk exactly the dim {m.name} reduces over")
+    if not all(cd in e.bound.values() for cd in m.bound.values()):
+        raise ScheduleError(f"{prim}: {e.name} must be computed at {m.name}'s rows")
 
 
 def _check_in_place(plan: KernelPlan, s: Stage, c: Stage) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from superopt.codegen.lower import KernelPlan, Stage, local_shape, reduce_epilogue_dims
+from superopt.codegen.lower import KernelPlan, Stage, local_shape, next_row_shift, reduce_epilogue_dims
 from superopt.codegen.lower import Loop as PlanLoop
 from superopt.ir.expr import (
     BOOL_FNS,
@@ -273,7 +273,16 @@ class _Builder:
                 body.append(Alloc("register", self.fold_register(name), dtype, 1, ident))
             else:
                 body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
+        for name in s.next_rows:  # rows reduced a row ahead in my loop start at their identity
+            e = self.stages[name]
+            body.append(Assign(RegisterRef(self.ahead_register(name)),
+                               Literal(REDUCE_IDENTITY[e.stmt.reduce], self.types[name].dtype)))
+            if self.ahead_flag(e):
+                body.append(Assign(RegisterRef(self.ahead_flag(e)), Literal(0, "int32")))
         body.extend(self.loops(s, 0, bounds))
+        for name in s.next_rows:
+            if self.ahead_flag(self.stages[name]):
+                body.append(RestoreNan(RegisterRef(self.ahead_register(name)), self.ahead_flag(self.stages[name])))
         if sums_in_registers:
             for name in s.reduce_epilogues:
                 e = self.stages[name]
@@ -304,6 +313,76 @@ class _Builder:
                                                        dtype)))
         return out
 
+    @staticmethod
+    def ahead_register(name: str) -> str:
+        """The register a row reduction computed a row ahead (NextRow) accumulates the next row in."""
+        return f"{name}_next"
+
+    def ahead_flag(self, m: Stage) -> str | None:
+        """Its NaN flag (a float max= or min=), else None."""
+        return f"{m.name}_next_nan" if m.stmt.reduce in ("max=", "min=") else None
+
+    def rows_ahead(self, s: Stage, guard: list[GuardCond]) -> list[Node]:
+        """The row reductions computed a row ahead in elementwise ``s``: each element of the next row
+        combined into its register as ``s`` computes this row's element (``s``'s dims, the row one
+        iteration of the row loop on), except in the row loop's last iteration (no next row there)."""
+        out: list[Node] = []
+        for name in s.next_rows:
+            m = self.stages[name]
+            cname, loop = m.attach
+            row, step = next_row_shift(self.plan, m)
+            at = {cd: ed for ed, cd in s.bound.items()}
+            (walked,) = [d for d in s.stmt.out_dims if d not in s.bound and s.stmt.extent[d] > 1]
+            mapping: dict[str, Affine] = {}
+            for d, n in m.stmt.extents:
+                if d in m.bound:
+                    mapping[d] = Affine.dim(at[m.bound[d]]) + Affine.of({}, step if m.bound[d] == row else 0)
+                else:
+                    mapping[d] = Affine.dim(walked) if n > 1 else Affine.of()
+            dtype = self.types[name].dtype
+            val = self.value(s, substitute_dims(m.stmt.expr, mapping), dtype)
+            c = self.stages[cname]
+            extent = {lp.name: lp.extent for lp in c.loops}
+            conds = [*guard, GuardCond(Affine.var(self.var[cname][loop]), extent[loop] - 1)]
+            # past the row dim's end (a tail of its split): the last row of the tail has no next row either
+            lin = c.dims[row]
+            top = lin.const + step + sum(k * (extent[a] - (2 if a == loop else 1)) for a, k in lin.terms if k > 0)
+            if top >= c.stmt.extent[row]:
+                conds.append(GuardCond(Affine.of({self.var[cname][a]: k for a, k in lin.terms}, lin.const + step),
+                                       c.stmt.extent[row]))
+            out.append(self._guarded(conds, Accumulate(RegisterRef(self.ahead_register(name)), m.stmt.reduce, val,
+                                                       dtype, self.ahead_flag(m))))
+        return out
+
+    def first_row(self, s: Stage, lp: PlanLoop, ahead: list[Stage]) -> list[Node]:
+        """Before loop ``lp`` of consumer ``s``: the registers of the row reductions computed a row ahead,
+        and those reductions for the loop's first row, computed on their own (the loop's variable at 0)."""
+        out: list[Node] = []
+        body: list[Node] = []
+        guards = self._guards
+        for m in ahead:
+            dtype = self.types[m.name].dtype
+            out.append(Alloc("register", self.ahead_register(m.name), dtype, 1,
+                             Literal(REDUCE_IDENTITY[m.stmt.reduce], dtype)))
+            if self.ahead_flag(m):
+                out.append(Alloc("flag", self.ahead_flag(m), "int32", 1, Literal(0, "int32")))
+            body.append(self.stage(m))
+            body.append(Assign(RegisterRef(self.ahead_register(m.name)), Load(self.row_access(m))))
+        self._guards = guards
+        out.append(Loop(self.var[s.name][lp.name], 1, "serial", tuple(body), (), (), False, s.name))
+        return out
+
+    def row_from_register(self, m: Stage) -> list[Node]:
+        """In the row loop, a row reduction computed a row ahead: its row buffer set from its register."""
+        size = math.prod(n for _, n in local_shape(m))
+        return [Alloc("local", m.name, self.types[m.name].dtype, size),
+                Assign(self.row_access(m), Load(RegisterRef(self.ahead_register(m.name))))]
+
+    def row_access(self, m: Stage) -> BufferAccess:
+        """``m``'s element for the consumer's current row, outside ``m``'s own loops (its output dims
+        are bound to the consumer's, or of extent 1)."""
+        return self.access(m, m.name, tuple(Affine.dim(d) if d in m.bound else Affine.of() for d in m.stmt.out_dims))
+
     def out_access(self, s: Stage) -> BufferAccess:
         return self.access(s, s.name, tuple(Affine.dim(d) for d in s.stmt.out_dims))
 
@@ -330,7 +409,8 @@ class _Builder:
             val = self.value(s, st.expr, t.dtype)
             guard = [g for g, _ in self._guards]
             if st.reduce == "=":
-                return [self._guarded(guard, Assign(self.out_access(s), val)), *self.folded_sums(s, guard)]
+                return [self._guarded(guard, Assign(self.out_access(s), val)), *self.folded_sums(s, guard),
+                        *self.rows_ahead(s, guard)]
             if acc_at is not None and s.name in self._nan_flag:
                 return [self._guarded(guard, Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan"))]
             if acc_at is not None:
@@ -359,6 +439,10 @@ class _Builder:
         if lp.vector and st.reduce == "=":  # sums folded into me combine their registers across the lanes
             clause = tuple(ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.fold_register(n))
                            for n in s.reduce_epilogues)
+            for n in s.next_rows:  # rows computed ahead in my loop combine theirs
+                clause += (ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.ahead_register(n)),)
+                if self.ahead_flag(self.stages[n]):
+                    clause += (ReductionClause("or", self.ahead_flag(self.stages[n])),)
         v = self.var[s.name][lp.name]
         inner = bounds  # bounds of the loops that accumulate; the write-back below keeps ``bounds``
         if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and v in bounds \
@@ -373,11 +457,16 @@ class _Builder:
         else:
             body: list[Node] = []
             guards = self._guards  # an attached stage computes its own tail guards; restore ours after it
+            ahead = [c for c in self.attached.get((s.name, lp.name), []) if c.next_row_into is not None]
             for child in self.attached.get((s.name, lp.name), []):
-                if child.reduce_epilogue_of is None:  # (a sum folded into a sibling runs in its loops)
+                if child.next_row_into is not None:  # reduced a row ahead in a sibling's loop (NextRow)
+                    body.extend(self.row_from_register(child))
+                elif child.reduce_epilogue_of is None:  # (a sum folded into a sibling runs in its loops)
                     body.append(self.stage(child))
             self._guards = guards
             body.extend(self.loops(s, k + 1, inner))
+            if ahead:
+                out.extend(self.first_row(s, lp, ahead))
             out.append(self.make_loop(s, lp, inner, body, clause))
         if not is_acc:
             return out

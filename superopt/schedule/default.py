@@ -25,6 +25,7 @@ from superopt.schedule.primitives import (
     Fuse,
     Inline,
     InPlace,
+    NextRow,
     Pack,
     Parallel,
     Primitive,
@@ -412,7 +413,8 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     return out
 
 
-def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fold: bool) -> list[Primitive]:
+def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fold: bool,
+             ahead: bool = True) -> list[Primitive]:
     """The ``rowwise@depth`` sketch: every temporary computed (or recomputed, when cheap) per row of the
     final stage's first ``depth`` dims, the rows in parallel. ``fold``: a sum over a row of an
     elementwise temporary (softmax's ``Z[i] += E[i, r]``) is folded into that temporary's loop (knob
@@ -446,11 +448,51 @@ def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fol
     if in_place and kn.get(f"{in_place[-1].out}.in_place", True, (True, False)):
         trace.append(InPlace(in_place[-1].out, final.out))  # softmax: exp into the output row, scaled in place
     loops = [d for d, _ in final.extents]
-    trace.append(Parallel(final.out, loops[0]))
+    par = loops[0]
+    pairs = _row_ahead_pairs(compute, trace, rows, depth) if fold and ahead and target.kind == "cpu" else []
+    ahead_pairs = [(m, e) for m, e in pairs if kn.get(f"{m}.next_row", True, (True, False))]
+    n_rows = final.extent[loops[0]]
+    block = max((b for b in range(2, n_rows + 1) if n_rows % b == 0 and n_rows // b >= 2 * target.threads),
+                default=None) if depth == 1 else None
+    if ahead_pairs and (depth > 1 or block is not None):
+        if depth == 1:  # the rows run in order within blocks of rows, the blocks in parallel
+            inner = f"{attach_loop}_i"
+            trace = [Split(final.out, attach_loop, block)] + [
+                ComputeAt(p.stage, p.consumer, inner) if isinstance(p, ComputeAt) else p for p in trace]
+            par = f"{attach_loop}_o"
+        trace += [NextRow(m, e) for m, e in ahead_pairs]
+    trace.append(Parallel(final.out, par))
     if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
             and kn.get(f"{final.out}.vectorize", True, (True, False)):
         trace.append(Vectorize(final.out, loops[-1]))
     return trace
+
+
+def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, Statement],
+                     depth: int) -> list[tuple[str, str]]:
+    """(row reduction, elementwise row stage) pairs for :class:`NextRow`: a float reduction over a row of
+    kernel inputs, computed per row, and the first row stage after it that walks a row of that length
+    (softmax: the max, then the exponentials)."""
+    attached = {p.stage for p in trace if isinstance(p, ComputeAt)}
+    folded = {p.stage for p in trace if isinstance(p, ReduceEpilogue)}
+    order = [st.out for st in compute.statements]
+    out = []
+    taken: set[str] = set()
+    for t in compute.statements:
+        red = [d for d in t.reduce_dims if t.extent[d] > 1]
+        if t.out not in attached or t.out in folded or t.reduce == "=" or t.padding or len(red) != 1 \
+                or not str(compute.type_of[t.out].dtype).startswith("float") \
+                or any(a.tensor not in compute.inputs for a in t.expr.accesses()) \
+                or any(t.extent[d] > 1 for d in t.out_dims[depth:]):
+            continue
+        for e in rows.values():
+            walked = [d for d in e.out_dims[depth:] if e.extent[d] > 1]
+            if order.index(e.out) > order.index(t.out) and e.out not in taken and len(walked) == 1 \
+                    and e.extent[walked[0]] == t.extent[red[0]]:
+                out.append((t.out, e.out))
+                taken.add(e.out)
+                break
+    return out
 
 
 def _row_sum_of(t: Statement, rows: dict[str, Statement], depth: int) -> str | None:
@@ -520,13 +562,17 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     if sketch.startswith(ROWWISE):
         depth = int(sketch.split("@")[1])
         trace = _rowwise(compute, target, kn, depth, fold=True)
-        if any(isinstance(p, (ReduceEpilogue, InPlace)) for p in trace):
+        if any(isinstance(p, (ReduceEpilogue, InPlace, NextRow)) for p in trace):
             from superopt.codegen.lower import ScheduleError, lower
 
-            try:
-                lower(compute, trace, target)
-            except ScheduleError:  # a fold the static test let through: the same rows, summed in a pass
-                trace = _rowwise(compute, target, kn, depth, fold=False)
+            # a fold or a row ahead the static tests let through: without the row ahead, then without folds
+            for fold, ahead in ((True, True), (True, False), (False, False)):
+                trace = _rowwise(compute, target, kn, depth, fold=fold, ahead=ahead)
+                try:
+                    lower(compute, trace, target)
+                    break
+                except ScheduleError:
+                    continue
         return trace
     if sketch == NAIVE:
         return []

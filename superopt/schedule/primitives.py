@@ -124,6 +124,19 @@ class InPlace(Primitive):
 
 
 @dataclass(frozen=True)
+class NextRow(Primitive):
+    """Compute the row reduction ``stage`` one row ahead, inside the loop of ``into``: both are computed
+    at the same serial row loop of their consumer, and while ``into`` walks row ``i`` (the row
+    ``stage`` reduces over, element for element), ``stage``'s value for row ``i + 1`` accumulates in a
+    register, ready when row ``i + 1`` starts; only the first row of each run of the loop is reduced on
+    its own. ``stage`` reads kernel inputs only. Softmax: the next row's max streams in from memory while
+    this row's exponentials are computed, instead of a memory-bound pass then a compute-bound one. CPU
+    targets."""
+
+    into: str
+
+
+@dataclass(frozen=True)
 class Inline(Primitive):
     """Substitute an elementwise ('=') stage's expression into its consumers; it gets no loops."""
 
@@ -165,7 +178,7 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead, InPlace)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow)
 }
 
 
