@@ -302,7 +302,7 @@ def test_next_row_max_matches_reference_with_nan_inf_and_tails(rows, cols, block
 @pytest.mark.parametrize("trace, reason", [
     (AHEAD_BASE + [NextRow("Z", "E")], "read kernel inputs only"),  # Z sums E, a stage
     (AHEAD_BASE + [NextRow("M", "R")], "walk exactly the dim"),  # R has no row to walk
-    (AHEAD_BASE + [NextRow("M", "Z")], "Z must be an elementwise stage computed at M's consumer loop"),
+    (AHEAD_BASE + [NextRow("M", "O")], "O must be computed at M's consumer loop"),  # O is the consumer
     ([ComputeAt("M", "O", "i"), ComputeAt("E", "O", "i"), ComputeAt("Z", "O", "i"), ComputeAt("R", "O", "i"),
       Parallel("O", "i"), NextRow("M", "E")], "must be serial"),
 ])
@@ -318,3 +318,20 @@ def test_next_row_is_cpu_only_and_round_trips():
     with pytest.raises(ScheduleError, match="CPU targets only"):
         lower(_softmax(8, 32), trace, h200_target())
     assert trace_from_json(trace_to_json(trace)) == tuple(trace)
+
+
+@pytest.mark.parametrize("rows, cols, into", [(16, 40, "D"), (12, 256, "Q")])
+def test_layernorm_sum_of_squares_takes_the_next_rows_sum(rows, cols, into, kernel_cache):
+    """The row computed ahead goes into the first stage after it that walks the row: the centred row D
+    when it is stored (a division by 40 is not inlined), else layernorm's sum of squares, another row
+    reduction (a split vector sum), which adds up the next row's sum as it walks this row."""
+    c = compile_op("S[i,u] += X[i,r]\nD[i,j] = X[i,j] - S[i,0] / " + f"{cols}.0" + "\nQ[i,u] += D[i,r] * D[i,r]\n"
+                   "O[i,j] = D[i,j] / sqrt(Q[i,0] / " + f"{cols}.0" + " + 0.00001)", {"X": (rows, cols)},
+                   extents={"u": 1}, outputs=["O"])
+    trace = default_schedule(c, host_target(2))
+    assert NextRow("S", into) in trace
+    X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) + 3
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)
+    x = X.astype(np.float64)
+    d = x - x.mean(1, keepdims=True)
+    np.testing.assert_allclose(got, d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-5), rtol=1e-4, atol=1e-5)

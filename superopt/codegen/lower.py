@@ -557,9 +557,10 @@ def next_row_shift(plan: KernelPlan, m: Stage) -> tuple[str, int]:
 
 
 def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
-    """``m`` (a row reduction of kernel inputs) may be computed one row ahead in ``e``'s loop when both
-    are computed at the same serial loop of their consumer, ``e`` walks exactly the dim ``m`` reduces
-    over, and the attach loop moves exactly one of the consumer's dims that ``m``'s output is bound to."""
+    """``m`` (a row reduction of kernel inputs) may be computed one row ahead in ``e``'s loop (an
+    elementwise stage, or a reduction with a plain accumulator) when both are computed at the same
+    serial loop of their consumer, ``e`` walks exactly the dim ``m`` reduces over, and the attach loop
+    moves exactly one of the consumer's dims that ``m``'s output is bound to."""
     prim = f"NextRow({m.name}, {e.name})"
     st = m.stmt
     if plan.target.kind != "cpu":
@@ -568,8 +569,10 @@ def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
         raise ScheduleError(f"{prim}: {m.name} must be a float reduction")
     if st.padding or any(a.tensor not in plan.compute.inputs for a in st.expr.accesses()):
         raise ScheduleError(f"{prim}: {m.name} must read kernel inputs only, without padding")
-    if m.attach is None or e.attach != m.attach or e.stmt.reduce != "=":
-        raise ScheduleError(f"{prim}: {e.name} must be an elementwise stage computed at {m.name}'s consumer loop")
+    if m.attach is None or e.attach != m.attach:
+        raise ScheduleError(f"{prim}: {e.name} must be computed at {m.name}'s consumer loop")
+    if e.stmt.reduce != "=" and (e.cache_at is not None or e.next_row_into is not None or e.reduce_epilogue_of):
+        raise ScheduleError(f"{prim}: a reduction {e.name} must keep its plain accumulator")
     if m.block or e.block or m.in_place or m.reduce_epilogue_of or m.reduce_epilogues or m.epilogue \
             or e.epilogue_of is not None or m.cache_at is not None:
         raise ScheduleError(f"{prim}: {m.name} and {e.name} must compute whole rows, unfolded")
@@ -586,7 +589,7 @@ def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
     if len(moved) != 1 or any(isinstance(a, DivMod) for a in c.dims[moved[0]].dims) \
             or not c.dims[moved[0]].coeff(m.attach[1]):
         raise ScheduleError(f"{prim}: the loop {lp.name!r} must move exactly one row dim of {m.name}")
-    walked = [d for d in e.stmt.out_dims if d not in e.bound and e.stmt.extent[d] > 1]
+    walked = [d for d, n in e.stmt.extents if d not in e.bound and n > 1]  # an output or a reduction dim
     reduced = [d for d in st.reduce_dims if ext[d] > 1]
     if len(walked) != 1 or len(reduced) != 1 or ext[reduced[0]] != e.stmt.extent[walked[0]] \
             or [lp.name for lp in e.loops if lp.extent > 1] != walked:
@@ -632,7 +635,8 @@ def _check_attach(plan: KernelPlan, s: Stage) -> None:
     names = [lp.name for lp in c.loops]
     if loop not in names:
         raise ScheduleError(f"{prim}: {cname} has no loop {loop!r}")
-    # the consumer's epilogue runs at its tile's write-back: inside the attach loop when the tile is
+    # the consumer's epilogue runs at its tile's write-back: inside the attach loop when the tile's
+    # accumulator loop is (then the epilogue may read what is computed there, as attention's 1/Z)
     in_tile = c.acc_at in names and names.index(c.acc_at) > names.index(loop)
     if not readers or any(r.name != cname and r.name not in siblings and not (r.epilogue_of == cname and in_tile)
                           for r in readers):

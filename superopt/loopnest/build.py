@@ -322,17 +322,26 @@ class _Builder:
         """Its NaN flag (a float max= or min=), else None."""
         return f"{m.name}_next_nan" if m.stmt.reduce in ("max=", "min=") else None
 
+    def ahead_clauses(self, s: Stage) -> tuple[ReductionClause, ...]:
+        """The lane combinations of the rows computed ahead in ``s``'s (vectorized) loop."""
+        out: tuple[ReductionClause, ...] = ()
+        for n in s.next_rows:
+            out += (ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.ahead_register(n)),)
+            if self.ahead_flag(self.stages[n]):
+                out += (ReductionClause("or", self.ahead_flag(self.stages[n])),)
+        return out
+
     def rows_ahead(self, s: Stage, guard: list[GuardCond]) -> list[Node]:
-        """The row reductions computed a row ahead in elementwise ``s``: each element of the next row
-        combined into its register as ``s`` computes this row's element (``s``'s dims, the row one
-        iteration of the row loop on), except in the row loop's last iteration (no next row there)."""
+        """The row reductions computed a row ahead in ``s``: each element of the next row combined into
+        its register as ``s`` visits this row's element (``s``'s dims, the row one iteration of the row
+        loop on), except in the row loop's last iteration (no next row there)."""
         out: list[Node] = []
         for name in s.next_rows:
             m = self.stages[name]
             cname, loop = m.attach
             row, step = next_row_shift(self.plan, m)
             at = {cd: ed for ed, cd in s.bound.items()}
-            (walked,) = [d for d in s.stmt.out_dims if d not in s.bound and s.stmt.extent[d] > 1]
+            (walked,) = [d for d, n in s.stmt.extents if d not in s.bound and n > 1]
             mapping: dict[str, Affine] = {}
             for d, n in m.stmt.extents:
                 if d in m.bound:
@@ -412,10 +421,13 @@ class _Builder:
                 return [self._guarded(guard, Assign(self.out_access(s), val)), *self.folded_sums(s, guard),
                         *self.rows_ahead(s, guard)]
             if acc_at is not None and s.name in self._nan_flag:
-                return [self._guarded(guard, Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan"))]
+                return [self._guarded(guard, Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan")),
+                        *self.rows_ahead(s, guard)]
             if acc_at is not None:
-                return [self._guarded(guard, Accumulate(self._acc_ref or self.tile_ref(s), st.reduce, val, t.dtype))]
-            return [self._guarded(guard, Accumulate(self.out_access(s), st.reduce, val, t.dtype))]
+                return [self._guarded(guard, Accumulate(self._acc_ref or self.tile_ref(s), st.reduce, val, t.dtype)),
+                        *self.rows_ahead(s, guard)]
+            return [self._guarded(guard, Accumulate(self.out_access(s), st.reduce, val, t.dtype)),
+                    *self.rows_ahead(s, guard)]
         lp = s.loops[k]
         is_acc = lp.name == acc_at
         tile = s.tile_loops() if is_acc else []
@@ -439,10 +451,8 @@ class _Builder:
         if lp.vector and st.reduce == "=":  # sums folded into me combine their registers across the lanes
             clause = tuple(ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.fold_register(n))
                            for n in s.reduce_epilogues)
-            for n in s.next_rows:  # rows computed ahead in my loop combine theirs
-                clause += (ReductionClause(_CLAUSE_OP[self.stages[n].stmt.reduce], self.ahead_register(n)),)
-                if self.ahead_flag(self.stages[n]):
-                    clause += (ReductionClause("or", self.ahead_flag(self.stages[n])),)
+        if lp.vector:  # rows computed ahead in my loop combine theirs
+            clause += self.ahead_clauses(s)
         v = self.var[s.name][lp.name]
         inner = bounds  # bounds of the loops that accumulate; the write-back below keeps ``bounds``
         if acc_at is not None and not lp.reduce and k >= s.index_of(acc_at) and v in bounds \
@@ -553,7 +563,8 @@ class _Builder:
             body = self.loops(s, k + 1, bounds)
         finally:
             self._acc_ref = None
-        lane_loop = Loop("so_l", lanes, "vectorized", (SplitIndex(v, "so_o", lanes, "so_l"), *body), reduce=True)
+        lane_loop = Loop("so_l", lanes, "vectorized", (SplitIndex(v, "so_o", lanes, "so_l"), *body),
+                         reductions=self.ahead_clauses(s), reduce=True)
         return Scope((
             Alloc("register_tile", "acc_v", dtype, lanes),
             Fill("acc_v", lanes, Literal(0, "int64"), "so_l"),  # an integer zero (converts to any element type)

@@ -470,27 +470,29 @@ def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fol
 
 def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, Statement],
                      depth: int) -> list[tuple[str, str]]:
-    """(row reduction, elementwise row stage) pairs for :class:`NextRow`: a float reduction over a row of
-    kernel inputs, computed per row, and the first row stage after it that walks a row of that length
-    (softmax: the max, then the exponentials)."""
+    """(row reduction, stage) pairs for :class:`NextRow`: a float reduction over a row of kernel inputs,
+    computed per row, and the first stage computed per row after it that walks a row of that length, a
+    row buffer or another row reduction (softmax: the max, then the exponentials; layernorm: the sum,
+    then the sum of squares)."""
     attached = {p.stage for p in trace if isinstance(p, ComputeAt)}
     folded = {p.stage for p in trace if isinstance(p, ReduceEpilogue)}
-    order = [st.out for st in compute.statements]
+    stmts = list(compute.statements)
     out = []
     taken: set[str] = set()
-    for t in compute.statements:
+    for k, t in enumerate(stmts):
         red = [d for d in t.reduce_dims if t.extent[d] > 1]
         if t.out not in attached or t.out in folded or t.reduce == "=" or t.padding or len(red) != 1 \
                 or not str(compute.type_of[t.out].dtype).startswith("float") \
                 or any(a.tensor not in compute.inputs for a in t.expr.accesses()) \
                 or any(t.extent[d] > 1 for d in t.out_dims[depth:]):
             continue
-        for e in rows.values():
-            walked = [d for d in e.out_dims[depth:] if e.extent[d] > 1]
-            if order.index(e.out) > order.index(t.out) and e.out not in taken and len(walked) == 1 \
+        for e in stmts[k + 1:]:
+            walked = [d for d, n in e.extents if d not in e.out_dims[:depth] and n > 1]
+            if e.out in attached and e.out not in folded and e.out not in taken \
+                    and (e.out in rows or e.reduce != "=") and len(walked) == 1 \
                     and e.extent[walked[0]] == t.extent[red[0]]:
                 out.append((t.out, e.out))
-                taken.add(e.out)
+                taken.update((t.out, e.out))
                 break
     return out
 

@@ -125,13 +125,14 @@ class InPlace(Primitive):
 
 @dataclass(frozen=True)
 class NextRow(Primitive):
-    """Compute the row reduction ``stage`` one row ahead, inside the loop of ``into``: both are computed
-    at the same serial row loop of their consumer, and while ``into`` walks row ``i`` (the row
-    ``stage`` reduces over, element for element), ``stage``'s value for row ``i + 1`` accumulates in a
-    register, ready when row ``i + 1`` starts; only the first row of each run of the loop is reduced on
-    its own. ``stage`` reads kernel inputs only. Softmax: the next row's max streams in from memory while
-    this row's exponentials are computed, instead of a memory-bound pass then a compute-bound one. CPU
-    targets."""
+    """Compute the row reduction ``stage`` one row ahead, inside the loop of ``into`` (an elementwise
+    stage or another row reduction): both are computed at the same serial row loop of their consumer,
+    and while ``into`` walks row ``i`` (the row ``stage`` reduces over, element for element), ``stage``'s
+    value for row ``i + 1`` accumulates in a register, ready when row ``i + 1`` starts; only the first
+    row of each run of the loop is reduced on its own. ``stage`` reads kernel inputs only. Softmax: the
+    next row's max streams in from memory while this row's exponentials are computed, instead of a
+    memory-bound pass then a compute-bound one; layernorm: the next row's sum inside this row's sum of
+    squares. CPU targets."""
 
     into: str
 
