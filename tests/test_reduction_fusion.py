@@ -323,12 +323,16 @@ def test_next_row_is_cpu_only_and_round_trips():
 @pytest.mark.parametrize("rows, cols, into", [(16, 40, "D"), (12, 256, "Q")])
 def test_layernorm_sum_of_squares_takes_the_next_rows_sum(rows, cols, into, kernel_cache):
     """The row computed ahead goes into the first stage after it that walks the row: the centred row D
-    when it is stored (a division by 40 is not inlined), else layernorm's sum of squares, another row
-    reduction (a split vector sum), which adds up the next row's sum as it walks this row."""
+    when it is stored (a division by 40 is not inlined, on by default), else layernorm's sum of squares,
+    another row reduction (a split vector sum, knob on), which adds up the next row's sum as it walks
+    this row."""
     c = compile_op("S[i,u] += X[i,r]\nD[i,j] = X[i,j] - S[i,0] / " + f"{cols}.0" + "\nQ[i,u] += D[i,r] * D[i,r]\n"
                    "O[i,j] = D[i,j] / sqrt(Q[i,0] / " + f"{cols}.0" + " + 0.00001)", {"X": (rows, cols)},
                    extents={"u": 1}, outputs=["O"])
-    trace = default_schedule(c, host_target(2))
+    space = ScheduleSpace(c, host_target(2))
+    default = space.trace(space.default_point())
+    assert (NextRow("S", into) in default) == (into == "D")  # into a reduction: a knob, off by default
+    trace = space.trace(Point.of(space.default_point().sketch, {"S.next_row": True}))
     assert NextRow("S", into) in trace
     X = np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32) + 3
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(X)

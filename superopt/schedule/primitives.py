@@ -131,8 +131,7 @@ class NextRow(Primitive):
     value for row ``i + 1`` accumulates in a register, ready when row ``i + 1`` starts; only the first
     row of each run of the loop is reduced on its own. ``stage`` reads kernel inputs only. Softmax: the
     next row's max streams in from memory while this row's exponentials are computed, instead of a
-    memory-bound pass then a compute-bound one; layernorm: the next row's sum inside this row's sum of
-    squares. CPU targets."""
+    memory-bound pass then a compute-bound one. CPU targets."""
 
     into: str
 
