@@ -415,3 +415,23 @@ def test_large_packs_are_split_among_the_threads(cols, kernel_cache):
     A, B = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, cols)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=target)(A, B)
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_conv_columns_are_not_fused_through_its_window_and_its_channels_run_in_parallel(kernel_cache):
+    """A depthwise conv reading a padded copy (rows of 58 for an output row of 56): fusing y and x into one
+    column loop would make the read a div/mod (gathers), so x alone is the vector column; its two panels of
+    x (32 + a partial 24) cannot feed 2 threads, so the channel loop is the parallel one."""
+    from superopt.schedule.primitives import Fuse, Parallel
+
+    src = "P[c,py,px] = X[c,py-1,px-1]\nO[c,y,x] += P[c,y+kh,x+kw] * W[c,kh,kw]"
+    c = compile_op(src, {"X": (16, 56, 56), "W": (16, 3, 3)}, extents={"py": 58, "px": 58, "y": 56, "x": 56},
+                   padding={"X": 0.0}, outputs=["O"])
+    trace = default_schedule(c, avx512_target(2))
+    assert not [p for p in trace if isinstance(p, Fuse) and p.stage == "O"]
+    assert Parallel("O", "c") in trace
+    rng = np.random.default_rng(6)
+    X, W = rng.standard_normal((16, 56, 56)).astype(np.float32), rng.standard_normal((16, 3, 3)).astype(np.float32)
+    (got,) = build_kernel(c, default_schedule(c, host_target(2)), kernel_cache)(X, W)
+    xp = np.pad(X.astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    want = sum(xp[:, kh:kh + 56, kw:kw + 56] * W[:, kh, kw, None, None] for kh in range(3) for kw in range(3))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -192,6 +192,34 @@ def test_padded_window_reads_are_counted():
     assert padded_reads(conv.op) == 1 * 4 * 8 * 8 * 4 * 3 * 3  # every iteration reads the padded input once
     bn = next(n for n in g.nodes if n.name == "conv1_bn")
     assert padded_reads(bn.op) == 0
+    # a conv's image against weights with output channels of their own is read off the vector loop
+    assert padded_reads(conv.op, products=True) == 0
+
+
+def test_a_depthwise_convs_bounds_checked_reads_cost_it_a_padded_copy():
+    """A depthwise conv's image carries every output dim, so the schedule vectorizes over it with its bounds
+    checks (``padded_product_ops`` per read); a max pool's window is no product (``padded_read_ops``).
+    The default graph search gives the depthwise conv a padded copy, and the pool none."""
+    from superopt import ops
+    from superopt.api import OptimizeConfig, rewrite_graph
+
+    b = GraphBuilder("dw")
+    x = b.input("x", (1, 32, 28, 28))
+    w = b.constant(np.random.default_rng(0).standard_normal((32, 1, 3, 3)).astype(np.float32), "w")
+    dw = ops.conv2d(b, x, w, None, pads=(1, 1, 1, 1), groups=32)
+    graph = b.build([dw])
+    (node,) = [n for n in graph.nodes if not n.is_extern]
+    assert padded_reads(node.op, products=True) == padded_reads(node.op) == 32 * 28 * 28 * 9
+    rewritten, applied = rewrite_graph(graph, OptimizeConfig())[:2]
+    assert "materialize_padding" in applied
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 32, 28, 28)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(rewritten, feed)[rewritten.outputs[0]],
+                               evaluate(graph, feed)[graph.outputs[0]], rtol=1e-5, atol=1e-5)
+    pb = GraphBuilder("pool")
+    px = pb.input("x", (1, 8, 16, 16))
+    pool = pb.build([ops.max_pool2d(pb, px, (3, 3), (1, 1), (1, 1, 1, 1))])
+    (pn,) = [n for n in pool.nodes if not n.is_extern]
+    assert padded_reads(pn.op) > 0 and padded_reads(pn.op, products=True) == 0
 
 
 def test_digests_are_rename_invariant_and_tell_recompute_from_share():

@@ -153,7 +153,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # (two fused column dims split by multiples of the inner one: an inner dim past 16 vectors makes
         # a tile over the register budget, so one column dim then)
         n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
-    if b.tensor in st.pad_value or not n_dims:  # bounds checks on a fused column loop defeat vectorization
+    # bounds checks on a fused column loop defeat vectorization, and a window over the column dims (a
+    # padded copy's X[c, y+kh, x+kw], rows longer than the output's) makes the fused index a div/mod: gathers
+    window = any(set(ix.vars()) & set(n_dims) and set(ix.vars()) & set(st.reduce_dims) for ix in b.index)
+    if b.tensor in st.pad_value or window or not n_dims:
         n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
     if not n_dims:
@@ -222,6 +225,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # layer, deep conv layers): each panel then stays in cache across all rows and the operand is read
     # from memory once instead of once per row block
     panel_outer = _footprint(b, st) >= _footprint(a, st)
+    if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o):
+        # too few panels for the threads, the last one partial (a tailed loop is not fused with the next):
+        # rows outermost, or one thread would do all the work (a depthwise 3x3 conv over 56 columns)
+        panel_outer = False
     if col_o and (outer_m or rows_o):
         panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
     if panel_outer:
