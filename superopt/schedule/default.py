@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Unary, product_accesses
 from superopt.ir.statement import Statement
+from superopt.ir.types import is_float
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -55,7 +56,7 @@ def _is_cheap(e) -> bool:
 
 def _power_of_two(e) -> bool:
     """``e`` is a floating constant +-2**k: dividing by it is exactly multiplying by its reciprocal."""
-    if not isinstance(e, Const) or isinstance(e.value, bool) or not str(e.dtype).startswith("float"):
+    if not isinstance(e, Const) or isinstance(e.value, bool) or not is_float(e.dtype):
         return False
     v = abs(float(e.value))
     return math.isfinite(v) and v > 0 and math.frexp(v)[0] == 0.5
@@ -492,7 +493,7 @@ def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, S
     for k, t in enumerate(stmts):
         red = [d for d in t.reduce_dims if t.extent[d] > 1]
         if t.out not in attached or t.out in folded or t.reduce == "=" or t.padding or len(red) != 1 \
-                or not str(compute.type_of[t.out].dtype).startswith("float") \
+                or not is_float(compute.type_of[t.out].dtype) \
                 or any(a.tensor not in compute.inputs for a in t.expr.accesses()) \
                 or any(t.extent[d] > 1 for d in t.out_dims[depth:]):
             continue
@@ -577,14 +578,12 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         if any(isinstance(p, (ReduceEpilogue, InPlace, NextRow)) for p in trace):
             from superopt.codegen.lower import ScheduleError, lower
 
-            # a fold or a row ahead the static tests let through: without the row ahead, then without folds
-            for fold, ahead in ((True, True), (True, False), (False, False)):
-                trace = _rowwise(compute, target, kn, depth, fold=fold, ahead=ahead)
+            for fold, ahead in ((True, False), (False, False)):
                 try:
                     lower(compute, trace, target)
                     break
-                except ScheduleError:
-                    continue
+                except ScheduleError:  # a fold or a row ahead the static tests let through: try without
+                    trace = _rowwise(compute, target, kn, depth, fold=fold, ahead=ahead)
         return trace
     if sketch == NAIVE:
         return []
