@@ -343,7 +343,13 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False,
         prims += [Reorder(s, tuple(d for d in st.out_dims if d != last) + st.reduce_dims + (last,)),
                   CacheWrite(s, st.reduce_dims[0])]
         inner = last
-    if ext[inner] >= 4 and kn.get(f"{s}.vectorize", True, (True, False)):
+    # a padded copy whose bounds test moves with the vector loop (X[c, y-1, x-1] over x) is left to the
+    # compiler: an explicit simd loop turns the test into masked gathers (Xeon, 2 threads: a
+    # depthwise conv's kernel 0.600 -> 0.265 ms, conv_bn_relu end to end 1.085x, alternating)
+    checked = st.reduce == "=" and any(
+        a.tensor in st.pad_value and any(inner in ix.vars() and ix.bounds(ext)[0] < 0 for ix in a.index)
+        for a in st.expr.accesses())
+    if ext[inner] >= 4 and kn.get(f"{s}.vectorize", not checked, (True, False)):
         prims.append(Vectorize(s, inner))
     if not attached:
         outer = [d for d in st.out_dims if d != inner]
