@@ -225,7 +225,6 @@ HOIST_CONSTANTS = Rule("hoist_constant_subexpressions", "algebraic",
                        constant_subexpression_sites, hoist_constant_subexpressions, _examples)
 
 
-
 def _factor_examples() -> list[Graph]:
     rng = np.random.default_rng(1)
     b = GraphBuilder("scaled_rows")  # the softmax's normalization times the values (attention)

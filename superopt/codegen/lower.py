@@ -545,15 +545,19 @@ def _check_fold_into_elementwise(plan: KernelPlan, e: Stage, prod: Stage, prim: 
         raise ScheduleError(f"{prim}: {prod.name} may not run a parallel loop")
 
 
+def _moved_rows(plan: KernelPlan, m: Stage) -> list[str]:
+    """The consumer dims bound to attached ``m``'s output that the attach loop moves."""
+    cname, loop = m.attach
+    c = plan.stages[cname]
+    return [cd for cd in m.bound.values() if loop in c.dims[cd].vars()]
+
+
 def next_row_shift(plan: KernelPlan, m: Stage) -> tuple[str, int]:
     """(the consumer dim that walks the rows, how far one iteration of the row loop moves it) for a
     stage computed a row ahead: the one dim of the consumer bound to ``m``'s output that the attach
-    loop moves."""
-    cname, loop = m.attach
-    c = plan.stages[cname]
-    moved = [cd for cd in m.bound.values() if loop in c.dims[cd].vars()]
-    (row,) = moved
-    return row, c.dims[row].coeff(loop)
+    loop moves (:func:`_check_next_row` made sure there is exactly one)."""
+    (row,) = _moved_rows(plan, m)
+    return row, plan.stages[m.attach[0]].dims[row].coeff(m.attach[1])
 
 
 def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
@@ -585,7 +589,7 @@ def _check_next_row(plan: KernelPlan, m: Stage, e: Stage) -> None:
     ext = st.extent
     if any(ext[d] > 1 and d not in m.bound for d in st.out_dims):
         raise ScheduleError(f"{prim}: {m.name}'s output must be fixed by the consumer loop")
-    moved = [cd for cd in m.bound.values() if m.attach[1] in c.dims[cd].vars()]
+    moved = _moved_rows(plan, m)
     if len(moved) != 1 or any(isinstance(a, DivMod) for a in c.dims[moved[0]].dims) \
             or not c.dims[moved[0]].coeff(m.attach[1]):
         raise ScheduleError(f"{prim}: the loop {lp.name!r} must move exactly one row dim of {m.name}")

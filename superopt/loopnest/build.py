@@ -273,16 +273,16 @@ class _Builder:
                 body.append(Alloc("register", self.fold_register(name), dtype, 1, ident))
             else:
                 body.append(Fill(name, self.types[name].size, ident, "so_i", bool(s.loops and s.loops[0].parallel)))
-        for name in s.next_rows:  # rows reduced a row ahead in my loop start at their identity
-            e = self.stages[name]
+        flags = {name: self.ahead_flag(self.stages[name]) for name in s.next_rows}
+        for name, flag in flags.items():  # rows reduced a row ahead in my loop start at their identity
             body.append(Assign(RegisterRef(self.ahead_register(name)),
-                               Literal(REDUCE_IDENTITY[e.stmt.reduce], self.types[name].dtype)))
-            if self.ahead_flag(e):
-                body.append(Assign(RegisterRef(self.ahead_flag(e)), Literal(0, "int32")))
+                               Literal(REDUCE_IDENTITY[self.stages[name].stmt.reduce], self.types[name].dtype)))
+            if flag:
+                body.append(Assign(RegisterRef(flag), Literal(0, "int32")))
         body.extend(self.loops(s, 0, bounds))
-        for name in s.next_rows:
-            if self.ahead_flag(self.stages[name]):
-                body.append(RestoreNan(RegisterRef(self.ahead_register(name)), self.ahead_flag(self.stages[name])))
+        for name, flag in flags.items():
+            if flag:
+                body.append(RestoreNan(RegisterRef(self.ahead_register(name)), flag))
         if sums_in_registers:
             for name in s.reduce_epilogues:
                 e = self.stages[name]
