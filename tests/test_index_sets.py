@@ -122,3 +122,20 @@ def test_a_loop_whose_variable_a_split_index_rebuilds_is_not_split():
     plain = Loop("so_o", 4, "serial", (Loop("so_l", 16, "vectorized", (replace(store, target=read.source),)),))
     split = split_index_sets(LoopNest((), (), (StageNest("O", "O", (plain,)),), (), (), ()))
     assert [lp.extent for lp in split.body[0].body] == [2, 2]
+
+
+def test_a_vectorized_loop_that_tests_its_own_variable_is_split_into_vectorized_pieces():
+    # NCHW padded copy vectorized along x: the bounds test moves with the lanes; split, the interior
+    # piece reads X without a test (contiguous vectors, not masked gathers)
+    c = compile_op("O[c,y,x] = X[c,y-1,x-1]", {"X": (3, 7, 20)}, extents={"y": 9, "x": 22}, padding={"X": 0.0})
+    trace = [Vectorize("O", "x"), Parallel("O", "c")]
+    nest = build_loopnest(lower(c, trace, TARGET))
+    vec = [v.node for v in walk(nest) if isinstance(v.node, Loop) and v.node.kind == "vectorized"]
+    assert sorted(lp.extent for lp in vec) == [1, 1, 20, 22, 22] and _tests_left(nest) == 0
+    _run(c, trace, [np.random.default_rng(5).standard_normal((3, 7, 20), np.float32)])
+    # a vectorized reduction over a padded row: each piece keeps its reduction clause, the sum is exact
+    s = compile_op("S[c] += X[c,k-2]", {"X": (5, 30)}, extents={"k": 34}, padding={"X": 0.0})
+    nest = build_loopnest(lower(s, [Vectorize("S", "k")], TARGET))
+    vec = [v.node for v in walk(nest) if isinstance(v.node, Loop) and v.node.kind == "vectorized"]
+    assert len(vec) == 3 and all(lp.reductions for lp in vec) and _tests_left(nest) == 0
+    _run(s, [Vectorize("S", "k")], [np.random.default_rng(6).standard_normal((5, 30), np.float32)])
