@@ -42,7 +42,7 @@ from superopt.runtime.target import Target, host_target
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.space import ScheduleSpace
 
-SOURCES = ("op", "model", "random", "transformer")
+SOURCES = ("op", "model", "random", "transformer", "conv")
 # the light models of the onnx wheel (superopt.testing.light_models.LIGHT_MODELS), the smaller first
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "bvlc_alexnet", "zfnet512", "vgg19",
                   "inception_v2", "densenet121")
@@ -327,6 +327,13 @@ def _op_workloads(rng: random.Random) -> list[Workload]:
     return graph_workloads(graph, f"op/{name}", "op")
 
 
+def _conv_workloads(rng: random.Random) -> list[Workload]:
+    """The kernels of one random conv (dense, depthwise, pointwise or strided; the "conv" source: a mix
+    that gives convs the weight one of the op source's eight builders does not)."""
+    name, graph = _op_conv(rng)
+    return graph_workloads(graph, f"conv/{name}", "conv")
+
+
 # -- random index-notation ops --------------------------------------------------------------------
 
 # (name, source, input shapes, keyword arguments of compile_op, constant inputs)
@@ -549,6 +556,7 @@ def generate_workloads(n: int, seed: int, *, target: Target | None = None, model
     out: dict[str, Workload] = {}
     rejected: set[str] = set()
     draw = {"op": _op_workloads, "random": _random_workloads, "transformer": _transformer_workloads,
+            "conv": _conv_workloads,
             "model": lambda r: _model_draw(r, models, rejected | set(out), sizes)}
     for _ in range(max_attempts if max_attempts is not None else 50 * n + 100):
         if len(out) >= n:

@@ -69,7 +69,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="light ONNX models to draw kernels from (default: all of them; '' for none)")
     c.add_argument("--mix", default=None, metavar="SOURCE=W,..",
                    help="workload sources and their weights (default op=0.25,model=0.25,random=0.35,transformer=0.15; "
-                        "e.g. transformer=1 for transformer projections only)")
+                        "e.g. transformer=1 for transformer projections only, conv=1 for convs of every kind)")
     c.add_argument("--batch-size", default="16", metavar="B", help="schedules measured and saved at a time")
     c.add_argument("--gpu-binding", default=None, metavar="|".join(GPU_BINDINGS),
                    help="with --target cuda: the GPU binding (default auto: pycuda, cuda-bindings, then CuPy; "

@@ -354,3 +354,13 @@ def test_cli_collects_and_prints_one_json_report(capsys, tmp_path):
     assert len(records(tmp_path / "ds")) == 2
     assert dataset_main(argv) == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"].startswith("nothing to measure")
+
+
+def test_the_conv_source_draws_convs_of_every_kind_with_constant_weights():
+    ws = generate_workloads(12, seed=2, target=TARGET, mix=(("conv", 1.0),))
+    assert len(ws) == 12 and {w.source for w in ws} == {"conv"}
+    kinds = {w.name.split("/")[1].split("_")[1] for w in ws}
+    assert kinds <= {"dense", "depthwise", "pointwise", "strided"} and len(kinds) >= 3, kinds
+    for w in ws:
+        st = next(s for s in w.compute.statements if s.reduce == "+=")
+        assert any(a.tensor in w.constant_inputs for a in st.expr.accesses()), w.name  # the weight
