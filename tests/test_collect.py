@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.collect import CollectConfig, collect, plan_workload, repair_tail, trace_key
-from costmodel.workloads import SOURCES, fits_size, generate_workloads, has_legal_default, model_workloads
+from costmodel.workloads import DEFAULT_MIX, fits_size, generate_workloads, has_legal_default, model_workloads
 from search.database import TuningDatabase
 from search.tune import TuneConfig, tune_graph
 from superopt.api import define_op
@@ -104,7 +104,7 @@ def test_generated_workloads_are_deterministic_distinct_sized_and_schedulable():
     b = generate_workloads(12, seed=3, target=TARGET, models=("squeezenet",))
     assert [(w.name, w.key) for w in a] == [(w.name, w.key) for w in b]
     assert len(a) == 12 and len({w.key for w in a}) == 12
-    assert {w.source for w in a} == set(SOURCES)
+    assert {w.source for w in a} == {s for s, wt in DEFAULT_MIX if wt > 0}  # (the conv source is opt-in)
     assert [w.key for w in generate_workloads(12, seed=4, target=TARGET, models=("squeezenet",))] != [w.key for w in a]
     for w in a:
         assert canonicalize(w.compute) == w.compute and w.constant_inputs <= set(w.compute.inputs)

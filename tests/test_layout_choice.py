@@ -172,6 +172,26 @@ def test_the_blocked_conv_tile_takes_two_output_channel_blocks_with_32_registers
     assert used[f"{p.out}.cob_tile"] == 1 and not any(isinstance(x, Split) and x.loop == cob for x in trace)
 
 
+def test_the_blocked_conv_tile_keeps_enough_fma_chains_where_few_rows_divide_the_columns():
+    # 33 output columns (3 x 11): the fewest padded rows alone took 3 rows (2 x 3 accumulators, each
+    # FMA waiting on the one before it); the tile keeps at least fma_chains accumulators instead
+    from superopt.schedule.blocked_conv import _row_block
+
+    assert _row_block(33, 10) == 3 and _row_block(33, 10, 4) == 7 and _row_block(111, 10, 4) == 8
+    assert _row_block(56, 10, 4) == 8 and _row_block(28, 10, 4) == 7 and _row_block(33, 3, 4) == 3
+    g = choose_layouts(small_net(c=32, hw=33, seed=4), TARGET, layout="nchw16c")[0]
+    conv = node_named(g, "conv1")
+    consts = frozenset(local for local, gi in zip(conv.op.inputs, conv.inputs) if gi in g.constant)
+    p = next(st for st in conv.op.statements if st.reduce == "+=")
+    space = ScheduleSpace(conv.op, TARGET, consts)
+    trace, used, _ = space.resolve(space.default_point())
+    vectors = used[f"{p.out}.cob_tile"] * -(-16 // TARGET.lanes("float32"))
+    assert used[f"{p.out}.rows"] * vectors >= TARGET.fma_chains, used
+    ex = GraphExecutor(g, default_schedules(g, TARGET), ExecutorConfig(1, target=TARGET))
+    feed = random_inputs(g)
+    assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
+
+
 @pytest.mark.parametrize("cob_tile", [1, 2, 4])
 def test_every_output_channel_block_tile_compiles_and_matches_the_reference(cob_tile):
     g, conv, consts, p = _blocked_conv(TARGET)

@@ -91,6 +91,13 @@ class Target:
         return 8 * self.vector_registers * self.lanes("float32")
 
     @property
+    def fma_chains(self) -> int:
+        """Independent FMA chains (accumulators) that keep every FMA pipe of a core busy: pipes times
+        the FMA latency, 4 cycles on the x86 cores superopt targets (Skylake and later, Zen 2-4). A
+        register tile with fewer waits on its own additions."""
+        return 4 * self.fma_units
+
+    @property
     def split_sum_lanes(self) -> int:
         """Partial sums of a split vector reduction: four registers' worth of float32."""
         return 4 * self.lanes("float32")

@@ -12,6 +12,9 @@ ran at 110-142 GFLOP/s where 1 block x 7 rows ran at 92-123 (+15-30%, every laye
 Rows come from the register file: with 32 registers gcc keeps each row's broadcast in a register, so a
 tile of ``rows`` x ``vectors`` needs ``rows * (vectors + 1) + 1`` of them; more rows spill (2 x 12 ran
 25% slower than 2 x 8). With AVX2's 16, 7 rows of 2 vectors (``rows * vectors + 1``) did not spill.
+Fewer rows are no better: a tile needs ``Target.fma_chains`` accumulators (FMA pipes x latency) or each
+FMA waits for the one before it, so the rows that waste fewest padded columns are chosen among those that
+have enough (squeezenet's stem, 111 columns: 2 x 8 ran 1.75x faster than the 2 x 3 that divides 111).
 
 The reduction can run in steps of ``red_block`` input-channel blocks outside the image loops, so that
 one step's weights stay in L1 while a thread sweeps its rows (the partial sums live in the output, the
@@ -43,11 +46,15 @@ def _operands(st: Statement) -> tuple[Access, Access] | None:
     return None
 
 
-def _row_block(n: int, most: int) -> int:
-    """Rows per tile: the largest of most..2 that wastes fewest padded rows."""
+def _row_block(n: int, most: int, least: int = 2) -> int:
+    """Rows per tile: the largest of most..least that wastes fewest padded rows (least: the fewest rows
+    whose tile has enough independent FMA chains, see :attr:`Target.fma_chains`; 2 when none of the
+    allowed row counts has). Without the floor, 111 output columns took 3 rows (111 = 3 x 37, no waste):
+    squeezenet's stem conv with 2 x 3 accumulators ran 1.75x slower than with 2 x 8 (one padded row)."""
     if n <= most:
         return n
-    return min(range(most, 1, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
+    least = least if least <= most else 2
+    return min(range(most, least - 1, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
 
 
 def default_cob_tile(target: Target, lane_block: int, cob_blocks: int) -> int:
@@ -110,7 +117,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     # them (AVX2's 7 x 2 did not spill there), so only the accumulators and a weight vector count
     per_row = tile_vectors + 1 if target.vector_registers >= 32 else tile_vectors
     most = max(2, min(12, (target.vector_registers - 1) // per_row))
-    rows = kn.get(f"{s}.rows", _row_block(ext[col], most), (_row_block(ext[col], most),))
+    rows_default = _row_block(ext[col], most, math.ceil(target.fma_chains / tile_vectors))
+    rows = kn.get(f"{s}.rows", rows_default, (rows_default,))
     # the reduction: the activation's channel lanes innermost (a broadcast each), window and blocks outside
     red = list(st.reduce_dims)
     inner_red = [d for d in red if x.index[-1].is_plain_dim and x.index[-1].dims[0] == d]
