@@ -417,6 +417,25 @@ def test_large_packs_are_split_among_the_threads(cols, kernel_cache):
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("cols, split", [(19, False), (44, False), (56, True)])
+def test_a_window_row_whose_last_tile_would_be_narrower_than_a_vector_is_one_tile(cols, split, kernel_cache):
+    """A depthwise conv of 19 or 44 output columns (16 + 3, 32 + 12 on AVX-512): the last column tile would
+    be narrower than a vector, a loop gcc runs whole in its scalar remainder, so the row is one tile (its
+    last vector partial). 56 (32 + 24) keeps its split. Either way the result matches the reference."""
+    from superopt.schedule.primitives import Split
+
+    h = cols + 4
+    c = compile_op("O[c,y,x] += X[c,y+kh,x+kw] * W[c,kh,kw]", {"X": (6, h, h), "W": (6, 5, 5)})
+    trace = default_schedule(c, avx512_target(2))
+    assert any(isinstance(p, Split) and p.loop == "x" for p in trace) == split, trace
+    rng = np.random.default_rng(7)
+    X, W = rng.standard_normal((6, h, h)).astype(np.float32), rng.standard_normal((6, 5, 5)).astype(np.float32)
+    (got,) = build_kernel(c, default_schedule(c, host_target(2)), kernel_cache)(X, W)
+    want = sum(X[:, kh:kh + cols, kw:kw + cols].astype(np.float64) * W[:, kh, kw, None, None]
+               for kh in range(5) for kw in range(5))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_depthwise_conv_columns_are_not_fused_through_its_window_and_its_channels_run_in_parallel(kernel_cache):
     """A depthwise conv reading a padded copy (rows of 58 for an output row of 56): fusing y and x into one
     column loop would make the read a div/mod (gathers), so x alone is the vector column; its two panels of
