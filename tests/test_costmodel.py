@@ -14,7 +14,7 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, FeatureVersionError, extract
 from costmodel.metrics import pairwise_accuracy, relative_speed, top_k_score
 from costmodel.xgb import XGBConfig, XGBModel
-from search.model_guided import PICK_MARGIN, evolve, pick_schedule, thread_partition
+from search.model_guided import PICK_MARGIN, evolve, pick_schedule, thread_partition, tile_chains
 from superopt.lang import compile_op
 from superopt.runtime.target import avx512_target
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize, trace_to_json
@@ -229,6 +229,33 @@ def test_zero_measurement_pick_keeps_the_default_unless_the_model_prefers_anothe
     cost = {False: _known_cost(fx([Candidate(c, pick.trace, TARGET, consts)])[0]),
             True: _known_cost(fx([Candidate(c, default, TARGET, consts)])[0])}
     assert pick.is_default or cost[False] < cost[True]
+
+
+def test_a_zero_measurement_pick_keeps_enough_fma_chains():
+    """A model that scores smaller register tiles higher (it has not learned the FMA latency) does not get
+    its favourite: the pick holds at least as many accumulators as the default's tile or the core's
+    fma_chains, whichever is fewer."""
+    c = sgemm(96, 160, 64)
+    consts = frozenset({"B"})
+    space = ScheduleSpace(c, TARGET, consts)
+    default = space.trace(space.default_point())
+    floor = min(tile_chains(c, default, TARGET), TARGET.fma_chains)
+    assert floor == TARGET.fma_chains == 8
+
+    class SmallTiles:
+        trained = True
+
+        def update(self, *_):
+            return None
+
+        def predict(self, cands):
+            return np.array([10.0 - 0.1 * tile_chains(c, x.trace, TARGET) for x in cands])
+
+    scored = evolve(space, SmallTiles(), lambda t: Candidate(c, t, TARGET, consts), random.Random(0),
+                    [space.default_point()], population=64, generations=2)
+    assert tile_chains(c, scored[0].trace, TARGET) < floor  # the model's favourite is latency-bound
+    pick = pick_schedule(c, TARGET, SmallTiles(), constant_inputs=consts, population=64, generations=2)
+    assert not pick.is_default and tile_chains(c, pick.trace, TARGET) >= floor
 
 
 def test_a_zero_measurement_pick_needs_a_predicted_gain_above_the_margin():
