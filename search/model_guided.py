@@ -175,8 +175,8 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
     default_score = float(np.asarray(model.predict([make(default_trace)]))[0])
     floor = min(tile_chains(compute, default_trace, target), target.fma_chains)
     best = next((x for x in scored if x.score > default_score + margin
-                 and (x.trace == default_trace or tile_chains(compute, x.trace, target) >= floor)), None)
-    if best is None or best.score <= default_score + margin or best.trace == default_trace:
+                 and tile_chains(compute, x.trace, target) >= floor), None)
+    if best is None or best.trace == default_trace:
         return ModelPick(default_trace, default, 0.0, len(scored), True)
     return ModelPick(best.trace, best.point, best.score - default_score, len(scored), False)
 
