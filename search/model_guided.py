@@ -173,9 +173,9 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
         split = thread_partition(default_trace)
         scored = [x for x in scored if thread_partition(x.trace) == split]
     default_score = float(np.asarray(model.predict([make(default_trace)]))[0])
-    floor = min(tile_chains(compute, default_trace, target), target.fma_chains)
-    best = next((x for x in scored if x.score > default_score + margin
-                 and tile_chains(compute, x.trace, target) >= floor), None)
+    above = [x for x in scored if x.score > default_score + margin]  # (most kernels have none: no lowering)
+    floor = min(tile_chains(compute, default_trace, target), target.fma_chains) if above else 0
+    best = next((x for x in above if tile_chains(compute, x.trace, target) >= floor), None)
     if best is None or best.trace == default_trace:
         return ModelPick(default_trace, default, 0.0, len(scored), True)
     return ModelPick(best.trace, best.point, best.score - default_score, len(scored), False)
