@@ -420,14 +420,13 @@ class _Builder:
             if st.reduce == "=":
                 return [self._guarded(guard, Assign(self.out_access(s), val)), *self.folded_sums(s, guard),
                         *self.rows_ahead(s, guard)]
-            if acc_at is not None and s.name in self._nan_flag:
-                return [self._guarded(guard, Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan")),
-                        *self.rows_ahead(s, guard)]
-            if acc_at is not None:
-                return [self._guarded(guard, Accumulate(self._acc_ref or self.tile_ref(s), st.reduce, val, t.dtype)),
-                        *self.rows_ahead(s, guard)]
-            return [self._guarded(guard, Accumulate(self.out_access(s), st.reduce, val, t.dtype)),
-                    *self.rows_ahead(s, guard)]
+            if acc_at is None:
+                acc = Accumulate(self.out_access(s), st.reduce, val, t.dtype)
+            elif s.name in self._nan_flag:
+                acc = Accumulate(RegisterRef("acc"), st.reduce, val, t.dtype, "acc_nan")
+            else:
+                acc = Accumulate(self._acc_ref or self.tile_ref(s), st.reduce, val, t.dtype)
+            return [self._guarded(guard, acc), *self.rows_ahead(s, guard)]
         lp = s.loops[k]
         is_acc = lp.name == acc_at
         tile = s.tile_loops() if is_acc else []
