@@ -457,3 +457,21 @@ def test_depthwise_conv_columns_are_not_fused_through_its_window_and_its_channel
     xp = np.pad(X.astype(np.float64), ((0, 0), (1, 1), (1, 1)))
     want = sum(xp[:, kh:kh + 56, kw:kw + 56] * W[:, kh, kw, None, None] for kh in range(3) for kw in range(3))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_vectorized_exp_is_within_one_ulp_and_keeps_its_edges(kernel_cache):
+    """so_expf fixes its range on the result (not by clamping x, which GCC turned into four compares and three
+    blends): NaN stays NaN, -inf and anything below -87 give 0, above ln(FLT_MAX) +inf; 1 ulp in between."""
+    edges = np.array([np.nan, -np.inf, np.inf, -1e30, 1e30, -100.0, -87.5, -87.0, 0.0, -0.0, 88.5, 88.7228, 88.723,
+                      89.0], np.float32)
+    xs = np.concatenate([edges, np.random.default_rng(0).uniform(-86.9, 88.7, 100_000).astype(np.float32)])
+    c = compile_op("Y[i] = exp(X[i])", {"X": xs.shape})
+    trace = default_schedule(c)
+    assert any(isinstance(s, Vectorize) for s in trace), "the exp loop should be vectorized"
+    (got,) = build_kernel(c, trace, kernel_cache, threads=1)(xs)
+    want = [np.nan, 0.0, np.inf, 0.0, np.inf, 0.0, 0.0, 0.0, 1.0, 1.0, np.exp(np.float64(88.5)),
+            np.exp(np.float64(np.float32(88.7228))), np.inf, np.inf]
+    np.testing.assert_allclose(got[:len(edges)], np.array(want, np.float32), rtol=2e-7)
+    ref = np.exp(xs[len(edges):].astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got[len(edges):] - ref) / np.spacing(ref)
+    assert ulps.max() <= 1.0, f"exp is {ulps.max()} ulp off"

@@ -16,12 +16,13 @@ static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a
 /* exp for float32 that GCC vectorizes (Cody-Waite reduction, cephes polynomial, ~1 ulp). Branch-free:
    n = round(x / ln 2) by the 1.5 * 2^23 trick (floorf would block if-converted vectorization), and
    2^(n-1) is built in the exponent bits through memcpy (a union pun also blocks it); the polynomial's
-   coefficients are doubled to make up the 2. Clamping at 89 lets large x overflow to +inf by itself,
-   below -87 the scale is 0, and NaN flows through. */
+   coefficients are doubled to make up the 2. The range is fixed on the result, not on x: below -87 the
+   result is 0 (exp(-87) = 1.6e-38, at the edge of the normal floats), above ln(FLT_MAX) it is +inf, and NaN
+   flows through both tests. A clamp of x instead (x < -87 ? -87 : x) let GCC thread the constant paths:
+   four compares and three blends per vector, and a softmax kernel 1.09x slower. */
 static inline float so_expf(float x) {
-    float xc = x < -87.0f ? -87.0f : (x > 89.0f ? 89.0f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 3.9751383000e-4f;
     p = p * r + 2.7963999014e-3f;
     p = p * r + 1.6666903815e-2f;
@@ -32,7 +33,8 @@ static inline float so_expf(float x) {
     int32_t bits = ((int32_t)n + 126) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    float y = x < -87.0f ? 0.0f : p * scale;
+    return x > 88.72283f ? INFINITY : y;
 }
 /* erf for float32 that GCC vectorizes: odd/even rational approximation on [-4, 4] (the one of Eigen and
    XLA), max error 3.3e-7 against the exact erf; libm's erff is a scalar call */
