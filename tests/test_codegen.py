@@ -475,3 +475,25 @@ def test_vectorized_exp_is_within_one_ulp_and_keeps_its_edges(kernel_cache):
     ref = np.exp(xs[len(edges):].astype(np.float64)).astype(np.float32)
     ulps = np.abs(got[len(edges):] - ref) / np.spacing(ref)
     assert ulps.max() <= 1.0, f"exp is {ulps.max()} ulp off"
+
+
+def test_a_short_window_reduction_is_unrolled_and_a_matrix_reduction_is_not(kernel_cache):
+    """The tiled contraction fully unrolls its innermost reduction when it is a conv window's columns of at
+    most UNROLL_REDUCTION steps (kw in X[.., x+kw]); capsule votes' 4-step matrix reduction r stays rolled."""
+    from superopt.schedule.default import UNROLL_REDUCTION
+
+    conv = compile_op(CONV_BIAS_RELU, {"X": (1, 8, 12, 12), "W": (16, 8, 3, 3), "B": (16,)},
+                      extents={"y": 12, "x": 12}, padding={"X": 0.0}, outputs=["O"])
+    trace = default_schedule(conv)
+    assert Unroll("P", "kw") in trace and 3 <= UNROLL_REDUCTION
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(conv.type_of[i].shape).astype(np.float32) for i in conv.inputs]
+    from superopt.interp import evaluate_compute
+
+    (got,) = build_kernel(conv, trace, kernel_cache, threads=2)(*args)
+    np.testing.assert_allclose(got, evaluate_compute(conv, args, np.float64)[0], rtol=1e-4, atol=1e-4)
+    caps = compile_op(CAPSULE, {"P": (2, 9, 9, 8, 4, 4), "W": (3, 3, 8, 8, 4, 4)})
+    caps_trace = default_schedule(caps)
+    innermost_red = [d for d in [p for p in caps_trace if isinstance(p, Reorder)][-1].order
+                     if d in caps.statements[0].reduce_dims][-1]
+    assert innermost_red == "r" and Unroll("V", "r") not in caps_trace

@@ -37,6 +37,7 @@ from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import CacheWrite, Fuse, Parallel, Primitive, Reorder, Split, Unroll, Vectorize
 
 LANE_BLOCKS = (8, 16)
+UNROLL_LANES = 4  # input lanes per unrolled reduction step (knob <stage>.unroll_lanes)
 
 
 def _operands(st: Statement) -> tuple[Access, Access] | None:
@@ -171,11 +172,27 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
         prims.append(Split(s, cib, red_block))
         red = [f"{cib}_i"] + [d for d in red if d != cib]
         outer = fused + [f"{cib}_o"] + [d for d in outer if d not in fused]
+    # the input lanes (one broadcast each) unrolled by ``unroll_lanes``: an inner loop of that many steps,
+    # unrolled whole (gcc does not unroll at -O3; partial-unroll pragmas are ignored on loops that hold the
+    # tile's loops). ResNet-50's blocked convs ran 1.05-1.19x faster with all 16 lanes unrolled, and as fast
+    # with 4 at a tenth of the compile time (16: 9 s for one 3x3 conv, the alias walks over 224 tile loops)
+    lanes_red = inner_red[0] if inner_red else None
+    unroll = kn.get(f"{s}.unroll_lanes", min(UNROLL_LANES, ext[lanes_red]) if lanes_red else 1,
+                    tuple(u for u in (1, 2, 4, 8, 16) if lanes_red and ext[lanes_red] % u == 0) or (1,))
+    unrolled = None
+    if lanes_red and 1 < unroll < ext[lanes_red]:
+        prims.append(Split(s, lanes_red, unroll))
+        red = red[:-1] + [f"{lanes_red}_o", f"{lanes_red}_i"]
+        unrolled = f"{lanes_red}_i"
+    elif lanes_red and unroll == ext[lanes_red] > 1:
+        unrolled = lanes_red
     prims.append(Reorder(s, tuple(outer + red + tile)))
     prims.append(CacheWrite(s, red[0]))
     if cob_i:
         prims.append(Unroll(s, cob_i))
     prims.append(Unroll(s, col_i))
+    if unrolled:
+        prims.append(Unroll(s, unrolled))
     prims.append(Vectorize(s, lane))
     name = fused[0]
     for nxt in fused[1:]:

@@ -1,4 +1,4 @@
-/* trace: [{"kind": "Reorder", "stage": "P", "order": ["n", "y", "x", "co", "ci", "kh", "kw"]}, {"kind": "Split", "stage": "P", "loop": "x", "factor": 5}, {"kind": "Reorder", "stage": "P", "order": ["y", "x_o", "n", "ci", "kh", "kw", "x_i", "co"]}, {"kind": "CacheWrite", "stage": "P", "at": "ci"}, {"kind": "Unroll", "stage": "P", "loop": "x_i"}, {"kind": "Vectorize", "stage": "P", "loop": "co"}, {"kind": "Parallel", "stage": "P", "loop": "y"}, {"kind": "Pack", "stage": "W", "perm": [1, 2, 3, 0], "split_axis": -1, "factor": 1}, {"kind": "Inline", "stage": "T"}, {"kind": "Epilogue", "stage": "O", "producer": "P"}] */
+/* trace: [{"kind": "Reorder", "stage": "P", "order": ["n", "y", "x", "co", "ci", "kh", "kw"]}, {"kind": "Split", "stage": "P", "loop": "x", "factor": 5}, {"kind": "Reorder", "stage": "P", "order": ["y", "x_o", "n", "ci", "kh", "kw", "x_i", "co"]}, {"kind": "CacheWrite", "stage": "P", "at": "ci"}, {"kind": "Unroll", "stage": "P", "loop": "x_i"}, {"kind": "Unroll", "stage": "P", "loop": "kw"}, {"kind": "Vectorize", "stage": "P", "loop": "co"}, {"kind": "Parallel", "stage": "P", "loop": "y"}, {"kind": "Pack", "stage": "W", "perm": [1, 2, 3, 0], "split_axis": -1, "factor": 1}, {"kind": "Inline", "stage": "T"}, {"kind": "Epilogue", "stage": "O", "producer": "P"}] */
 void conv_bias_relu_epilogue(void **args) {
     const float *restrict X = (const float *)args[0];
     const float *restrict W = (const float *)args[1];
@@ -14,6 +14,7 @@ void conv_bias_relu_epilogue(void **args) {
                     for (int so_i = 0; so_i < 160; ++so_i) acc[so_i] = 0.0f;
                     for (int ci = 0; ci < 16; ++ci) {
                         for (int kh = 0; kh < 3; ++kh) {
+                            #pragma GCC unroll 3
                             for (int kw = 0; kw < 3; ++kw) {
                                 #pragma GCC unroll 5
                                 for (int x_i = 0; x_i < 5; ++x_i) {
