@@ -73,6 +73,9 @@ static inline int32_t so_shl32(int32_t a, int32_t b) { return (uint32_t)b < 32 ?
 static inline int64_t so_shl64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? (int64_t)((uint64_t)a << b) : 0; }
 static inline int32_t so_shr32(int32_t a, int32_t b) { return (uint32_t)b < 32 ? a >> b : (a < 0 ? -1 : 0); }
 static inline int64_t so_shr64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? a >> b : (a < 0 ? -1 : 0); }
-void so_set_threads(int n) { omp_set_num_threads(n); }
+"""
+
+# the library's thread control: defined once, in the first translation unit of a library
+THREAD_CONTROL = r"""void so_set_threads(int n) { omp_set_num_threads(n); }
 int so_get_threads(void) { return omp_get_max_threads(); }
 """

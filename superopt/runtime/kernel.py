@@ -112,7 +112,9 @@ def pack_caller_name(kernel: str, tensor: str) -> str:
 def pack_caller_source(source: KernelSource) -> str:
     """For each input the kernel packs: ``void NAME_packcall_T(void **args)`` calling ``NAME_pack_T(args[0],
     args[1])``, so that a chain (runtime/chain.py) can pack a run-time input right before the kernel."""
-    return "".join(f"void {pack_caller_name(source.name, t)}(void **args) {{ {source.name}_pack_{t}(args[0], args[1]); }}\n"
+    # (with the pack routine's prototype: the library may compile the caller in another translation unit)
+    return "".join(f"void {source.name}_pack_{t}(const void *src_, void *dst_);\n"
+                   f"void {pack_caller_name(source.name, t)}(void **args) {{ {source.name}_pack_{t}(args[0], args[1]); }}\n"
                    for t in source.packs)
 
 

@@ -1,0 +1,79 @@
+"""The C compiler driver: a library of many kernels compiled as parallel translation units and linked,
+the same kernels as one unit, and a failure in one unit reported (and the other compilers stopped)."""
+
+import stat
+import time
+
+import numpy as np
+import pytest
+
+from superopt.builder import GraphBuilder
+from superopt.codegen.c_prelude import THREAD_CONTROL
+from superopt.interp import evaluate
+from superopt.lang import compile_op
+from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library, translation_units
+from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.kernel import build_kernels
+from superopt.runtime.target import host_target
+from superopt.schedule.default import default_schedule
+from superopt.schedule.graph import default_schedules
+
+OPS = [("C[i,j] += A[i,k] * B[k,j]", {"A": (33, 20), "B": (20, 45)}),
+       ("m[i] max= X[i,j]\ne[i,j] = exp(X[i,j] - m[i])\ns[i] += e[i,j]\nY[i,j] = e[i,j] / s[i]", {"X": (9, 70)}),
+       ("Y[i,j] = relu(X[i,j]) * 2.0", {"X": (17, 31)})]
+
+
+def test_sources_are_dealt_by_size_and_thread_control_is_defined_once():
+    sources = [f"void f{i}(void **args) {{ /* {'x' * (100 * i)} */ }}" for i in range(7)]
+    units = translation_units(sources, 3)
+    assert len(units) == 3 and sum(THREAD_CONTROL in u for u in units) == 1
+    assert sorted(s for s in sources if any(s in u for u in units)) == sorted(sources)
+    sizes = [len(u) for u in units]
+    assert max(sizes) - min(sizes) <= 700  # the largest source first, each to the smallest unit
+    assert len(translation_units(sources[:2], 8)) == 2  # never more units than sources
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_kernels_in_parallel_units_match_the_reference(tmp_path, jobs):
+    computes = [compile_op(src, shapes) for src, shapes in OPS]
+    kernels = build_kernels([(c, default_schedule(c)) for c in computes],
+                            CompilerConfig(cache_dir=tmp_path / "kc", jobs=jobs), threads=2)
+    from superopt.interp import evaluate_compute
+
+    rng = np.random.default_rng(jobs)
+    for c, k in zip(computes, kernels):
+        args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+        for got, want in zip(k(*args), evaluate_compute(c, args, np.float64)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_graph_with_packed_inputs_links_its_pack_callers_across_units(tmp_path):
+    """The executor's library holds kernels, their pack routines and the chain's pack callers (one per
+    run-time input packed before its kernel): dealt into units, a caller may sit in another unit than
+    the routine it calls."""
+    b = GraphBuilder("two_matmuls")
+    x, w1, w2 = b.input("x", (48, 64)), b.input("w1", (96, 64)), b.input("w2", (80, 96))
+    h = b.compute1("C[i,j] += A[i,k] * B[j,k]", {"A": x, "B": w1}, "mm1")  # B read across k: packed per call
+    y = b.compute1("C[i,j] += A[i,k] * B[j,k]", {"A": h, "B": w2}, "mm2")
+    graph = b.build([y])
+    ex = GraphExecutor(graph, default_schedules(graph, host_target(2)),
+                       ExecutorConfig(threads=2, compiler=CompilerConfig(cache_dir=tmp_path / "kc", jobs=4)))
+    assert ex.chains and any(call.packs for call in ex._calls.values()), "no run-time input is packed"
+    feed = {n: np.random.default_rng(1).standard_normal(graph.type_of[n].shape).astype(np.float32)
+            for n in graph.inputs}
+    np.testing.assert_allclose(ex(feed)[y], evaluate(graph, feed, np.float64)[y], rtol=1e-4, atol=1e-4)
+
+
+def test_a_unit_that_fails_names_the_error_and_stops_the_other_compilers(tmp_path):
+    good = "void ok(void **args) { (void)args; }"
+    with pytest.raises(CompileError, match="(?s)C compilation failed: .*undeclared"):
+        compile_library([good, "void bad(void **args) { nope = 1; }"], CompilerConfig(cache_dir=tmp_path, jobs=2))
+    slow = tmp_path / "slowcc"  # one unit compiles at once, the other never ends: the timeout names it
+    slow.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo slowcc 1.0; exit 0; fi\n'
+                    'case "$*" in *kernels1.c*) exec sleep 30;; esac\nexit 0\n')
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    t0 = time.monotonic()
+    with pytest.raises(CompileError, match="timed out after 0.5s"):
+        compile_library([good, good.replace("ok", "ok2")],
+                        CompilerConfig(cc=str(slow), cache_dir=tmp_path / "s", jobs=2, timeout_s=0.5))
+    assert time.monotonic() - t0 < 10  # the sleeping compiler was killed, not waited for
