@@ -127,10 +127,10 @@ def compile_library(sources: list[str], config: CompilerConfig | None = None, ta
             pass
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / "lib.so"
-        units = translation_units(sources, config.jobs) if config.jobs > 1 and len(sources) > 1 else [code]
+        units = translation_units(sources, config.jobs)
         if len(units) == 1:
             src = Path(tmp) / "kernels.c"
-            src.write_text(code)
+            src.write_text(units[0])
             _run_compilers([[config.cc, *config.flags, str(src), "-o", str(out), "-lm"]], 1, config.timeout_s, code)
         else:
             objs = []
