@@ -47,6 +47,16 @@ from superopt.loopnest import (
 )
 from superopt.loopnest.walk import allocations
 
+# OpenMP's iteration schedule for every parallel loop. Guided (chunks of what is left over the thread
+# count, shrinking) rather than static: a thread that starts late (a worker waking from its futex on a
+# shared host) or runs slower finds fewer iterations left, where static makes the region wait for it.
+# Measured end to end on a 2-core Xeon against static, alternating in one process: inception_v1
+# 1.10-1.12x (68 kernels, most small), squeezenet 1.06-1.09x, resnet50 0.97-1.01x; dynamic,1 ran
+# conv_bn_relu's 56 rows 1.3x slower than guided.
+OMP_SCHEDULE = "guided"
+PARALLEL_FOR = f"#pragma omp parallel for schedule({OMP_SCHEDULE})"
+PARALLEL_FILL = f"#pragma omp parallel for simd schedule({OMP_SCHEDULE})"
+
 __all__ = ["PRELUDE", "KernelSource", "emit_c", "print_c", "ctype", "c_float", "c_linear"]
 
 _FLOAT_FN = {
@@ -228,7 +238,7 @@ class _CPrinter:
             self.alloc(n)
         elif isinstance(n, Fill):
             if n.parallel:
-                self.line("#pragma omp parallel for simd schedule(static)")
+                self.line(PARALLEL_FILL)
             self.line(f"for (int {n.var} = 0; {n.var} < {n.size}; ++{n.var}) {n.buffer}[{n.var}] = {c_value(n.value)};")
         elif isinstance(n, Epilogue):
             self.line(f"/* epilogue: {n.text} */")
@@ -295,7 +305,7 @@ class _CPrinter:
 
     def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
         if lp.kind == "parallel":
-            self.line("#pragma omp parallel for schedule(static)")
+            self.line(PARALLEL_FOR)
         elif lp.kind == "unrolled":
             self.line(f"#pragma GCC unroll {lp.extent}")
         elif lp.kind == "vectorized":
@@ -334,7 +344,7 @@ def print_pack(p: PackNest, name: str) -> str:
              f"    const {ct} *restrict src = (const {ct} *)src_;",
              f"    {ct} *restrict dst = ({ct} *)dst_;"]
     if p.parallel:
-        lines.append("    #pragma omp parallel for schedule(static)" + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
+        lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
     for i, (v, n) in enumerate(p.loops):
         lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
     flat_src = "0"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from superopt.codegen.c_emit import KernelSource, emit_c
+from superopt.codegen.c_emit import PARALLEL_FILL, PARALLEL_FOR, KernelSource, emit_c
 from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.buffers import aligned_empty
@@ -118,8 +118,6 @@ def pack_caller_source(source: KernelSource) -> str:
                    for t in source.packs)
 
 
-_PARALLEL_FOR = "#pragma omp parallel for schedule(static)\n"
-_PARALLEL_FILL = "#pragma omp parallel for simd schedule(static)"
 
 
 def kernel_work(compute: Compute) -> int:
@@ -130,7 +128,7 @@ def kernel_work(compute: Compute) -> int:
 def without_parallel_regions(source: KernelSource) -> KernelSource:
     """``source`` with its OpenMP parallel loops printed as plain loops (fills keep ``omp simd``): a tiny
     kernel then pays no parallel-region fork and join (about 1-2 us with 2 threads, more than it runs)."""
-    code = source.code.replace(_PARALLEL_FILL, "#pragma omp simd").replace(_PARALLEL_FOR, "")
+    code = source.code.replace(PARALLEL_FILL, "#pragma omp simd").replace(PARALLEL_FOR + "\n", "")
     return dataclasses.replace(source, code=code)
 
 
