@@ -190,6 +190,9 @@ def test_the_wide_tile_takes_four_blocks_by_six_rows_only_where_the_columns_wast
     trace, used, _ = space.resolve(space.default_point())
     assert (used[f"{p.out}.cob_tile"], used[f"{p.out}.rows"]) == (4, 6)
     assert Split(p.out, p.out_dims[1], 4) in trace and Split(p.out, p.out_dims[3], 6) in trace  # 28 = 4 x 6 + 4
+    # the knob still reaches the two-block tile, with the rows that tile takes (7 x 4 = 28 columns)
+    _, used2, _ = space.resolve(Point.of(space.default_point().sketch, {f"{p.out}.cob_tile": 2}))
+    assert (used2[f"{p.out}.cob_tile"], used2[f"{p.out}.rows"]) == (2, 7)
     if TARGET.vector_registers >= 32:  # runs here only where the host has AVX-512's 32 registers
         ex = GraphExecutor(g, default_schedules(g, avx512) | {"conv1": trace}, ExecutorConfig(1, target=avx512))
         feed = random_inputs(g)

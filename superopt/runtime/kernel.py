@@ -118,8 +118,6 @@ def pack_caller_source(source: KernelSource) -> str:
                    for t in source.packs)
 
 
-
-
 def kernel_work(compute: Compute) -> int:
     """Iteration points of all the compute's statements (reduction dimensions included)."""
     return sum(math.prod(e for _, e in st.extents) for st in compute.statements)

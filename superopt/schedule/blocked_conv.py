@@ -38,8 +38,7 @@ from superopt.schedule.primitives import CacheWrite, Fuse, Parallel, Primitive, 
 
 LANE_BLOCKS = (8, 16)
 UNROLL_LANES = 4  # input lanes per unrolled reduction step (knob <stage>.unroll_lanes)
-WIDE_TILES = True  # 4 output-channel blocks x 6 rows where the columns allow (see wide_tile_rows)
-WIDE_COB_TILE = 4
+WIDE_COB_TILE = 4  # output-channel blocks of the wide tile (see wide_tile_rows; knob <stage>.cob_tile)
 WIDE_MAX_WASTE = 1 / 8
 
 
@@ -86,7 +85,7 @@ def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) 
     compute 18). Measured alone on ResNet-50's blocked convs (Xeon, 2 threads, alternating, two runs): the
     3x3 convs at 56 and 112 columns 1.04-1.08x, those at 28 0.96-1.06x, the 1x1 convs at 28-56 columns
     0.96-1.14x; at 14 and 7 columns (not taken) 0.80-0.86x."""
-    if not WIDE_TILES or target.vector_registers < 32 or lane_block != target.lanes("float32") \
+    if target.vector_registers < 32 or lane_block != target.lanes("float32") \
             or cob_blocks % WIDE_COB_TILE:
         return 0
     rows = _most_rows(target, WIDE_COB_TILE)
