@@ -149,8 +149,8 @@ def test_auto_layout_runs_on_cpu_targets_only_and_a_forced_block_everywhere():
     assert conversions(rewrite_graph(g, OptimizeConfig(target=h200_target(), layout="nchw16c"))[0])
 
 
-def _blocked_conv(target):
-    g = choose_layouts(small_net(c=64, hw=10, seed=3), target, layout="nchw16c")[0]
+def _blocked_conv(target, c: int = 64, hw: int = 10, seed: int = 3):
+    g = choose_layouts(small_net(c=c, hw=hw, seed=seed), target, layout="nchw16c")[0]
     conv = node_named(g, "conv1")
     consts = frozenset(local for local, gi in zip(conv.op.inputs, conv.inputs) if gi in g.constant)
     return g, conv, consts, next(st for st in conv.op.statements if st.reduce == "+=")
@@ -182,10 +182,7 @@ def test_the_wide_tile_takes_four_blocks_by_six_rows_only_where_the_columns_wast
     assert wide_tile_rows(avx512, 16, 6, 56) == 0  # 6 blocks: no tile of 4
     assert wide_tile_rows(avx512, 8, 8, 56) == 0  # half-vector blocks
     assert wide_tile_rows(replace(TARGET, vector_bits=256, vector_registers=16), 8, 8, 56) == 0
-    g = choose_layouts(small_net(c=64, hw=28, seed=5), avx512, layout="nchw16c")[0]
-    conv = node_named(g, "conv1")
-    consts = frozenset(local for local, gi in zip(conv.op.inputs, conv.inputs) if gi in g.constant)
-    p = next(st for st in conv.op.statements if st.reduce == "+=")
+    g, conv, consts, p = _blocked_conv(avx512, c=64, hw=28, seed=5)
     space = ScheduleSpace(conv.op, avx512, consts)
     trace, used, _ = space.resolve(space.default_point())
     assert (used[f"{p.out}.cob_tile"], used[f"{p.out}.rows"]) == (4, 6)
@@ -206,10 +203,7 @@ def test_the_blocked_conv_tile_keeps_enough_fma_chains_where_few_rows_divide_the
 
     assert _row_block(33, 10) == 3 and _row_block(33, 10, 4) == 7 and _row_block(111, 10, 4) == 8
     assert _row_block(56, 10, 4) == 8 and _row_block(28, 10, 4) == 7 and _row_block(33, 3, 4) == 3
-    g = choose_layouts(small_net(c=32, hw=33, seed=4), TARGET, layout="nchw16c")[0]
-    conv = node_named(g, "conv1")
-    consts = frozenset(local for local, gi in zip(conv.op.inputs, conv.inputs) if gi in g.constant)
-    p = next(st for st in conv.op.statements if st.reduce == "+=")
+    g, conv, consts, p = _blocked_conv(TARGET, c=32, hw=33, seed=4)
     space = ScheduleSpace(conv.op, TARGET, consts)
     trace, used, _ = space.resolve(space.default_point())
     vectors = used[f"{p.out}.cob_tile"] * -(-16 // TARGET.lanes("float32"))
