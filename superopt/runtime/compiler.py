@@ -51,6 +51,7 @@ class CompileError(RuntimeError):
 
 
 def library_source(sources: list[str]) -> str:
+    """The whole library as one translation unit: the prelude, the thread control, the sources."""
     return PRELUDE + "\n" + THREAD_CONTROL + "\n".join(sources)
 
 
@@ -63,7 +64,7 @@ def translation_units(sources: list[str], jobs: int) -> list[str]:
         i = sizes.index(min(sizes))
         units[i].append(src)
         sizes[i] += len(src)
-    return [PRELUDE + "\n" + (THREAD_CONTROL if i == 0 else "") + "\n".join(u) for i, u in enumerate(units)]
+    return [library_source(units[0])] + [PRELUDE + "\n" + "\n".join(u) for u in units[1:]]
 
 
 def _run_compilers(cmds: list[list[str]], jobs: int, timeout_s: float, code: str) -> None:
