@@ -1,4 +1,4 @@
-"""Print this machine's FMA ceiling and streaming memory bandwidth (superopt.measure.peak).
+"""Print this machine's FMA ceiling, register-tile ceiling and memory bandwidth (superopt.measure.peak).
 
     python benchmarks/peak.py [--threads 2] [--refresh] [--seconds 0.3] [--json]
 
@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from superopt.measure.peak import fma_peak_gflops, measure_bandwidth  # noqa: E402
+from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops  # noqa: E402
 from superopt.runtime.target import host_target  # noqa: E402
 
 
@@ -29,11 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     target = host_target(args.threads)
     peak = fma_peak_gflops(target, seconds=args.seconds, refresh=args.refresh)
+    tile = tile_peak_gflops(target, refresh=args.refresh)
     bw = measure_bandwidth(target, refresh=args.refresh)
     if args.json:
         print(json.dumps({"target": target.to_dict(), "target_key": target.key(), "fma": peak.to_dict(),
                           "fma_from_cache": peak.from_cache,
                           "ceiling_gflops": peak.ceiling_gflops, "implied_ghz": peak.implied_ghz(target.fma_units),
+                          "tile": tile.to_dict(), "tile_from_cache": tile.from_cache,
                           "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache}, indent=1))
         return 0
     cached = lambda r: " (cached)" if r.from_cache else ""  # noqa: E731
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{peak.vector_bits}-bit vectors, "
           f"{peak.accumulators} chains per thread, implied clock {peak.implied_ghz(target.fma_units):.2f} GHz "
           f"at {target.fma_units} FMA pipes; measured {peak.measured_at}")
+    print(f"register-tile ceiling{cached(tile)}: {tile.gflops:.1f} GFLOP/s with {tile.threads} thread(s), "
+          f"{tile.gflops_1t:.1f} with one; {tile.rows} x {tile.vectors} vectors fed from L1 (broadcasts and "
+          f"vector loads), {tile.fma_fraction:.2f} of the FMA-chain kernel (median of {tile.rounds} alternating rounds)"
+          f"; measured {tile.measured_at}")
     print(f"memory bandwidth{cached(bw)}: triad {bw.triad_gbs:.1f} GB/s, copy {bw.copy_gbs:.1f} GB/s "
           f"({bw.threads} thread(s), 3 x {bw.array_bytes >> 20} MiB arrays); measured {bw.measured_at}")
     return 0

@@ -248,13 +248,16 @@ def time_workload(w: SearchWorkload, graph: Graph, variants: dict[str, dict], ta
 
 
 def roofline(w: SearchWorkload, times: Mapping[str, dict], peak_gflops: float, dram_gbs: float,
-             footprint_gbs: float | None) -> dict[str, dict]:
-    """Per timed variant: GFLOP/s, fraction of the FMA ceiling, fraction of the memory bounds."""
+             footprint_gbs: float | None, tile_gflops: float | None = None) -> dict[str, dict]:
+    """Per timed variant: GFLOP/s, fraction of the FMA ceiling (and of the register-tile ceiling, the
+    best a broadcast-FMA tile fed from L1 does), fraction of the memory bounds."""
     out = {}
     for name, t in times.items():
         s = t["median_s"]
         r = {"gflops": w.flops / s / 1e9}
         r["fma_fraction"] = r["gflops"] / peak_gflops
+        if tile_gflops and not w.memory_bound:
+            r["tile_fraction"] = r["gflops"] / tile_gflops
         if w.memory_bound:
             r["dram_fraction"] = w.memory_bytes / (dram_gbs * 1e9) / s
             if footprint_gbs:
@@ -284,7 +287,8 @@ def run_workload(spec: WorkloadSpec, target: Target, settings: dict, machine: di
     row = {"workload": w.name, "description": w.description, "flops": w.flops, "memory_bytes": w.memory_bytes,
            "memory_bound": w.memory_bound, "rewrites": list(rules), "times": times, "rel_errors": errors,
            "status": status, "same_as": same_as, "footprint_copy_gbs": fp,
-           "roofline": roofline(w, times, machine["fma"]["ceiling_gflops"], machine["bandwidth"]["triad_gbs"], fp),
+           "roofline": roofline(w, times, machine["fma"]["ceiling_gflops"], machine["bandwidth"]["triad_gbs"], fp,
+                                machine.get("tile", {}).get("ceiling_gflops")),
            **facts, "elapsed_s": time.perf_counter() - t0, "load_before": load_before, "load_after": _load()}
     for name, t in times.items():
         log(f"  {name:14s} {t['median_s'] * 1e3:9.3f} ms  rel err {errors.get(name)}")
@@ -335,7 +339,11 @@ def _header(report: dict) -> list[str]:
         "median). `=` marks a variant whose schedules are identical to another column's (timed once).", "",
         f"Machine ceilings (`superopt.measure.peak`): FMA {fma['gflops']:.0f} GFLOP/s with {fma['threads']} threads "
         f"(one thread {fma['gflops_1t']:.0f}; {fma['vector_bits']}-bit vectors, {fma['accumulators']} chains); "
-        f"roofline ceiling used {fma['ceiling_gflops']:.0f} GFLOP/s; memory bandwidth (triad, "
+        f"roofline ceiling used {fma['ceiling_gflops']:.0f} GFLOP/s"
+        + (f"; register tile ({m['tile']['rows']} x {m['tile']['vectors']} vectors fed from L1) "
+           f"{m['tile']['fma_fraction']:.2f} of the FMA chains in alternation, {m['tile']['ceiling_gflops']:.0f} GFLOP/s"
+           if "tile" in m else "")
+        + "; memory bandwidth (triad, "
         f"{bw['array_bytes'] >> 20} MiB arrays) {bw['triad_gbs']:.1f} GB/s.",
     ]
 
@@ -373,12 +381,15 @@ def _gflops(rf: dict, name: str) -> str:
 def _roofline_table(report: dict) -> list[str]:
     best = _labels(report["settings"])["search@final"]
     lines = ["## Rooflines", "",
-             "GFLOP/s and fraction of the FMA ceiling; for memory-bound workloads, the time the compulsory traffic "
+             "GFLOP/s and fraction of the FMA ceiling and of the register-tile ceiling (the default tile's loop with "
+             "its operands in L1: what a kernel loses to the memory hierarchy); for memory-bound workloads, the time "
+             "the compulsory traffic "
              "(inputs, weights and outputs once) takes at the DRAM triad bandwidth, and at the copy bandwidth of "
              "buffers of the workload's own size, as a fraction of the measured time (repeated calls keep a working "
              "set that fits the caches there: above 100% of the DRAM bound means it did).", "",
              f"| workload | flop/byte | default GFLOP/s | {best} GFLOP/s | onnxruntime GFLOP/s | {best} % FMA | "
-             f"{best} % DRAM bound | {best} % footprint bound |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{best} % tile | {best} % DRAM bound | {best} % footprint bound |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in report["workloads"]:
         if "error" in row:
             continue
@@ -386,7 +397,8 @@ def _roofline_table(report: dict) -> list[str]:
         b = rf.get("search@final", {})
         lines.append(f"| {row['workload']} | {row['flops'] / row['memory_bytes']:.1f} | {_gflops(rf, 'default')} | "
                      f"{_gflops(rf, 'search@final')} | {_gflops(rf, 'onnxruntime')} | {_pct(b.get('fma_fraction'))} | "
-                     f"{_pct(b.get('dram_fraction'))} | {_pct(b.get('footprint_fraction'))} |")
+                     f"{_pct(b.get('tile_fraction'))} | {_pct(b.get('dram_fraction'))} | "
+                     f"{_pct(b.get('footprint_fraction'))} |")
     return lines
 
 
@@ -449,14 +461,19 @@ def write_report(out_dir: Path, report: dict) -> None:
 
 def machine_facts(target: Target, refresh: bool) -> dict:
     from benchmarks.run import cpu_model
-    from superopt.measure.peak import fma_peak_gflops, measure_bandwidth
+    from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops
 
     peak = fma_peak_gflops(target, refresh=refresh)
+    tile = tile_peak_gflops(target, refresh=refresh)
     bw = measure_bandwidth(target, refresh=refresh)
+    # the tile's ceiling on the roofline's scale: its alternating ratio to the FMA chains times that ceiling
+    tile_ceiling = tile.fma_fraction * peak.ceiling_gflops
     log(f"FMA ceiling {peak.gflops:.1f} GFLOP/s ({peak.gflops_1t:.1f} one thread), roofline ceiling "
-        f"{peak.ceiling_gflops:.1f}; triad bandwidth {bw.triad_gbs:.1f} GB/s")
+        f"{peak.ceiling_gflops:.1f}; register tile {tile.fma_fraction:.2f} of it ({tile_ceiling:.1f}); "
+        f"triad bandwidth {bw.triad_gbs:.1f} GB/s")
     return {"cpu": cpu_model(), "threads": target.threads, "target": target.to_dict(), "target_key": target.key(),
             "fma": {**peak.to_dict(), "ceiling_gflops": peak.ceiling_gflops, "from_cache": peak.from_cache},
+            "tile": {**tile.to_dict(), "ceiling_gflops": tile_ceiling, "from_cache": tile.from_cache},
             "bandwidth": {**bw.to_dict(), "from_cache": bw.from_cache}, "load_start": _load()}
 
 

@@ -83,3 +83,29 @@ def test_bandwidth_streams_and_caches(compiler, monkeypatch):
     gbs = memory_bandwidth_gbs(t, compiler, refresh=True)
     cached = measure_bandwidth(t, compiler)
     assert cached.from_cache and cached.triad_gbs == gbs
+
+
+def test_register_tile_computes_its_products_and_its_shape_fits_the_registers(compiler):
+    """The tile kernel is the default contraction tile (6 x 4 vectors on 32 registers) and really computes
+    ``iters * A^T B`` per thread: no loop optimized away, the broadcasts and loads read what they should."""
+    t = host_target(2)
+    rows, vectors = peak.tile_shape(t)
+    assert rows * vectors + vectors + 1 <= t.vector_registers and rows >= 2
+    assert peak.tile_shape(replace(t, vector_registers=32)) == (6, 4)
+    assert peak.tile_shape(replace(t, vector_registers=16)) == (6, 2)
+    k = peak.TileKernel(t, compiler, steps=16)
+    out, ran = k.run(3, threads=2)
+    assert ran == 2 and out.shape == (2, rows, vectors, k.lanes)
+    want = 3 * np.einsum("kr,kvl->rvl", k.a.astype(np.float64), k.b.astype(np.float64))
+    np.testing.assert_allclose(out, np.broadcast_to(want, out.shape), rtol=1e-4, atol=1e-9)
+    assert k.flops_per_iteration == 16 * rows * vectors * k.lanes * 2
+
+
+def test_tile_ceiling_measured_against_the_fma_chains_and_cached(compiler):
+    t = host_target(2)
+    r = peak.tile_peak_gflops(t, compiler, rounds=3, seconds=0.01, refresh=True)
+    assert r.gflops > 0 and r.gflops_1t > 0 and r.rounds == 3 and not r.from_cache
+    # a ratio of two throughputs on one machine (noisy: only bounds that cannot flake)
+    assert 0.05 < r.fma_fraction < 3
+    again = peak.tile_peak_gflops(t, compiler)
+    assert again.from_cache and again.to_dict() == r.to_dict()

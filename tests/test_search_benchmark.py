@@ -72,6 +72,10 @@ def test_roofline_fractions():
     r = bench.roofline(w, {"x": {"median_s": 0.01}}, peak_gflops=400.0, dram_gbs=20.0, footprint_gbs=40.0)["x"]
     assert r["gflops"] == pytest.approx(200.0) and r["fma_fraction"] == pytest.approx(0.5)
     assert r["dram_fraction"] == pytest.approx(0.5) and r["footprint_fraction"] == pytest.approx(0.25)
+    assert "tile_fraction" not in r  # a memory-bound workload is not held to the register tile
+    gemm = SimpleNamespace(flops=2e9, memory_bytes=int(1e7), memory_bound=False)
+    r = bench.roofline(gemm, {"x": {"median_s": 0.01}}, 400.0, 20.0, None, tile_gflops=250.0)["x"]
+    assert r["tile_fraction"] == pytest.approx(0.8) and "dram_fraction" not in r
 
 
 def test_settings():
@@ -115,7 +119,7 @@ def test_report_writer(tmp_path):
     assert "| softmax | 400.0 | 2.000 | 1.000= | 1.000 | 1.600 | 4.000 | 1.200 |" in md
     assert "| softmax | 2.00x | 1.00x | 1.60x | 4.00x | 1.20x |" in md  # ratios over search@200
     # 400 MFLOP in 1 ms = 400 GFLOP/s... of a 200 GFLOP/s ceiling; 40 MB at 16 GB/s = 2.5 ms = 250% of 1 ms
-    assert "| softmax | 10.0 | 200.0 | 400.0 | 333.3 | 200% | 250% | 100% |" in md
+    assert "| softmax | 10.0 | 200.0 | 400.0 | 333.3 | 200% | - | 250% | 100% |" in md  # (memory-bound: no tile %)
     assert "| softmax | 1 | 2.000 | 1.900 | 0.900 | - | 200 / 200 | TIMEOUT 2; TIMEOUT 2 | trial budget spent | 1.0e-07 |" in md
     assert "| attention | error: RuntimeError: boom |" in md
     assert "FMA 190 GFLOP/s" in md and "16.0 GB/s" in md

@@ -16,19 +16,55 @@ import numpy as np
 from superopt.ir.compute import Compute
 from superopt.ir.types import TensorType, dtype_name
 
+CONSTANT_ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
+
+
+def _frozen_aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``a`` whose data starts on a ``CONSTANT_ALIGN`` boundary, in a read-only buffer
+    of its own (numpy alone gives 16 bytes)."""
+    raw = np.empty(a.nbytes + CONSTANT_ALIGN, np.uint8)
+    off = -raw.ctypes.data % CONSTANT_ALIGN
+    out = raw[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    raw.flags.writeable = False
+    out.flags.writeable = False
+    return out
+
+
+def _owned(a: np.ndarray) -> bool:
+    """Read-only, aligned, and nothing writable behind it (what :func:`_frozen_aligned_copy` returns, and
+    views of it)."""
+    if a.flags.writeable or a.nbytes and a.ctypes.data % CONSTANT_ALIGN:
+        return False
+    b = a.base
+    while b is not None:
+        if not isinstance(b, np.ndarray) or b.flags.writeable:
+            return False
+        b = b.base
+    return True
+
 
 @dataclass(frozen=True, eq=False)
 class Constant:
-    """An immutable array; equality and hash by content."""
+    """An immutable array; equality and hash by content.
+
+    The array is a private read-only copy on a 64-byte boundary: kernels read constants in place (a
+    blocked conv's re-laid-out weights with whole-vector loads), and a vector load from an address
+    that is not a multiple of 64 straddles two cache lines. With numpy's 16-byte alignment three
+    quarters of ResNet-50's weight bytes were misaligned; aligned, the model ran 1.06x faster end to end
+    (Xeon, 2 threads, alternating in one process)."""
 
     array: np.ndarray = field(repr=False)
 
     def __post_init__(self) -> None:
         a = np.ascontiguousarray(self.array).reshape(np.shape(self.array))  # keep rank 0
         dtype_name(a.dtype)
-        a = a.copy() if a.flags.writeable or a.base is not None else a
-        a.flags.writeable = False
+        if not _owned(a):
+            a = _frozen_aligned_copy(a)
         object.__setattr__(self, "array", a)
+
+    def __reduce__(self):  # unpickled through __init__, so aligned again in the new process
+        return Constant, (self.array,)
 
     @cached_property
     def _digest(self) -> str:

@@ -11,7 +11,15 @@ few repeats: a ceiling, not a typical value).
 :func:`memory_bandwidth_gbs` times a STREAM-style triad ``a[i] = b[i] + s * c[i]`` over three
 buffers much larger than the last-level cache (bytes counted as STREAM does: 2 reads + 1 write).
 
-Both results are cached per :meth:`Target.key` as small JSON files under the compiler cache
+:func:`tile_peak_gflops` measures the practical ceiling of a register-tiled contraction (sgemm, convs):
+the default schedule's tile shape (``rows`` x ``vectors`` accumulators, :func:`tile_shape`) fed from
+L1, each step broadcasting ``rows`` scalars and loading ``vectors`` vectors for ``rows x vectors``
+FMAs. No kernel that reads its operands from memory with broadcasts does better than that loop; its
+ratio to the FMA ceiling, taken in alternation with the FMA-chain kernel (median of per-round ratios,
+so a busy moment of a shared machine cancels), says how much of the FMA ceiling such kernels can reach
+on this machine.
+
+All results are cached per :meth:`Target.key` as small JSON files under the compiler cache
 directory (``<cache_dir>/peak/``); ``refresh=True`` measures again.
 """
 
@@ -147,6 +155,53 @@ void so_fill(long n, float v, float *restrict a) {
 """
 
 
+def tile_shape(target: Target) -> tuple[int, int]:
+    """Rows x vectors of the default contraction tile: 4 vectors a row on a 32-register file (2 on 16),
+    and the most rows whose accumulators, the row's vectors and a broadcast fit (6 x 4 on AVX-512)."""
+    vectors = 4 if target.vector_registers >= 32 else 2
+    return max(1, (target.vector_registers - vectors - 1) // vectors), vectors
+
+
+TILE_STEPS = 64  # reduction steps per sweep: 64 x (rows + vectors x lanes) floats stay in L1
+
+
+def tile_source(lanes: int, rows: int, vectors: int, steps: int = TILE_STEPS) -> str:
+    """``so_tile_peak(iters, a, b, out)``: per thread, ``iters`` sweeps of the register tile over ``steps``
+    reduction steps: ``c[r][v] += a[k*rows + r] * b[(k*vectors + v)*lanes : +lanes]``; thread ``t``'s
+    accumulators go to ``out[((t*rows + r)*vectors + v)*lanes + lane]``. Returns the threads that ran."""
+    acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
+    decl = "\n".join(f"        vf {', '.join(f'{c} = (vf){{0}}' for c in row)};" for row in acc)
+    loads = "\n".join(f"                vf b{v} = bk[{v}];" for v in range(vectors))
+    splat = lambda r: "(vf){" + ", ".join([f"ak[{r}]"] * lanes) + "}"  # noqa: E731  (a broadcast load; 0 + s is not)
+    fmas = "\n".join(f"                {{ vf x = {splat(r)}; "
+                      + " ".join(f"{acc[r][v]} += x * b{v};" for v in range(vectors)) + " }" for r in range(rows))
+    store = "\n".join(f"        memcpy(out + (((long)t * {rows} + {r}) * {vectors} + {v}) * {lanes}, &{acc[r][v]}, sizeof(vf));"
+                       for r in range(rows) for v in range(vectors))
+    return f"""
+typedef float vf __attribute__((vector_size({lanes * 4})));
+int so_tile_peak(long iters, const float *a, const float *b, float *out) {{
+    int nthreads = 1;
+    #pragma omp parallel
+    {{
+        int t = omp_get_thread_num();
+        #pragma omp single
+        nthreads = omp_get_num_threads();
+{decl}
+        for (long i = 0; i < iters; i++) {{
+            for (int k = 0; k < {steps}; k++) {{
+                const float *ak = a + k * {rows};
+                const vf *bk = (const vf *)(b + (long)k * {vectors * lanes});
+{loads}
+{fmas}
+            }}
+        }}
+{store}
+    }}
+    return nthreads;
+}}
+"""
+
+
 # -- cache ----------------------------------------------------------------------------------------------
 
 
@@ -251,6 +306,105 @@ def fma_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, s
     return res
 
 
+# -- register-tile ceiling -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TilePeakResult:
+    gflops: float  # best, all ``threads`` threads
+    gflops_1t: float  # best, one thread
+    fma_fraction: float  # median over alternating rounds of tile / FMA-chain throughput (all threads)
+    rows: int
+    vectors: int
+    lanes: int
+    threads: int
+    rounds: int
+    measured_at: str = ""
+    from_cache: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("from_cache")
+        return d
+
+
+class TileKernel:
+    """The compiled register-tile kernel of one target, with its L1-resident operands."""
+
+    def __init__(self, target: Target, compiler: CompilerConfig | None = None, steps: int = TILE_STEPS) -> None:
+        self.lanes = target.lanes("float32")
+        self.rows, self.vectors = tile_shape(target)
+        self.steps = steps
+        so = compile_library([tile_source(self.lanes, self.rows, self.vectors, steps)], compiler or CompilerConfig(),
+                             target)
+        self.lib = load_library(so)
+        self.lib.so_tile_peak.restype = ctypes.c_int
+        self.lib.so_tile_peak.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        rng = np.random.default_rng(0)
+        self.a = aligned_empty((steps, self.rows), np.float32)
+        self.a[...] = rng.uniform(-1e-3, 1e-3, self.a.shape)
+        self.b = aligned_empty((steps, self.vectors, self.lanes), np.float32)
+        self.b[...] = rng.uniform(-1e-3, 1e-3, self.b.shape)
+
+    @property
+    def flops_per_iteration(self) -> int:
+        return self.steps * self.rows * self.vectors * self.lanes * 2
+
+    def run(self, iterations: int, threads: int) -> tuple[np.ndarray, int]:
+        """Run once; returns the accumulators (threads, rows, vectors, lanes) and the threads that ran."""
+        self.lib.so_set_threads(ctypes.c_int(threads))
+        out = aligned_empty((threads, self.rows, self.vectors, self.lanes), np.float32)
+        out.fill(np.nan)
+        ran = self.lib.so_tile_peak(iterations, self.a.ctypes.data, self.b.ctypes.data, out.ctypes.data)
+        return out[:ran], ran
+
+    def gflops(self, threads: int, iterations: int) -> float:
+        t0 = time.perf_counter()
+        _, ran = self.run(iterations, threads)
+        return ran * iterations * self.flops_per_iteration / (time.perf_counter() - t0) / 1e9
+
+    def calibrate(self, seconds: float) -> int:
+        """Iterations for one run of about ``seconds``."""
+        iters = 16
+        while True:
+            t0 = time.perf_counter()
+            self.run(iters, 1)
+            dt = time.perf_counter() - t0
+            if dt >= 0.02 or iters >= 1 << 40:
+                return max(1, int(iters * seconds / dt))
+            iters *= 2
+
+
+def tile_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, rounds: int = 7,
+                     seconds: float = 0.04, refresh: bool = False) -> TilePeakResult:
+    """The register tile's GFLOP/s (best of ``rounds``, all threads and one) and its median ratio to the
+    FMA-chain kernel's, the two timed in alternation for ``rounds`` rounds of about ``seconds`` each;
+    cached per target."""
+    compiler = compiler or CompilerConfig()
+    path = _cache_path("tile", target, compiler)
+    if not refresh:
+        cached = _load_cached(path, TilePeakResult)
+        if cached is not None:
+            return cached
+    tile, fma = TileKernel(target, compiler), FmaKernel(target, compiler)
+    t_iters = tile.calibrate(seconds)
+    f_iters = max(1, int(t_iters * tile.flops_per_iteration / (fma.accumulators * fma.lanes * 2)))
+    best = best_1t = 0.0
+    ratios = []
+    for _ in range(max(rounds, 1)):
+        t0 = time.perf_counter()
+        _, ran = fma.run(f_iters, target.threads)
+        f = ran * f_iters * fma.accumulators * fma.lanes * 2 / (time.perf_counter() - t0) / 1e9
+        g = tile.gflops(target.threads, t_iters)
+        best = max(best, g)
+        ratios.append(g / f)
+        best_1t = max(best_1t, tile.gflops(1, t_iters // 2 or 1))
+    res = TilePeakResult(best, best_1t, float(np.median(ratios)), tile.rows, tile.vectors, tile.lanes, target.threads,
+                         len(ratios), _now())
+    _store(path, res)
+    return res
+
+
 # -- memory bandwidth -----------------------------------------------------------------------------------
 
 
@@ -304,5 +458,6 @@ def memory_bandwidth_gbs(target: Target, compiler: CompilerConfig | None = None,
     return measure_bandwidth(target, compiler, refresh=refresh).triad_gbs
 
 
-__all__ = ["PeakResult", "BandwidthResult", "FmaKernel", "fma_peak_gflops", "measure_bandwidth",
-           "memory_bandwidth_gbs", "accumulator_count", "fma_source"]
+__all__ = ["PeakResult", "BandwidthResult", "TilePeakResult", "FmaKernel", "TileKernel", "fma_peak_gflops",
+           "tile_peak_gflops", "measure_bandwidth", "memory_bandwidth_gbs", "accumulator_count", "fma_source",
+           "tile_shape", "tile_source"]
