@@ -39,7 +39,6 @@ from superopt.schedule.primitives import CacheWrite, Fuse, Parallel, Primitive, 
 LANE_BLOCKS = (8, 16)
 UNROLL_LANES = 4  # input lanes per unrolled reduction step (knob <stage>.unroll_lanes)
 WIDE_COB_TILE = 4  # output-channel blocks of the wide tile (see wide_tile_rows; knob <stage>.cob_tile)
-WIDE_MAX_WASTE = 1 / 8
 
 
 def _operands(st: Statement) -> tuple[Access, Access] | None:
@@ -80,17 +79,18 @@ def _most_rows(target: Target, tile_vectors: int) -> int:
 def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) -> int:
     """Rows of the wide tile (``WIDE_COB_TILE`` output-channel blocks, one vector each, the most rows the
     registers hold: 4 x 6 = 24 accumulators on AVX-512, 10 loads per 24 FMAs where 2 x 8 takes 10 per 16),
-    or 0 where it does not apply: it needs the block count divisible by 4 and a row count that wastes at
-    most ``WIDE_MAX_WASTE`` of the columns in padded rows (56 columns: 60 computed; 14 columns would
-    compute 18). Measured alone on ResNet-50's blocked convs (Xeon, 2 threads, alternating, two runs): the
-    3x3 convs at 56 and 112 columns 1.04-1.08x, those at 28 0.96-1.06x, the 1x1 convs at 28-56 columns
-    0.96-1.14x; at 14 and 7 columns (not taken) 0.80-0.86x."""
+    or 0 where it does not apply: it needs the block count divisible by 4 and at least as many columns
+    as rows. It is taken even where 6-column tiles pad rows (14 columns compute 18, 7 compute 12): with
+    the weights on a cache line (``superopt.ir.graph.Constant``), 4 x 6 everywhere ran ResNet-50 1.01-1.05x
+    (three runs), inception_v1 1.02x and squeezenet 1.02x end to end against 4 x 6 only where it padded
+    at most an eighth of the columns (Xeon, 2 threads, alternating); 4 x 7 spilled (0.87x), 4 x 5 at 14
+    and 7 columns ran 0.99x, 4 x 4 at 7 columns 0.97x. (With misaligned weights, each weight vector on
+    two cache lines, 4 x 6 had run 0.80-0.86x at 14 and 7 columns.)"""
     if target.vector_registers < 32 or lane_block != target.lanes("float32") \
             or cob_blocks % WIDE_COB_TILE:
         return 0
     rows = _most_rows(target, WIDE_COB_TILE)
-    waste = math.ceil(cols / rows) * rows - cols
-    return rows if cols >= 4 * rows and waste <= WIDE_MAX_WASTE * cols else 0
+    return rows if cols >= rows else 0
 
 
 def default_red_block(target: Target, blocks: int, splits: tuple[int, ...], step_bytes: int) -> int:
