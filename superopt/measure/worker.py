@@ -8,7 +8,8 @@ crashes kills only this process, and one that hangs is killed by the parent afte
 
 Inputs are prepared as the graph executor prepares them: the task's ``constants`` (graph constants)
 are packed once before timing, a run-time input the kernel packs is packed again inside every
-timed call (a fresh buffer each time, as ``GraphExecutor`` does), other inputs are passed as they are.
+timed call (a fresh buffer each time, as ``GraphExecutor`` does), other inputs are passed as copies on a
+cache line (as the executor's buffers and constants are).
 
 Protocol: the worker sends ``{"ready": True}`` once imported, then answers each task dict with one
 reply dict ``{"code": <ErrorCode name>, "times_s": [...], "msg": str}``.
@@ -120,6 +121,7 @@ class Worker:
         self.data: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}  # digest -> (inputs, refs)
 
     def handle(self, task: dict) -> dict:
+        from superopt.runtime.buffers import aligned_copy
         from superopt.runtime.kernel import CompiledKernel
 
         if task.get("data") is not None:
@@ -135,8 +137,9 @@ class Worker:
                 lib = self.libs[task["lib"]] = ctypes.CDLL(task["lib"])
             kernel = CompiledKernel(lib, task["source"], compute)
             kernel.set_threads(task["threads"])
-            # copies: a kernel that writes its inputs must not corrupt the cached ones
-            copies = [x.copy() for x in inputs]
+            # copies: a kernel that writes its inputs must not corrupt the cached ones; on a cache line, as
+            # the executor's buffers and constants are
+            copies = [aligned_copy(x) for x in inputs]
             ins = kernel.prepare_inputs(copies)  # packs every packed input once
             consts = set(compute.inputs) if task.get("constants") is None else set(task["constants"])
             per_call = [(k, name, copies[k]) for k, name in enumerate(compute.inputs)

@@ -50,5 +50,12 @@ def aligned_empty(shape: int | Sequence[int], dtype=np.float32, align: int = ALI
     return aligned_empty_at(shape, np.dtype(dtype), align)[0]
 
 
+def aligned_copy(a: np.ndarray, align: int = ALIGN) -> np.ndarray:
+    """A C-contiguous copy of ``a`` on an ``align``-byte boundary."""
+    out = aligned_empty(a.shape, a.dtype, align)
+    out[...] = a
+    return out
+
+
 def is_aligned(a: np.ndarray, align: int = ALIGN) -> bool:
     return a.ctypes.data % align == 0
