@@ -14,10 +14,10 @@ buffers much larger than the last-level cache (bytes counted as STREAM does: 2 r
 :func:`tile_peak_gflops` measures the practical ceiling of a register-tiled contraction (sgemm, convs):
 the default schedule's tile shape (``rows`` x ``vectors`` accumulators, :func:`tile_shape`) fed from
 L1, each step broadcasting ``rows`` scalars and loading ``vectors`` vectors for ``rows x vectors``
-FMAs. No kernel that reads its operands from memory with broadcasts does better than that loop; its
-ratio to the FMA ceiling, taken in alternation with the FMA-chain kernel (median of per-round ratios,
-so a busy moment of a shared machine cancels), says how much of the FMA ceiling such kernels can reach
-on this machine.
+FMAs. A contraction kernel built on that tile cannot beat the loop with its operands in L1, so the gap
+between the two is what the kernel loses to the memory hierarchy; the loop's ratio to the FMA ceiling,
+taken in alternation with the FMA-chain kernel (median of per-round ratios, so a busy moment of a
+shared machine cancels), is what the tile itself costs.
 
 All results are cached per :meth:`Target.key` as small JSON files under the compiler cache
 directory (``<cache_dir>/peak/``); ``refresh=True`` measures again.
