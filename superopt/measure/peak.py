@@ -43,8 +43,17 @@ GOOD_SCALING = 0.9  # of linear
 FMA_LATENCY_CYCLES = 4  # upper end for current x86 cores (Zen, Skylake and later); sizes the chains
 
 
+class _Measured:
+    """A cached measurement: its JSON form leaves out ``from_cache`` (where this copy came from)."""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("from_cache")
+        return d
+
+
 @dataclass(frozen=True)
-class PeakResult:
+class PeakResult(_Measured):
     gflops: float  # all ``threads`` threads
     gflops_1t: float  # one thread
     threads: int
@@ -77,25 +86,15 @@ class PeakResult:
         """The clock one thread's throughput implies with ``fma_units`` vector FMA pipes per core."""
         return self.gflops_1t / (fma_units * self.lanes * 2)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("from_cache")
-        return d
-
 
 @dataclass(frozen=True)
-class BandwidthResult:
+class BandwidthResult(_Measured):
     triad_gbs: float  # a = b + s*c, 12 bytes per element (STREAM convention)
     copy_gbs: float  # a = b, 8 bytes per element
     threads: int
     array_bytes: int  # each of the three arrays
     measured_at: str = ""
     from_cache: bool = False
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("from_cache")
-        return d
 
 
 # -- C sources --------------------------------------------------------------------------------------
@@ -209,6 +208,12 @@ def _cache_path(kind: str, target: Target, compiler: CompilerConfig) -> Path:
     return Path(compiler.cache_dir) / "peak" / f"{kind}-{target.key()}.json"
 
 
+def _lookup(kind: str, cls: type, target: Target, compiler: CompilerConfig, refresh: bool) -> tuple[Path, object | None]:
+    """The cache file of ``kind`` for ``target``, and its result unless ``refresh`` (None when absent)."""
+    path = _cache_path(kind, target, compiler)
+    return path, None if refresh else _load_cached(path, cls)
+
+
 def _load_cached(path: Path, cls: type) -> object | None:
     try:
         d = json.loads(path.read_text())
@@ -286,11 +291,9 @@ def fma_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, s
                     refresh: bool = False) -> PeakResult:
     """Peak float32 FMA GFLOP/s with ``target.threads`` threads (and with one), cached per target."""
     compiler = compiler or CompilerConfig()
-    path = _cache_path("fma", target, compiler)
-    if not refresh:
-        cached = _load_cached(path, PeakResult)
-        if cached is not None:
-            return cached
+    path, cached = _lookup("fma", PeakResult, target, compiler, refresh)
+    if cached is not None:
+        return cached
     k = FmaKernel(target, compiler)
     g1, iters, dt = k.gflops(1, seconds / 2)
     g = g1
@@ -310,7 +313,7 @@ def fma_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, s
 
 
 @dataclass(frozen=True)
-class TilePeakResult:
+class TilePeakResult(_Measured):
     gflops: float  # best, all ``threads`` threads
     gflops_1t: float  # best, one thread
     fma_fraction: float  # median over alternating rounds of tile / FMA-chain throughput (all threads)
@@ -321,11 +324,6 @@ class TilePeakResult:
     rounds: int
     measured_at: str = ""
     from_cache: bool = False
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("from_cache")
-        return d
 
 
 class TileKernel:
@@ -381,11 +379,9 @@ def tile_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, 
     FMA-chain kernel's, the two timed in alternation for ``rounds`` rounds of about ``seconds`` each;
     cached per target."""
     compiler = compiler or CompilerConfig()
-    path = _cache_path("tile", target, compiler)
-    if not refresh:
-        cached = _load_cached(path, TilePeakResult)
-        if cached is not None:
-            return cached
+    path, cached = _lookup("tile", TilePeakResult, target, compiler, refresh)
+    if cached is not None:
+        return cached
     tile, fma = TileKernel(target, compiler), FmaKernel(target, compiler)
     t_iters = tile.calibrate(seconds)
     f_iters = max(1, int(t_iters * tile.flops_per_iteration / (fma.accumulators * fma.lanes * 2)))
@@ -427,11 +423,9 @@ def measure_bandwidth(target: Target, compiler: CompilerConfig | None = None, *,
                       repeats: int = 5, refresh: bool = False) -> BandwidthResult:
     """Streaming triad and copy bandwidth (best of ``repeats``) with ``target.threads`` threads, cached."""
     compiler = compiler or CompilerConfig()
-    path = _cache_path("bandwidth", target, compiler)
-    if not refresh and array_bytes is None:
-        cached = _load_cached(path, BandwidthResult)
-        if cached is not None:
-            return cached
+    path, cached = _lookup("bandwidth", BandwidthResult, target, compiler, refresh or array_bytes is not None)
+    if cached is not None:
+        return cached
     nbytes = array_bytes or default_array_bytes(target)
     n = nbytes // 4
     lib = _bandwidth_lib(target, compiler)
