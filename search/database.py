@@ -51,6 +51,9 @@ class TuningRecord:
     constant_inputs: tuple[str, ...] = ()  # canonical input names bound to constants
     timestamp: float = field(default_factory=time.time)
     version: int = DATABASE_VERSION
+    # a confirmation measurement: the default schedule's time measured next to this one, in the same round
+    # (seconds; the default's own confirmation record carries its own time)
+    paired_default_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -58,8 +61,8 @@ class TuningRecord:
 
     @staticmethod
     def of(compute: Compute, trace: Sequence[Primitive], target: Target, error_code: str,
-           median_s: float | None = None, constants: Iterable[str] = (), timestamp: float | None = None
-           ) -> TuningRecord:
+           median_s: float | None = None, constants: Iterable[str] = (), timestamp: float | None = None,
+           paired_default_s: float | None = None) -> TuningRecord:
         """A record for a canonical ``compute`` (traces are only meaningful in its names)."""
         if canonicalize(compute) != compute:
             raise ValueError("tuning records hold canonical computes and traces: canonicalize the compute "
@@ -67,15 +70,19 @@ class TuningRecord:
         consts = tuple(sorted(constants))
         return TuningRecord(workload_key(compute, consts), compute.text(), target.key(), target.to_dict(),
                             tuple(trace), error_code, median_s if error_code == "OK" else None, consts,
-                            time.time() if timestamp is None else timestamp)
+                            time.time() if timestamp is None else timestamp,
+                            paired_default_s=paired_default_s if error_code == "OK" else None)
 
     def to_json(self) -> str:
-        return json.dumps({
+        d = {
             "version": self.version, "workload_key": self.workload_key, "workload": self.workload_text,
             "target_key": self.target_key, "target": self.target, "trace": json.loads(trace_to_json(self.trace)),
             "error_code": self.error_code, "median_s": self.median_s,
             "constant_inputs": list(self.constant_inputs), "timestamp": self.timestamp,
-        }, sort_keys=True)
+        }
+        if self.paired_default_s is not None:
+            d["paired_default_s"] = self.paired_default_s
+        return json.dumps(d, sort_keys=True)
 
     @staticmethod
     def from_json(line: str) -> TuningRecord:
@@ -84,13 +91,15 @@ class TuningRecord:
             raise ValueError("not a JSON object")
         if d.get("version") != DATABASE_VERSION:
             raise ValueError(f"unsupported tuning record version {d.get('version')!r}")
-        median = d["median_s"]
-        if median is not None and not (isinstance(median, (int, float)) and median > 0):
-            raise ValueError(f"bad median_s {median!r}")
+        median, paired = d["median_s"], d.get("paired_default_s")
+        for name, v in (("median_s", median), ("paired_default_s", paired)):
+            if v is not None and not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError(f"bad {name} {v!r}")
         return TuningRecord(str(d["workload_key"]), str(d["workload"]), str(d["target_key"]), dict(d["target"]),
                             trace_from_json(json.dumps(d["trace"])), str(d["error_code"]),
                             None if median is None else float(median),
-                            tuple(str(c) for c in d["constant_inputs"]), float(d["timestamp"]))
+                            tuple(str(c) for c in d["constant_inputs"]), float(d["timestamp"]),
+                            paired_default_s=None if paired is None else float(paired))
 
 
 def _target_key(target: Target | str) -> str:
@@ -186,17 +195,28 @@ class TuningDatabase:
     def best(self, workload_key: str, target: Target | str) -> TuningRecord | None:
         """The fastest verified (OK) schedule for this workload on this target, or None.
 
-        A schedule measured more than once (the tuner re-measures its leaders) counts with the median
-        of its measurements, so one lucky reading on a noisy machine does not make it the best; the
-        record returned carries that median."""
+        A schedule measured more than once counts with the median of its measurements, so one lucky
+        reading on a noisy machine does not make it the best; the record returned carries that median.
+        Where the tuner confirmed its leaders (records with ``paired_default_s``: each leader measured next
+        to the default, round after round), the best is chosen among the confirmed schedules alone, by the
+        median of their time ratios to the default in the same rounds, times the default's median time
+        there: a machine whose speed drifts between minutes moves both sides of each ratio."""
         self._refresh()
         by_trace: dict[tuple, list[TuningRecord]] = {}
+        paired: dict[tuple, list[TuningRecord]] = {}
         for r in self._by_key.get((workload_key, _target_key(target)), ()):
             if r.ok:
                 by_trace.setdefault(r.trace, []).append(r)
+                if r.paired_default_s is not None:
+                    paired.setdefault(r.trace, []).append(r)
         if not by_trace:
             return None
-        scored = [(float(np.median([r.median_s for r in rs])), rs[-1].timestamp, rs[-1]) for rs in by_trace.values()]
+        if paired:
+            scale = float(np.median([r.paired_default_s for rs in paired.values() for r in rs]))
+            scored = [(scale * float(np.median([r.median_s / r.paired_default_s for r in rs])), rs[-1].timestamp, rs[-1])
+                      for rs in paired.values()]
+        else:
+            scored = [(float(np.median([r.median_s for r in rs])), rs[-1].timestamp, rs[-1]) for rs in by_trace.values()]
         median, _, rec = min(scored, key=lambda x: (x[0], x[1]))
         return replace(rec, median_s=median)
 

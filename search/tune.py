@@ -132,9 +132,11 @@ def graph_tasks(graph: Graph) -> list[_Task]:
 
 
 def _default_seconds(task: _Task, target: Target, db: TuningDatabase) -> float | None:
-    """The default schedule's time, scored like the best: the median of all its measurements."""
+    """The default schedule's time, scored like the best: the median of its confirmation-round
+    measurements where there are any (the rounds the best's ratios were taken in), else of all of them."""
     default = tuple(default_schedule(task.compute, target, task.consts))
-    times = [r.median_s for r in db.records(task.key, target) if r.ok and r.trace == default]
+    mine = [r for r in db.records(task.key, target) if r.ok and r.trace == default]
+    times = [r.median_s for r in mine if r.paired_default_s is not None] or [r.median_s for r in mine]
     return float(np.median(times)) if times else None
 
 
@@ -179,9 +181,10 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
                 trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
                 strategy=config.strategy, keep_partition=in_graph), service, constant_inputs=t.consts, model=model)
-        def record(task: _Task, trials) -> None:
+        def record(task: _Task, trials, paired: float | None = None) -> None:
             database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
-                                          tr.seconds if tr.error == "OK" else None, task.consts) for tr in trials])
+                                          tr.seconds if tr.error == "OK" else None, task.consts,
+                                          paired_default_s=paired) for tr in trials])
 
         # the confirmation rounds need ~ (leaders + default) x rounds measurements per task: reserve their time
         reserve_n = (config.confirm_top + 1) * config.confirm_rounds * len(todo)
@@ -216,8 +219,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             bar.set_postfix(kernel=task.nodes[0][:20])
             record(task, trials)
         # confirmation: the default and the leaders of every task re-measured side by side, in alternating
-        # order, a few rounds: one lucky reading on a noisy machine does not make a best (the database
-        # scores a schedule measured more than once by its median)
+        # order, a few rounds: one lucky reading on a noisy machine does not make a best (the database then
+        # picks among the confirmed schedules by their time ratios to the default within a round)
         for r in range(rounds):
             for t in todo:
                 leaders = _leaders(t, config.confirm_top)
@@ -227,7 +230,10 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 trials = t.search.remeasure(batch)
                 measured += len(trials)
                 bar.update(len(trials))
-                record(t, trials)
+                # each leader paired with the default measured in the same round (none when the default failed)
+                default = next(tr for tr in trials if tuple(tr.trace) == leaders[0])
+                pair = default.seconds if default.error == "OK" and math.isfinite(default.seconds) else None
+                record(t, trials, pair)
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)

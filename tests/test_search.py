@@ -239,3 +239,8 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
     assert k.best_s == pytest.approx(synthetic_seconds(k.best_trace))  # ... but the best is a confirmed time
     assert k.default_s == pytest.approx(synthetic_seconds(default_schedule(g.nodes[0].op, TARGET, frozenset())))
     assert sum(rec.trace == lucky.trace for rec in db.records()) == 3  # measured once, confirmed twice
+    # the confirmation records carry the default's time in the same round (the default's own: itself)
+    default = tuple(default_schedule(g.nodes[0].op, TARGET, frozenset()))
+    confirmed = [rec for rec in db.records() if rec.paired_default_s is not None]
+    assert len(confirmed) == 2 * (TuneConfig().confirm_top + 1)
+    assert all(rec.paired_default_s == rec.median_s for rec in confirmed if rec.trace == default)
