@@ -83,9 +83,10 @@ def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) 
     as rows. It is taken even where 6-column tiles pad rows (14 columns compute 18, 7 compute 12): with
     the weights on a cache line (``superopt.ir.graph.Constant``), 4 x 6 everywhere ran ResNet-50 1.01-1.05x
     (three runs), inception_v1 1.02x and squeezenet 1.02x end to end against 4 x 6 only where it padded
-    at most an eighth of the columns (Xeon, 2 threads, alternating); 4 x 7 spilled (0.87x), 4 x 5 at 14
-    and 7 columns ran 0.99x, 4 x 4 at 7 columns 0.97x. (With misaligned weights, each weight vector on
-    two cache lines, 4 x 6 had run 0.80-0.86x at 14 and 7 columns.)"""
+    at most an eighth of the columns (Xeon, 2 threads, alternating). Against that old rule in the same
+    runs, 4 x 7 wherever 7 divides the columns ran 0.87x (it spills), 4 x 5 at 14 and 7 columns 0.99x, and
+    4 x 6 with 4 x 4 at 7 columns 0.995x (4 x 6 everywhere: 1.014x and 1.023x in those runs). (With
+    misaligned weights, each weight vector on two cache lines, 4 x 6 had run 0.80-0.86x at 14 and 7 columns.)"""
     if target.vector_registers < 32 or lane_block != target.lanes("float32") \
             or cob_blocks % WIDE_COB_TILE:
         return 0
