@@ -381,6 +381,90 @@ def cancel_all(graph: Graph) -> Graph:
         graph = _cancel(graph, [n for n in graph.nodes if n.name in names])
 
 
+# ---- a conversion read by a copy: the copy converts ----------------------------------------------------
+
+def _copy_reads(node: Node, local: str) -> bool:
+    """Every access of ``local`` in ``node`` is a whole pure-copy statement (``T[..] = local[..]``, padded
+    or not): the pad stage of a conv, say."""
+    reads = False
+    for st in node.op.statements:
+        accs = [a for a in st.expr.accesses() if a.tensor == local]
+        if not accs:
+            continue
+        if st.reduce != "=" or not isinstance(st.expr, Access):
+            return False
+        reads = True
+    return reads
+
+
+def absorb_sites(graph: Graph) -> Iterator[Site]:
+    """(to_blocked conversion, the one node that reads it, in pure copies only)."""
+    for n in graph.nodes:
+        if conversion_kind(graph, n) is None or conversion_kind(graph, n)[0] != "to":
+            continue
+        (out,) = n.outputs
+        readers = graph.consumers.get(out, [])
+        if out in graph.outputs or len(readers) != 1 or readers[0].is_extern or readers[0].inputs.count(out) != 1:
+            continue
+        r = readers[0]
+        if _copy_reads(r, r.op.inputs[r.inputs.index(out)]):
+            yield (n.name, r.name)
+
+
+def _converted_index(conv: Node, index: tuple[Affine, ...], extents: dict[str, int], shape: tuple[int, ...]
+                     ) -> tuple[Affine, ...] | None:
+    """``index`` into the conversion's output, as an index into its input. None when a padded read could
+    change meaning: an axis that feeds a channel index with another axis must be read whole, by a plain dim
+    (the spatial axes map one to one, so their offsets and bounds carry over)."""
+    st = conv.op.statements[0]
+    sub = dict(zip(st.out_dims, index, strict=True))
+    for k, d in enumerate(st.out_dims):
+        mixed = any(d in ix.vars() and not ix.is_plain_dim for ix in st.expr.index)
+        if mixed and not (index[k].is_plain_dim and extents.get(index[k].dims[0]) == shape[k]):
+            return None
+    return tuple(ix.substitute(sub) for ix in st.expr.index)
+
+
+def absorb_conversion(graph: Graph, site: Site) -> Graph:
+    """The consumer's copies read the NCHW tensor with the blocked index (``T[..,cb,y,x,c] = X[..,B*cb+c,y,x]``),
+    and the conversion is gone: a conv's pad stage, which copies its input anyway, converts it on the way."""
+    conv, reader = node_named(graph, site[0]), node_named(graph, site[1])
+    (out,) = conv.outputs
+    if reader.inputs.count(out) != 1:
+        raise RuleNotApplicable(f"{reader.name!r} does not read {conv.name!r} once")
+    local = reader.op.inputs[reader.inputs.index(out)]
+    if not _copy_reads(reader, local):
+        raise RuleNotApplicable(f"{reader.name!r} reads {conv.name!r} other than by a copy")
+    src = conv.inputs[0]
+    shape = graph.type_of[out].shape
+    statements = []
+    for st in reader.op.statements:
+        if isinstance(st.expr, Access) and st.expr.tensor == local:
+            index = _converted_index(conv, st.expr.index, st.extent, shape)
+            if index is None:
+                raise RuleNotApplicable(f"{reader.name!r} reads part of a blocked channel axis of {out!r}")
+            st = replace(st, expr=Access(local, index))
+        statements.append(st)
+    c = reader.op
+    types = tuple((n, graph.type_of[src] if n == local else t) for n, t in c.types)
+    op = Compute(c.inputs, c.outputs, tuple(statements), types)
+    node = Node(reader.name, op, tuple(src if g == out else g for g in reader.inputs), reader.outputs)
+    nodes = tuple(node if n.name == reader.name else n for n in graph.nodes if n.name != conv.name)
+    return replace(graph, nodes=nodes, types=tuple((n, t) for n, t in graph.types if n != out))
+
+
+def absorb_all(graph: Graph) -> Graph:
+    """Every conversion that only a copy reads absorbed into it."""
+    while True:
+        site = next(absorb_sites(graph), None)
+        if site is None:
+            return graph
+        try:
+            graph = absorb_conversion(graph, site)
+        except RuleNotApplicable:
+            return graph
+
+
 # ---- rules ------------------------------------------------------------------------------------------
 
 def _block_sites(block: int):
@@ -477,9 +561,28 @@ def _sink_examples(block: int):
     return examples
 
 
+def _absorb_examples() -> list[Graph]:
+    """A padded conv whose pad stage copies the input (as the ONNX frontend writes a padded Conv), blocked:
+    the input's conversion feeds the copy."""
+    out = []
+    for block, hw, seed in ((8, 5, 3), (16, 4, 4)):
+        rng = np.random.default_rng(seed)
+        b = GraphBuilder("conv_in")
+        x = b.input("x", (1, block, hw, hw))
+        w = b.constant(rng.standard_normal((2 * block, block, 3, 3)).astype(np.float32), "w")
+        bias = b.constant(rng.standard_normal(2 * block).astype(np.float32), "bias")
+        y = b.compute1("T[n,c,p,q] = X[n,c,p-1,q-1]\nP[n,co,y,x] += T[n,ci,y+kh,x+kw] * W[co,ci,kh,kw]\n"
+                       "O[n,co,y,x] = relu(P[n,co,y,x] + Bi[co])", {"X": x, "W": w, "Bi": bias}, "conv",
+                       extents={"p": hw + 2, "q": hw + 2, "y": hw, "x": hw}, padding={"X": 0.0}, outputs=["O"])
+        out.append(block_node_in(b.build([y]), "conv", block))
+    return out
+
+
 CANCEL_CONVERSIONS = Rule("cancel_conversions", FAMILY, "to_nchwBc(from_nchwBc(X_c)) = X_c", cancel_sites, cancel_at,
                           _chain_examples)
-RULES: list[Rule] = [CANCEL_CONVERSIONS]
+ABSORB_CONVERSION = Rule("absorb_conversion", FAMILY, "T = copy(to_nchwBc(X)) = copy'(X), copy' reading X[n,B*cb+c,y,x]",
+                         absorb_sites, absorb_conversion, _absorb_examples)
+RULES: list[Rule] = [CANCEL_CONVERSIONS, ABSORB_CONVERSION]
 for _b in BLOCKS:
     RULES += [
         Rule(f"block_node_nchw{_b}c", FAMILY,

@@ -47,6 +47,10 @@ def _max_rel_err(a: dict, b: dict, outputs) -> float:
     return max(float(np.abs(np.asarray(a[o], np.float64) - b[o]).max() / np.abs(b[o]).max()) for o in outputs)
 
 
+def _blocked_tensors(graph) -> list[str]:
+    return [n for n, t in graph.types if t.rank == 5 and t.shape[-1] in (8, 16)]
+
+
 def _pairs_left(graph) -> int:
     """from_blocked conversions read back by a to_blocked conversion (a pair that should have cancelled)."""
     n = 0
@@ -144,9 +148,9 @@ def test_auto_layout_runs_on_cpu_targets_only_and_a_forced_block_everywhere():
     from superopt.runtime.target import h200_target
 
     g = small_net(c=64, hw=16)
-    assert conversions(rewrite_graph(g, OptimizeConfig(target=replace(TARGET, vector_bits=512, vector_registers=32)))[0])
-    assert not conversions(rewrite_graph(g, OptimizeConfig(target=h200_target()))[0])  # GPU schedules are NCHW
-    assert conversions(rewrite_graph(g, OptimizeConfig(target=h200_target(), layout="nchw16c"))[0])
+    assert _blocked_tensors(rewrite_graph(g, OptimizeConfig(target=replace(TARGET, vector_bits=512, vector_registers=32)))[0])
+    assert not _blocked_tensors(rewrite_graph(g, OptimizeConfig(target=h200_target()))[0])  # GPU schedules are NCHW
+    assert _blocked_tensors(rewrite_graph(g, OptimizeConfig(target=h200_target(), layout="nchw16c"))[0])
 
 
 def _blocked_conv(target, c: int = 64, hw: int = 10, seed: int = 3):
@@ -266,6 +270,29 @@ def test_reduction_blocks_outside_the_image_loops_compile_and_match_the_referenc
     assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
 
 
+def _converted_then_copied(copy: str, extents: dict[str, int], block: int = 8):
+    """x -> to_nchw{block}c -> a node whose one statement copies the blocked tensor as ``copy`` says."""
+    b = GraphBuilder("conv_then_copy")
+    x = b.input("x", (1, 2 * block, 3, 3))
+    xc = b.compute1(f"O[n,cb,y,x,c] = X[n,{block}*cb+c,y,x]", {"X": x}, "to_blocked", extents={"cb": 2, "c": block})
+    y = b.compute1(copy, {"X": xc}, "copy", extents=extents, padding={"X": 0.0})
+    return b.build([y])
+
+
+def test_a_padded_copy_converts_its_input_and_keeps_its_meaning_or_keeps_the_conversion():
+    from rewrite_rules.layout_choice import absorb_all
+
+    # spatial padding: the copy reads x itself, with the blocked channel index, and means the same
+    g = _converted_then_copied("O[n,cb,p,q,c] = X[n,cb,p-1,q-1,c]", {"p": 5, "q": 5})
+    new = absorb_all(g)
+    assert conversions(g) and not conversions(new) and new.nodes[0].inputs == ("x",)
+    feed = random_inputs(g, seed=0)
+    np.testing.assert_array_equal(evaluate(new, feed)[new.outputs[0]], evaluate(g, feed)[g.outputs[0]])
+    # a shifted lane (c-1 reads lane -1: zero, blocked; channel 8*cb-1, converted) is no conversion to absorb
+    g = _converted_then_copied("O[n,cb,y,x,c] = X[n,cb,y,x,c-1]", {"c": 8})
+    assert absorb_all(g) is g and conversions(g)
+
+
 def test_an_unknown_layout_is_refused_naming_it():
     with pytest.raises(ValueError, match="nhwc4"):
         choose_layouts(small_net(), TARGET, layout="nhwc4")
@@ -298,11 +325,14 @@ def test_optimize_takes_the_layout_from_its_config_and_verifies():
     g = small_net(hw=6, seed=2)
     prog = optimize(g, OptimizeConfig(threads=1, layout="nchw16c"))
     assert prog.report.max_error is not None and prog.report.max_error < 1e-4  # checked against the reference
-    assert len(conversions(prog.graph)) == 2
-    assert not conversions(optimize(g, OptimizeConfig(threads=1, layout="nchw")).graph)
+    # conv1's pad stage converts the input on the way (absorb_conversion): one conversion is left, the last
+    (back,) = conversions(prog.graph)
+    assert conversion_kind(prog.graph, back)[0] == "from"
+    assert next(n for n in prog.graph.nodes if n.name == "conv1").inputs[0] == "x"
+    assert not _blocked_tensors(optimize(g, OptimizeConfig(threads=1, layout="nchw")).graph)
     # the default is "auto": the layout choice's pick for this target
     chosen = choose_layouts(rewrite_graph(g, OptimizeConfig(layout="nchw"))[0], host_target(1))[1].chosen
-    assert bool(conversions(optimize(g, OptimizeConfig(threads=1)).graph)) == (chosen != "nchw")
+    assert bool(_blocked_tensors(optimize(g, OptimizeConfig(threads=1)).graph)) == (chosen != "nchw")
 
 
 def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
