@@ -31,6 +31,9 @@ from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.primitives import Primitive
 
+# the share of a time budget the search leaves to the confirmation rounds
+CONFIRM_TIME_SHARE = 0.15
+
 
 @dataclass(frozen=True)
 class TuneConfig:
@@ -99,6 +102,13 @@ class _Task:
         prev = self.bests[-3] if len(self.bests) >= 3 else self.bests[0]
         gain = max(0.0, (prev - best) / prev) if math.isfinite(prev) else 0.0
         return len(self.nodes) * best * (gain + 0.2 / math.sqrt(self.batches))
+
+
+def _unconfirmed_gain(task: _Task) -> bool:
+    """The task's search measured some schedule faster than the default (a reading to confirm)."""
+    best, default = task.search.best, task.search.default_s
+    return (best is not None and default is not None and math.isfinite(best.seconds) and best.seconds < default
+            and len(_leaders(task, 1)) > 1)
 
 
 def _leaders(task: _Task, k: int) -> list[tuple]:
@@ -186,20 +196,21 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                                           tr.seconds if tr.error == "OK" else None, task.consts,
                                           paired_default_s=paired) for tr in trials])
 
-        # the confirmation rounds need ~ (leaders + default) x rounds measurements per task: reserve their time
+        # the confirmation rounds need (leaders + default) x rounds measurements per kernel: under a trial budget
+        # they are reserved; under a time budget the search leaves them CONFIRM_TIME_SHARE of the time (they
+        # measure compiled kernels again: no compiler run, a fraction of a search trial's time)
         reserve_n = (config.confirm_top + 1) * config.confirm_rounds * len(todo)
         rounds = config.confirm_rounds
         if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
             reserve_n, rounds = 0, 0
+        search_s = None if config.time_s is None else config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0))
         while True:
             elapsed = time.perf_counter() - started
             per_trial = elapsed / measured if measured else 0.0
             if measured + reserve_n >= config.trials:
                 stop = f"trial budget spent ({config.trials} measurements)"
                 break
-            if config.time_s is not None and reserve_n and reserve_n * per_trial > config.time_s / 4:
-                reserve_n, rounds = 0, 0  # confirming would eat the time budget: all of it goes to the search
-            if config.time_s is not None and elapsed + reserve_n * per_trial >= config.time_s:
+            if search_s is not None and elapsed >= search_s:
                 stop = f"time budget spent ({config.time_s:.0f}s)"
                 break
             live = [t for t in todo if not t.search.done()]
@@ -208,9 +219,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 break
             task = max(live, key=lambda t: (t.priority(), -todo.index(t)))
             batch = min(config.batch_size, config.trials - reserve_n - measured)
-            if config.time_s is not None and per_trial > 0:  # a batch must not run far past the time budget
-                left = config.time_s - elapsed - reserve_n * per_trial
-                batch = max(1, min(batch, int(left / per_trial)))
+            if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
+                batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
             trials = task.search.step(batch)
             task.batches += 1
             task.bests.append(task.search.best.seconds if task.search.best else math.inf)
@@ -218,14 +228,18 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             bar.update(len(trials))
             bar.set_postfix(kernel=task.nodes[0][:20])
             record(task, trials)
-        # confirmation: the default and the leaders of every task re-measured side by side, in alternating
-        # order, a few rounds: one lucky reading on a noisy machine does not make a best (the database then
-        # picks among the confirmed schedules by their time ratios to the default within a round)
-        for r in range(rounds):
-            for t in todo:
-                leaders = _leaders(t, config.confirm_top)
-                if not leaders:
-                    continue
+        # confirmation: each kernel whose search found something faster than the default has the default and
+        # its leaders re-measured side by side, in alternating order, a few rounds: one lucky reading on a
+        # noisy machine does not make a best (the database then picks among the confirmed schedules by their
+        # time ratios to the default within a round). Heaviest kernels first, while the time budget lasts.
+        need = [t for t in todo if rounds and _unconfirmed_gain(t)]
+        need.sort(key=lambda t: -len(t.nodes) * (t.search.default_s or 0.0))
+        confirmed = 0
+        for t in need:
+            if config.time_s is not None and time.perf_counter() - started >= config.time_s:
+                break
+            leaders = _leaders(t, config.confirm_top)
+            for r in range(rounds):
                 batch = leaders if r % 2 == 0 else leaders[::-1]
                 trials = t.search.remeasure(batch)
                 measured += len(trials)
@@ -234,6 +248,9 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 default = next(tr for tr in trials if tuple(tr.trace) == leaders[0])
                 pair = default.seconds if default.error == "OK" and math.isfinite(default.seconds) else None
                 record(t, trials, pair)
+            confirmed += 1
+        if need:
+            stop += f"; {confirmed} of {len(need)} kernels whose search beat the default confirmed"
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)

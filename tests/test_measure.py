@@ -272,3 +272,18 @@ def test_kernels_are_measured_on_inputs_on_a_cache_line(mm, tmp_path):
     prepared = k.prepare_inputs([a, b])
     assert all(p.ctypes.data % 64 == 0 for p, name in zip(prepared, mm.inputs) if name not in k.pack_fns)
     np.testing.assert_allclose(k(a, b)[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_candidate_measured_again_is_loaded_not_compiled_again(mm, tmp_path, monkeypatch):
+    import superopt.measure.service as service_mod
+
+    compiles: list[int] = []
+    real = service_mod.compile_library
+    monkeypatch.setattr(service_mod, "compile_library", lambda srcs, *a, **k: compiles.append(len(srcs)) or real(srcs, *a, **k))
+    with MeasureService(_cfg(tmp_path)) as svc:
+        first = svc.measure([MeasureInput(mm, ()), MeasureInput(mm, TILED)])
+        # the same two in another order (other kernel names: a name carries the index in the batch), and a new one
+        again = svc.measure([MeasureInput(mm, TILED), MeasureInput(mm, ()), MeasureInput(mm, TILED[:-1])])
+    assert compiles == [2, 1]  # only the new candidate went to the compiler
+    assert [r.error_code for r in first + again] == [ErrorCode.OK] * 5
+    assert again[0].build_s == again[1].build_s == 0.0 and again[2].build_s > 0

@@ -244,3 +244,37 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
     confirmed = [rec for rec in db.records() if rec.paired_default_s is not None]
     assert len(confirmed) == 2 * (TuneConfig().confirm_top + 1)
     assert all(rec.paired_default_s == rec.median_s for rec in confirmed if rec.trace == default)
+
+
+def _tune_with(measurer, graph, config, db):
+    import search.tune as tune
+
+    real = tune.MeasureService
+    tune.MeasureService = lambda cfg: _Ctx(measurer)
+    try:
+        return tune_graph(graph, TARGET, config, db)
+    finally:
+        tune.MeasureService = real
+
+
+def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best_is_not_confirmed(tmp_path):
+    g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
+    default = tuple(default_schedule(g.nodes[0].op, TARGET, frozenset()))
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=10**9, time_s=0.6, batch_size=8, progress=False), db)
+    (k,) = r.kernels
+    assert k.best_s < k.default_s  # the synthetic space has faster schedules than the default
+    assert "time budget spent" in r.stop_reason and "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
+    confirmed = [rec for rec in db.records() if rec.paired_default_s is not None]
+    assert len(confirmed) == TuneConfig().confirm_rounds * (TuneConfig().confirm_top + 1)
+    assert {rec.trace for rec in confirmed} >= {default, k.best_trace}
+
+    class DefaultFastest(FakeMeasurer):  # nothing beats the default: nothing to confirm
+        def measure(self, inputs):
+            return [MeasureResult(ErrorCode.OK, [t], t) for t in
+                    (1e-3 if tuple(inp.trace) == default else 2e-3 for inp in inputs)]
+
+    db2 = TuningDatabase(tmp_path / "db2.jsonl")
+    r = _tune_with(DefaultFastest(), g, TuneConfig(trials=10**9, time_s=0.3, batch_size=8, progress=False), db2)
+    assert not any(rec.paired_default_s is not None for rec in db2.records())
+    assert r.kernels[0].best_trace == default and "confirmed" not in r.stop_reason

@@ -241,8 +241,17 @@ class _WorkerProc:
         self.kill()
 
 
+COMPILED_KERNELS_KEPT = 4096  # compiled candidates a service remembers (a path and a source each)
+
+
+def _unnamed_digest(source: KernelSource) -> str:
+    """The kernel's code with its own name taken out (names carry the candidate's index in its batch)."""
+    return hashlib.sha256(source.code.replace(source.name, "\0").encode()).hexdigest()
+
+
 class MeasureService:
-    """Measures candidates; keeps run workers and the per-workload reference cache between calls."""
+    """Measures candidates; keeps run workers, the per-workload reference cache and the compiled kernels'
+    libraries between calls."""
 
     def __init__(self, config: MeasureConfig | None = None) -> None:
         self.config = config or MeasureConfig()
@@ -251,6 +260,9 @@ class MeasureService:
         self._workers: list[_WorkerProc | None] = [None] * self.config.workers
         self._refs: OrderedDict[str, tuple[list[np.ndarray], list[np.ndarray]] | str] = OrderedDict()
         self._target: Target = self.config.resolved_target()
+        # kernels this service compiled (their code, named or not) -> the library holding them and their source:
+        # a candidate measured again (a tuner's confirmation rounds) is loaded, not compiled again
+        self._compiled: OrderedDict[str, tuple[str, KernelSource]] = OrderedDict()
 
     def __enter__(self) -> MeasureService:
         return self
@@ -309,7 +321,23 @@ class MeasureService:
             results[idx[0]] = MeasureResult(code, error_msg=str(e)[:4000], build_s=dt)
             return {}
         share = (time.perf_counter() - t0) / len(idx)
+        for i in idx:
+            self._compiled[_unnamed_digest(sources[i])] = (str(path), sources[i])
+        while len(self._compiled) > COMPILED_KERNELS_KEPT:
+            self._compiled.popitem(last=False)
         return {i: (str(path), share) for i in idx}
+
+    def _reuse(self, sources: dict[int, KernelSource]) -> dict[int, tuple]:
+        """Candidates compiled before by this service (the same code under any kernel name), still on disk:
+        their sources become the compiled ones (the symbol the library has) and they need no compiler run."""
+        built = {}
+        for i, src in list(sources.items()):
+            hit = self._compiled.get(_unnamed_digest(src))
+            if hit is not None and Path(hit[0]).exists():
+                self._compiled.move_to_end(_unnamed_digest(src))
+                sources[i] = hit[1]
+                built[i] = (hit[0], 0.0)
+        return built
 
     # -- reference -----------------------------------------------------------------------------
 
@@ -404,8 +432,8 @@ class MeasureService:
             inp.constants()  # a misnamed constant input is the caller's error, raised before any work
         results: list[MeasureResult | None] = [None] * len(inputs)
         sources = self._sources(inputs, results)
-        built: dict[int, tuple] = {}
-        order = sorted(sources)
+        built: dict[int, tuple] = self._reuse(sources)
+        order = sorted(set(sources) - set(built))
         for k in range(0, len(order), max(self.config.batch_size, 1)):
             built.update(self._compile(order[k:k + self.config.batch_size], sources, results))
         self._run(inputs, sources, built, results)
