@@ -497,3 +497,40 @@ def test_a_short_window_reduction_is_unrolled_and_a_matrix_reduction_is_not(kern
     innermost_red = [d for d in [p for p in caps_trace if isinstance(p, Reorder)][-1].order
                      if d in caps.statements[0].reduce_dims][-1]
     assert innermost_red == "r" and Unroll("V", "r") not in caps_trace
+
+
+@pytest.mark.parametrize("depth", [48, 36])
+def test_a_pack_that_transposes_copies_register_blocks_where_the_extents_allow(depth, kernel_cache):
+    """B read as B[j, k] by a tile that vectorizes j is packed k-major: with both extents multiples of the
+    vector's lanes the pack copies lanes x lanes blocks transposed in registers (so_transposeL), otherwise
+    element by element; either way the product matches float64."""
+    c = compile_op("O[i,j] += A[i,k] * B[j,k]", {"A": (24, depth), "B": (64, depth)})
+    target = host_target(2)
+    lanes = target.lanes("float32")
+    trace = default_schedule(c, target)
+    nest = lower(c, trace, target)
+    src = emit_c(nest, "mmt").code
+    pack = src[src.index("_pack_B("):]
+    blocked = depth % lanes == 0
+    assert (f"so_transpose{lanes}(" in pack) == blocked, pack
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((24, depth)).astype(np.float32), rng.standard_normal((64, depth)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=target)(A, B)
+    np.testing.assert_allclose(got, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_the_register_transposes_of_the_prelude_transpose(lanes, tmp_path):
+    """so_transpose8/16 on a strided block: row k of the output is column k of the input."""
+    import ctypes
+
+    from superopt.runtime.compiler import CompilerConfig, compile_library
+
+    code = (f"void tr(const float *s, float *d) {{ so_transpose{lanes}(s, {lanes + 3}, d, {lanes + 5}); }}\n")
+    lib = ctypes.CDLL(str(compile_library([code], CompilerConfig(cache_dir=tmp_path))))
+    src = np.arange(lanes * (lanes + 3), dtype=np.float32)
+    dst = np.zeros(lanes * (lanes + 5), np.float32)
+    lib.tr(src.ctypes.data_as(ctypes.c_void_p), dst.ctypes.data_as(ctypes.c_void_p))
+    block = src.reshape(lanes, lanes + 3)[:, :lanes]
+    np.testing.assert_array_equal(dst.reshape(lanes, lanes + 5)[:, :lanes], block.T)
+    assert not dst.reshape(lanes, lanes + 5)[:, lanes:].any()  # nothing written between the rows

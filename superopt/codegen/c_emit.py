@@ -345,14 +345,29 @@ def print_pack(p: PackNest, name: str) -> str:
              f"    {ct} *restrict dst = ({ct} *)dst_;"]
     if p.parallel:
         lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
-    for i, (v, n) in enumerate(p.loops):
-        lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
     flat_src = "0"
     for ix, n in zip(p.src_index, p.src_shape):
         flat_src = f"({flat_src}) * {n} + {_axis(ix)}"
     flat_dst = "0"
     for v, n in p.loops:
         flat_dst = f"({flat_dst}) * {n} + {v}"
+    if p.transpose is not None:  # the two transposed loops innermost, by blocks: one block copy each
+        inner, outer, block = p.transpose
+        loops = [lp for lp in p.loops if lp[0] not in (inner, outer)] + [(outer, dict(p.loops)[outer]),
+                                                                         (inner, dict(p.loops)[inner])]
+        for i, (v, n) in enumerate(loops):
+            step = f"{v} += {block}" if v in (inner, outer) else f"++{v}"
+            lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; {step})")
+        axis = next(a for a, ix in enumerate(p.src_index) if ix == inner or (isinstance(ix, Joined) and ix.inner == inner))
+        src_stride = math.prod(p.src_shape[axis + 1:])
+        names = [v for v, _ in p.loops]
+        dst_stride = math.prod(n for _, n in p.loops[names.index(outer) + 1:])
+        ind = "    " * (len(loops) + 1)
+        lines.append(f"{ind}so_transpose{block}(src + {flat_src}, {src_stride}, dst + {flat_dst}, {dst_stride});")
+        lines.append("}")
+        return "\n".join(lines)
+    for i, (v, n) in enumerate(p.loops):
+        lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
     ind = "    " * (len(p.loops) + 1)
     if p.in_range is not None:
         ix, lim = p.in_range

@@ -665,8 +665,30 @@ class _Builder:
         in_range = None
         if lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
             in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])  # a partial last panel
-        return PackNest(tensor, self.types[tensor].dtype, lay, tuple(zip(names, lay.shape)), lay.src_shape,
-                        tuple(src), in_range, self.pack_parallel(lay.shape))
+        loops = tuple(zip(names, lay.shape))
+        parallel = self.pack_parallel(lay.shape)
+        dtype = self.types[tensor].dtype
+        return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel,
+                        self.pack_transpose(loops, tuple(src), dtype, in_range, parallel))
+
+    def pack_transpose(self, loops: tuple[tuple[str, int], ...], src: tuple[str | Joined, ...], dtype: str,
+                       in_range, parallel: int) -> tuple[str, str, int] | None:
+        """Blocks of a vector's lanes squared, transposed in registers, when the packed innermost axis ``p``
+        reads the source with a stride and the source's innermost axis is a plain loop ``q`` of the pack: both
+        extents multiples of the block, neither among the parallel loops, float32 on a CPU of 8 or 16 lanes."""
+        target = self.plan.target
+        block = target.lanes("float32")
+        if target.kind != "cpu" or dtype != "float32" or block not in (8, 16) or in_range is not None:
+            return None
+        extent = dict(loops)
+        p, q = loops[-1][0], src[-1]
+        if not isinstance(q, str) or q == p or extent[p] % block or extent[q] % block:
+            return None
+        if not any(ix == p or (isinstance(ix, Joined) and ix.inner == p) for ix in src[:-1]):
+            return None
+        if {p, q} & {v for v, _ in loops[:parallel]}:
+            return None
+        return p, q, block
 
     def pack_parallel(self, shape: tuple[int, ...]) -> int:
         """Leading pack loops the threads share: the fewest giving each thread 4 parts, none for a copy under

@@ -35,7 +35,9 @@ class PackNest:
     shape ``dst_shape``; the source element at per-axis ``src_index`` (one per source axis) lands at
     the packed per-axis index ``loops``' vars. ``in_range``: (source axis index, limit) below which the
     source is read, zero above (the padded tail of a split axis). ``parallel``: how many leading loops
-    the threads share (collapsed into one parallel loop; 0: one thread packs it all)."""
+    the threads share (collapsed into one parallel loop; 0: one thread packs it all). ``transpose``: where
+    the packed layout's innermost axis is not the source's, (its loop, the loop of the source's innermost
+    axis, the block B): both loops step by B and each step copies a B x B block transposed in registers."""
 
     tensor: str
     dtype: str
@@ -45,6 +47,7 @@ class PackNest:
     src_index: tuple[str | Joined, ...]
     in_range: tuple[str | Joined, int] | None
     parallel: int = 0
+    transpose: tuple[str, str, int] | None = None
 
 
 @dataclass(frozen=True)
