@@ -10,6 +10,7 @@ from superopt.codegen.c_emit import emit_c
 from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
+from superopt.loopnest import Loop, build_loopnest
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
 from superopt.runtime.target import avx512_target, h200_target, host_target
@@ -348,10 +349,10 @@ def test_transposes_are_copied_in_blocks(kernel_cache):
     np.testing.assert_array_equal(got, X.transpose(0, 2, 1))
     odd = compile_op("O[j,i] = X[i,j]", {"X": (20, 7)})  # a side shorter than a vector: the plain schedule
     assert not any(isinstance(p, Split) for p in default_schedule(odd))
-    # NCHW16c back to NCHW (56 pixels a row: the last block of each row is partial)
+    # NCHWc back to NCHW (56 pixels a row: blocks of 8, which 56 and the lanes divide, are copied whole)
     tail = compile_op("O[b,c,y,x] = X[b,y,x,c]", {"X": (2, 5, 56, lanes)})
     trace = default_schedule(tail, host_target(2))
-    assert Split("O", "x", lanes) in trace
+    assert Split("O", "x", 8) in trace
     X = np.random.default_rng(1).standard_normal((2, 5, 56, lanes)).astype(np.float32)
     (got,) = build_kernel(tail, trace, kernel_cache)(X)
     np.testing.assert_array_equal(got, X.transpose(0, 3, 1, 2))
@@ -534,3 +535,18 @@ def test_the_register_transposes_of_the_prelude_transpose(lanes, tmp_path):
     block = src.reshape(lanes, lanes + 3)[:, :lanes]
     np.testing.assert_array_equal(dst.reshape(lanes, lanes + 5)[:, :lanes], block.T)
     assert not dst.reshape(lanes, lanes + 5)[:, lanes:].any()  # nothing written between the rows
+
+
+@pytest.mark.parametrize("rows, cols, block", [(64, 48, 16), (16, 56, 8), (40, 20, None)])
+def test_a_transpose_copies_whole_blocks_by_register_shuffles(rows, cols, block, kernel_cache):
+    """``O[j,i] = X[i,j]``: blocks both sides divide (16, else 8) are one so_transposeL each (the loop
+    nest's ``transposed`` loops); sides that leave partial blocks copy element by element. Exact either way."""
+    target = avx512_target(2)
+    c = compile_op("O[j,i] = X[i,j]", {"X": (rows, cols)})
+    trace = default_schedule(c, target)
+    kinds = [v.node.kind for v in build_loopnest(lower(c, trace, target)).walk() if isinstance(v.node, Loop)]
+    code = emit_c(lower(c, trace, target), "tr").code
+    assert ("transposed" in kinds) == (block is not None) and (f"so_transpose{block}(" in code) == (block is not None)
+    x = np.random.default_rng(3).standard_normal((rows, cols)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=target)(x)
+    np.testing.assert_array_equal(got, x.T)

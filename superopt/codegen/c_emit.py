@@ -304,6 +304,9 @@ class _CPrinter:
             self.line("}")
 
     def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
+        if lp.kind == "transposed" and start == "0" and stop is None:
+            self.transposed(lp)
+            return
         if lp.kind == "parallel":
             self.line(PARALLEL_FOR)
         elif lp.kind == "unrolled":
@@ -320,6 +323,18 @@ class _CPrinter:
         self.nodes(lp.body)
         self.ind -= 1
         self.line("}")
+
+    def transposed(self, lp: Loop) -> None:
+        """The block of a ``transposed`` loop pair: one so_transposeL from the block's first element."""
+        inner = lp.body[0]
+        copy = inner.body[0]
+        src, dst = copy.value.source, copy.target
+
+        def origin(a: BufferAccess) -> str:
+            lin = Affine.of({v: c for v, c in a.index.linear.terms if v not in (lp.var, inner.var)}, a.index.linear.const)
+            return f"{a.buffer} + {c_linear(lin)}"
+
+        self.line(f"so_transpose{lp.extent}({origin(src)}, {src.stride(inner.var)}, {origin(dst)}, {dst.stride(lp.var)});")
 
     def kernel(self, nest: LoopNest, name: str) -> str:
         self.lines = [f"void {name}(void **args) {{"]

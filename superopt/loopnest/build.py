@@ -476,7 +476,7 @@ class _Builder:
             body.extend(self.loops(s, k + 1, inner))
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
-            out.append(self.make_loop(s, lp, inner, body, clause))
+            out.append(self.transposed(self.make_loop(s, lp, inner, body, clause)))
         if not is_acc:
             return out
         wb: list[Node] = []
@@ -507,6 +507,31 @@ class _Builder:
             wb = [self.make_loop(s, x, bounds, wb)]
         out.extend(wb)
         return [Scope(tuple(out))]
+
+    def transposed(self, lp: Loop) -> Loop:
+        """``lp`` as a ``transposed`` loop when it and the one loop it holds walk an L x L block (L: 8 or 16, at
+        most the target's float32 lanes) of one float32 copy that reads contiguously along ``lp`` and writes
+        contiguously along the inner loop (a transpose's block, see ``default.transpose_schedule``); else
+        ``lp``. Plain loops only: no tails, guards, padding or wrapped indices."""
+        lanes = lp.extent
+        if self.plan.target.kind != "cpu" or lanes not in (8, 16) or lanes > self.plan.target.lanes("float32") \
+                or lp.kind != "serial" or lp.tail or len(lp.body) != 1:
+            return lp
+        inner = lp.body[0]
+        if not isinstance(inner, Loop) or inner.kind != "serial" or inner.extent != lanes or inner.tail \
+                or len(inner.body) != 1 or not isinstance(inner.body[0], Assign):
+            return lp
+        a = inner.body[0]
+        if not isinstance(a.target, BufferAccess) or not isinstance(a.value, Load) or a.value.checks \
+                or not isinstance(a.value.source, BufferAccess):
+            return lp
+        src, dst = a.value.source, a.target
+        if src.dtype != "float32" or dst.dtype != "float32" or src.index.wrapped or dst.index.wrapped:
+            return lp
+        if src.stride(lp.var) != 1 or dst.stride(inner.var) != 1 or not src.stride(inner.var) \
+                or not dst.stride(lp.var) or src.stride(inner.var) < lanes or dst.stride(lp.var) < lanes:
+            return lp
+        return replace(lp, kind="transposed")
 
     def first_blocks(self, s: Stage) -> Affine | None:
         """For a stage whose accumulator holds a partial reduction (reduction loops outside it), the sum of

@@ -10,9 +10,12 @@ from superopt.ir.expr import Affine
 if TYPE_CHECKING:
     from superopt.loopnest.statements import Node
 
-# block_* / thread_*: a loop bound to a CUDA grid axis (one iteration per block or thread; see schedule.Bind)
-LoopKind = Literal["serial", "parallel", "vectorized", "unrolled", "block_x", "block_y", "block_z", "thread_x",
-                   "thread_y", "thread_z"]
+# block_* / thread_*: a loop bound to a CUDA grid axis (one iteration per block or thread; see schedule.Bind).
+# transposed: a loop of a vector's L lanes around one loop of L around one copy whose source runs along the inner
+# loop with a stride and along this one contiguously, its target the other way round: the pair is one L x L
+# block transposed through register shuffles (a CPU printer's so_transposeL; see loopnest.build, _Builder.transposed)
+LoopKind = Literal["serial", "parallel", "vectorized", "unrolled", "transposed", "block_x", "block_y", "block_z",
+                   "thread_x", "thread_y", "thread_z"]
 GPU_LOOP_KINDS = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
 
 
