@@ -1,5 +1,34 @@
 """The C prelude every generated library starts with: headers, NaN-exact max/min, vectorizable
-exp/erf/sigmoid, floor and truncated modulo, saturating shifts, thread control."""
+exp/erf/sigmoid, register transposes, floor and truncated modulo, saturating shifts, thread control."""
+
+
+def transpose_source(lanes: int) -> str:
+    """C of ``so_transpose<lanes>(src, ss, dst, ds)``: the lanes x lanes block of floats at ``src`` (rows ``ss``
+    apart) written transposed at ``dst`` (rows ``ds`` apart). Round ``g`` (1, 2, 4, ...) pairs rows ``g``
+    apart and swaps their off-diagonal runs of ``g`` elements with one two-vector shuffle each (the indices
+    must be constants, so every round is written out); after log2(lanes) rounds row k holds column k."""
+    lines = [f"static inline void so_transpose{lanes}(const float *restrict src, long ss, float *restrict dst, long ds) {{",
+             f"    so_v{lanes} a[{lanes}], b[{lanes}];",
+             f"    for (int i = 0; i < {lanes}; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);"]
+    cur, nxt, g = "a", "b", 1
+    while g < lanes:
+        lo = [i for grp in range(0, lanes, 2 * g) for i in (*range(grp, grp + g), *range(lanes + grp, lanes + grp + g))]
+        hi = [i + g for i in lo]
+        pair = f"{cur}[r + j], {cur}[r + j + {g}]"
+        lines += [f"    for (int r = 0; r < {lanes}; r += {2 * g}) for (int j = 0; j < {g}; ++j) {{",
+                  f"        {nxt}[r + j] = __builtin_shufflevector({pair}, {','.join(map(str, lo))});",
+                  f"        {nxt}[r + j + {g}] = __builtin_shufflevector({pair}, {','.join(map(str, hi))});",
+                  "    }"]
+        cur, nxt, g = nxt, cur, 2 * g
+    lines += [f"    for (int k = 0; k < {lanes}; ++k) memcpy(dst + k * ds, &{cur}[k], sizeof {cur}[k]);", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# register transposes of 16 and 8 floats (GCC vector extensions; vpermt2ps on AVX-512), where element-wise
+# copies make one side a gather or a scatter (a packed run-time operand: attention's keys, 0.049 -> 0.016 ms)
+TRANSPOSES = ("typedef float so_v16 __attribute__((vector_size(64)));\n"
+              "typedef float so_v8 __attribute__((vector_size(32)));\n" + transpose_source(16) + transpose_source(8))
+
 
 PRELUDE = r"""#include <math.h>
 #include <stdbool.h>
@@ -36,50 +65,7 @@ static inline float so_expf(float x) {
     float y = x < -87.0f ? 0.0f : p * scale;
     return x > 88.72283f ? INFINITY : y;
 }
-/* so_transposeL: the L x L block of floats at src (rows ss apart) written transposed at dst (rows ds apart):
-   log2(L) rounds of two-vector shuffles (vpermt2ps on AVX-512), where element-wise copies make one side a
-   gather or a scatter (a packed run-time operand: attention's keys, 0.049 -> 0.016 ms) */
-typedef float so_v16 __attribute__((vector_size(64)));
-typedef float so_v8 __attribute__((vector_size(32)));
-static inline void so_transpose16(const float *restrict src, long ss, float *restrict dst, long ds) {
-    so_v16 a[16], b[16];
-    for (int i = 0; i < 16; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);
-    for (int r = 0; r < 16; r += 2) for (int j = 0; j < 1; ++j) {
-        b[r + j] = __builtin_shufflevector(a[r + j], a[r + j + 1], 0,16,2,18,4,20,6,22,8,24,10,26,12,28,14,30);
-        b[r + j + 1] = __builtin_shufflevector(a[r + j], a[r + j + 1], 1,17,3,19,5,21,7,23,9,25,11,27,13,29,15,31);
-    }
-    for (int r = 0; r < 16; r += 4) for (int j = 0; j < 2; ++j) {
-        a[r + j] = __builtin_shufflevector(b[r + j], b[r + j + 2], 0,1,16,17,4,5,20,21,8,9,24,25,12,13,28,29);
-        a[r + j + 2] = __builtin_shufflevector(b[r + j], b[r + j + 2], 2,3,18,19,6,7,22,23,10,11,26,27,14,15,30,31);
-    }
-    for (int r = 0; r < 16; r += 8) for (int j = 0; j < 4; ++j) {
-        b[r + j] = __builtin_shufflevector(a[r + j], a[r + j + 4], 0,1,2,3,16,17,18,19,8,9,10,11,24,25,26,27);
-        b[r + j + 4] = __builtin_shufflevector(a[r + j], a[r + j + 4], 4,5,6,7,20,21,22,23,12,13,14,15,28,29,30,31);
-    }
-    for (int r = 0; r < 16; r += 16) for (int j = 0; j < 8; ++j) {
-        a[r + j] = __builtin_shufflevector(b[r + j], b[r + j + 8], 0,1,2,3,4,5,6,7,16,17,18,19,20,21,22,23);
-        a[r + j + 8] = __builtin_shufflevector(b[r + j], b[r + j + 8], 8,9,10,11,12,13,14,15,24,25,26,27,28,29,30,31);
-    }
-    for (int k = 0; k < 16; ++k) memcpy(dst + k * ds, &a[k], sizeof a[k]);
-}
-static inline void so_transpose8(const float *restrict src, long ss, float *restrict dst, long ds) {
-    so_v8 a[8], b[8];
-    for (int i = 0; i < 8; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);
-    for (int r = 0; r < 8; r += 2) for (int j = 0; j < 1; ++j) {
-        b[r + j] = __builtin_shufflevector(a[r + j], a[r + j + 1], 0,8,2,10,4,12,6,14);
-        b[r + j + 1] = __builtin_shufflevector(a[r + j], a[r + j + 1], 1,9,3,11,5,13,7,15);
-    }
-    for (int r = 0; r < 8; r += 4) for (int j = 0; j < 2; ++j) {
-        a[r + j] = __builtin_shufflevector(b[r + j], b[r + j + 2], 0,1,8,9,4,5,12,13);
-        a[r + j + 2] = __builtin_shufflevector(b[r + j], b[r + j + 2], 2,3,10,11,6,7,14,15);
-    }
-    for (int r = 0; r < 8; r += 8) for (int j = 0; j < 4; ++j) {
-        b[r + j] = __builtin_shufflevector(a[r + j], a[r + j + 4], 0,1,2,3,8,9,10,11);
-        b[r + j + 4] = __builtin_shufflevector(a[r + j], a[r + j + 4], 4,5,6,7,12,13,14,15);
-    }
-    for (int k = 0; k < 8; ++k) memcpy(dst + k * ds, &b[k], sizeof b[k]);
-}
-/* erf for float32 that GCC vectorizes: odd/even rational approximation on [-4, 4] (the one of Eigen and
+""" + TRANSPOSES + r"""/* erf for float32 that GCC vectorizes: odd/even rational approximation on [-4, 4] (the one of Eigen and
    XLA), max error 3.3e-7 against the exact erf; libm's erff is a scalar call */
 static inline float so_erff(float a) {
     float x = a > 4.0f ? 4.0f : (a < -4.0f ? -4.0f : a);
