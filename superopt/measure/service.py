@@ -332,9 +332,10 @@ class MeasureService:
         their sources become the compiled ones (the symbol the library has) and they need no compiler run."""
         built = {}
         for i, src in list(sources.items()):
-            hit = self._compiled.get(_unnamed_digest(src))
+            key = _unnamed_digest(src)
+            hit = self._compiled.get(key)
             if hit is not None and Path(hit[0]).exists():
-                self._compiled.move_to_end(_unnamed_digest(src))
+                self._compiled.move_to_end(key)
                 sources[i] = hit[1]
                 built[i] = (hit[0], 0.0)
         return built
