@@ -261,7 +261,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
     default = tuple(default_schedule(g.nodes[0].op, TARGET, frozenset()))
     db = TuningDatabase(tmp_path / "db.jsonl")
-    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=10**9, time_s=0.6, batch_size=8, progress=False), db)
+    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=10**9, time_s=2.0, batch_size=8, progress=False), db)
     (k,) = r.kernels
     assert k.best_s < k.default_s  # the synthetic space has faster schedules than the default
     assert "time budget spent" in r.stop_reason and "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
