@@ -400,7 +400,8 @@ def _copy_reads(node: Node, local: str) -> bool:
 def absorb_sites(graph: Graph) -> Iterator[Site]:
     """(to_blocked conversion, the one node that reads it, in pure copies only)."""
     for n in graph.nodes:
-        if conversion_kind(graph, n) is None or conversion_kind(graph, n)[0] != "to":
+        kind = conversion_kind(graph, n)
+        if kind is None or kind[0] != "to":
             continue
         (out,) = n.outputs
         readers = graph.consumers.get(out, [])
@@ -454,15 +455,17 @@ def absorb_conversion(graph: Graph, site: Site) -> Graph:
 
 
 def absorb_all(graph: Graph) -> Graph:
-    """Every conversion that only a copy reads absorbed into it."""
+    """Every conversion that only a copy reads absorbed into it (a site the rule refuses is passed over, not
+    the end of the pass)."""
+    refused: set[Site] = set()
     while True:
-        site = next(absorb_sites(graph), None)
+        site = next((s for s in absorb_sites(graph) if s not in refused), None)
         if site is None:
             return graph
         try:
             graph = absorb_conversion(graph, site)
         except RuleNotApplicable:
-            return graph
+            refused.add(site)
 
 
 # ---- rules ------------------------------------------------------------------------------------------

@@ -291,6 +291,21 @@ def test_a_padded_copy_converts_its_input_and_keeps_its_meaning_or_keeps_the_con
     # a shifted lane (c-1 reads lane -1: zero, blocked; channel 8*cb-1, converted) is no conversion to absorb
     g = _converted_then_copied("O[n,cb,y,x,c] = X[n,cb,y,x,c-1]", {"c": 8})
     assert absorb_all(g) is g and conversions(g)
+    # a refused site does not end the pass: the conversion after it is still absorbed
+    b = GraphBuilder("two_copies")
+    outs = []
+    for k, (copy, ext) in enumerate((("O[n,cb,y,x,c] = X[n,cb,y,x,c-1]", {"c": 8}),
+                                     ("O[n,cb,p,q,c] = X[n,cb,p-1,q-1,c]", {"p": 5, "q": 5}))):
+        x = b.input(f"x{k}", (1, 16, 3, 3))
+        xc = b.compute1("O[n,cb,y,x,c] = X[n,8*cb+c,y,x]", {"X": x}, f"to_blocked{k}", extents={"cb": 2, "c": 8})
+        outs.append(b.compute1(copy, {"X": xc}, f"copy{k}", extents=ext, padding={"X": 0.0}))
+    g = b.build(outs)
+    new = absorb_all(g)
+    assert [conversion_kind(new, n) for n in conversions(new)] == [("to", 8)] and len(conversions(g)) == 2
+    assert next(n for n in new.nodes if n.name == "copy1").inputs == ("x1",)
+    feed = random_inputs(g, seed=1)
+    for o in g.outputs:
+        np.testing.assert_array_equal(evaluate(new, feed)[o], evaluate(g, feed)[o])
 
 
 def test_an_unknown_layout_is_refused_naming_it():
