@@ -367,16 +367,12 @@ def print_pack(p: PackNest, name: str) -> str:
     for v, n in p.loops:
         flat_dst = f"({flat_dst}) * {n} + {v}"
     if p.transpose is not None:  # the two transposed loops innermost, by blocks: one block copy each
-        inner, outer, block = p.transpose
-        loops = [lp for lp in p.loops if lp[0] not in (inner, outer)] + [(outer, dict(p.loops)[outer]),
-                                                                         (inner, dict(p.loops)[inner])]
+        inner, outer, block, src_stride, dst_stride = p.transpose
+        extent = dict(p.loops)
+        loops = [lp for lp in p.loops if lp[0] not in (inner, outer)] + [(outer, extent[outer]), (inner, extent[inner])]
         for i, (v, n) in enumerate(loops):
             step = f"{v} += {block}" if v in (inner, outer) else f"++{v}"
             lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; {step})")
-        axis = next(a for a, ix in enumerate(p.src_index) if ix == inner or (isinstance(ix, Joined) and ix.inner == inner))
-        src_stride = math.prod(p.src_shape[axis + 1:])
-        names = [v for v, _ in p.loops]
-        dst_stride = math.prod(n for _, n in p.loops[names.index(outer) + 1:])
         ind = "    " * (len(loops) + 1)
         lines.append(f"{ind}so_transpose{block}(src + {flat_src}, {src_stride}, dst + {flat_dst}, {dst_stride});")
         lines.append("}")

@@ -694,13 +694,15 @@ class _Builder:
         parallel = self.pack_parallel(lay.shape)
         dtype = self.types[tensor].dtype
         return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel,
-                        self.pack_transpose(loops, tuple(src), dtype, in_range, parallel))
+                        self.pack_transpose(loops, tuple(src), lay.src_shape, dtype, in_range, parallel))
 
-    def pack_transpose(self, loops: tuple[tuple[str, int], ...], src: tuple[str | Joined, ...], dtype: str,
-                       in_range, parallel: int) -> tuple[str, str, int] | None:
+    def pack_transpose(self, loops: tuple[tuple[str, int], ...], src: tuple[str | Joined, ...],
+                       src_shape: tuple[int, ...], dtype: str, in_range, parallel: int
+                       ) -> tuple[str, str, int, int, int] | None:
         """Blocks of a vector's lanes squared, transposed in registers, when the packed innermost axis ``p``
         reads the source with a stride and the source's innermost axis is a plain loop ``q`` of the pack: both
-        extents multiples of the block, neither among the parallel loops, float32 on a CPU of 8 or 16 lanes."""
+        extents multiples of the block, neither among the parallel loops, float32 on a CPU of 8 or 16 lanes.
+        Returns (p, q, block, the source's stride along p, the packed layout's stride along q)."""
         target = self.plan.target
         block = target.lanes("float32")
         if target.kind != "cpu" or dtype != "float32" or block not in (8, 16) or in_range is not None:
@@ -709,11 +711,11 @@ class _Builder:
         p, q = loops[-1][0], src[-1]
         if not isinstance(q, str) or q == p or extent[p] % block or extent[q] % block:
             return None
-        if not any(ix == p or (isinstance(ix, Joined) and ix.inner == p) for ix in src[:-1]):
+        axis = next((a for a, ix in enumerate(src[:-1]) if ix == p or (isinstance(ix, Joined) and ix.inner == p)), None)
+        if axis is None or {p, q} & {v for v, _ in loops[:parallel]}:
             return None
-        if {p, q} & {v for v, _ in loops[:parallel]}:
-            return None
-        return p, q, block
+        q_at = [v for v, _ in loops].index(q)
+        return p, q, block, math.prod(src_shape[axis + 1:]), math.prod(n for _, n in loops[q_at + 1:])
 
     def pack_parallel(self, shape: tuple[int, ...]) -> int:
         """Leading pack loops the threads share: the fewest giving each thread 4 parts, none for a copy under
