@@ -11,6 +11,7 @@ from search.schedule import SearchConfig, search_compute
 from search.tune import TuneConfig, tune_graph
 from superopt.api import define_op
 from superopt.ir.canonical import canonicalize_kernels
+from superopt.ir.flops import flop_count
 from superopt.lang import compile_op
 from superopt.measure import ErrorCode, MeasureConfig, MeasureResult, MeasureService
 from superopt.runtime.target import host_target
@@ -278,3 +279,32 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     r = _tune_with(DefaultFastest(), g, TuneConfig(trials=10**9, time_s=0.3, batch_size=8, progress=False), db2)
     assert not any(rec.paired_default_s is not None for rec in db2.records())
     assert r.kernels[0].best_trace == default and "confirmed" not in r.stop_reason
+
+
+def test_every_kernel_gets_a_small_first_batch_heaviest_first(tmp_path):
+    """Unstarted kernels go first, the heaviest (flops x instances) first whatever the graph order, each with
+    a first batch of ``first_batch``: a budget then reaches every kernel, the heavy ones before it runs out."""
+    from superopt.builder import GraphBuilder
+
+    sizes = {"light": (16, 16, 16), "mid": (64, 48, 40), "heavy": (96, 64, 80)}  # graph order: light first
+    b = GraphBuilder("three")
+    outs = []
+    for name, (m, k, n) in sizes.items():
+        op = define_op(MATMUL, {"A": (m, k), "B": (k, n)}).nodes[0].op
+        (o,) = b.add_compute(op, [b.input(f"A_{name}", (m, k)), b.input(f"B_{name}", (k, n))], name)
+        outs.append(o)
+    g = canonicalize_kernels(b.build(outs))
+    order: list[tuple[int, int]] = []  # (flops of the kernel measured, batch size)
+
+    class Recording(FakeMeasurer):
+        def measure(self, inputs):
+            order.append((flop_count(inputs[0].compute), len(inputs)))
+            return super().measure(inputs)
+
+    cfg = TuneConfig(trials=3 * 5, batch_size=8, first_batch=5, progress=False, confirm_rounds=0)
+    r = _tune_with(Recording(), g, cfg, TuningDatabase(tmp_path / "db.jsonl"))
+    flops = {name: 2 * m * k * n for name, (m, k, n) in sizes.items()}
+    # each first batch: the default alone, then the rest of the batch
+    starts = [f for i, (f, n) in enumerate(order) if n == 1 and (i == 0 or order[i - 1][0] != f)]
+    assert starts == [flops["heavy"], flops["mid"], flops["light"]]
+    assert all(k.measured == 5 for k in r.kernels) and r.measured == 15

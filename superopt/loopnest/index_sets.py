@@ -41,28 +41,36 @@ _HOLDS = {"<": lambda x, k: x < k, "<=": lambda x, k: x <= k, ">": lambda x, k: 
 Test = tuple[Affine, str, int]
 
 
-def _tests_of(x: object, out: dict[object, tuple[Test, ...]]) -> None:
+def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, ...]]]]) -> dict[object, tuple[Test, ...]]:
     """Every resolvable test under ``x``, keyed by the node it belongs to (an InBounds, a GuardCond or a
-    comparison Op)."""
+    comparison Op). ``memo`` (id -> (node, tests)) holds the subtrees already walked: an outer loop's body
+    contains its inner loops' bodies, so one split walks each node once, not once per enclosing loop."""
     if isinstance(x, InBounds):
         tests = ((x.index, ">=", 0),) if x.lower else ()
-        out[x] = tests + (((x.index, "<", x.upper),) if x.upper is not None else ())
-        return
+        return {x: tests + (((x.index, "<", x.upper),) if x.upper is not None else ())}
     if isinstance(x, GuardCond):
-        out[x] = ((x.index, "<", x.limit),)
-        return
+        return {x: ((x.index, "<", x.limit),)}
+    if isinstance(x, tuple):
+        children = x
+    elif is_dataclass(x) and not isinstance(x, type):
+        children = tuple(getattr(x, f.name) for f in fields(x))
+    else:
+        return {}
+    hit = memo.get(id(x))
+    if hit is not None and hit[0] is x:
+        return hit[1]
+    out: dict[object, tuple[Test, ...]] = {}
     if isinstance(x, Op) and x.op in _HOLDS and len(x.args) == 2:
         a, b = x.args
         if isinstance(a, IndexNumber) and isinstance(b, Literal) and isinstance(b.value, int):
             out[x] = ((a.index, x.op, int(b.value)),)
         elif isinstance(b, IndexNumber) and isinstance(a, Literal) and isinstance(a.value, int):
             out[x] = ((b.index, _FLIP[x.op], int(a.value)),)
-    if isinstance(x, tuple):
-        for c in x:
-            _tests_of(c, out)
-    elif is_dataclass(x) and not isinstance(x, type):
-        for f in fields(x):
-            _tests_of(getattr(x, f.name), out)
+    for c in children:
+        if isinstance(c, (tuple, InBounds, GuardCond)) or is_dataclass(c):
+            out.update(_tests_of(c, memo))
+    memo[id(x)] = (x, out)  # the node is kept: its id is not reused while the memo lives
+    return out
 
 
 def _inner_extents(body: tuple[Node, ...], out: dict[str, int]) -> dict[str, int]:
@@ -174,12 +182,11 @@ def _named_by_split(body: tuple[Node, ...], var: str) -> bool:
     return False
 
 
-def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
+def _ranges(lp: Loop, memo: dict) -> list[tuple[int, int, dict[object, bool]]] | None:
     """(start, stop, decided tests) per piece of ``lp``, or None when splitting gains nothing."""
     if _named_by_split(lp.body, lp.var):
         return None
-    found: dict[object, tuple[Test, ...]] = {}
-    _tests_of(lp.body, found)
+    found = _tests_of(lp.body, memo)
     inner = _inner_extents(lp.body, {})
     allowed = set(inner) | {lp.var}
     mine = {key: tests for key, tests in found.items()
@@ -203,23 +210,23 @@ def _ranges(lp: Loop) -> list[tuple[int, int, dict[object, bool]]] | None:
     return pieces
 
 
-def _split(n: Node, copies: int, min_parallel: int) -> tuple[Node, ...]:
+def _split(n: Node, copies: int, min_parallel: int, memo: dict) -> tuple[Node, ...]:
     """``n`` split; ``copies``: how many copies of any one statement the splits below may still make."""
     if isinstance(n, (StageNest, Scope)):
-        return (replace(n, body=tuple(c for x in n.body for c in _split(x, copies, min_parallel))),)
+        return (replace(n, body=tuple(c for x in n.body for c in _split(x, copies, min_parallel, memo))),)
     if not isinstance(n, Loop):
         return (n,)
-    pieces = _ranges(n) if n.kind in ("serial", "parallel", "vectorized") and not n.tail else None
+    pieces = _ranges(n, memo) if n.kind in ("serial", "parallel", "vectorized") and not n.tail else None
     if pieces is not None and (len(pieces) > copies or n.kind == "parallel"
                                and any(stop - start < min_parallel for start, stop, _ in pieces)):
         pieces = None  # too many copies of the body, or a parallel piece too short to share among the threads
     if pieces is None:
-        return (replace(n, body=tuple(c for x in n.body for c in _split(x, copies, min_parallel))),)
+        return (replace(n, body=tuple(c for x in n.body for c in _split(x, copies, min_parallel, memo))),)
     out: list[Node] = []
     for start, stop, decided in pieces:
         body = _shift(_resolve(n.body, decided), n.var, start)
         inner = copies // len(pieces)
-        out.append(replace(n, extent=stop - start, body=tuple(c for x in body for c in _split(x, inner, min_parallel))))
+        out.append(replace(n, extent=stop - start, body=tuple(c for x in body for c in _split(x, inner, min_parallel, memo))))
     return tuple(out)
 
 
@@ -227,4 +234,5 @@ def split_index_sets(nest: LoopNest, max_copies: int = 9, min_parallel: int = 4)
     """``nest`` with every loop that tests its own variable split into ranges of one outcome per test:
     at most ``max_copies`` copies of a statement in all (a 3 x 3 split of a padded image's rows and
     columns), and parallel loops only into pieces of at least ``min_parallel`` iterations."""
-    return replace(nest, body=tuple(s for st in nest.body for s in _split(st, max_copies, min_parallel)))
+    memo: dict = {}
+    return replace(nest, body=tuple(s for st in nest.body for s in _split(st, max_copies, min_parallel, memo)))
