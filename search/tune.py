@@ -97,6 +97,7 @@ class _Task:
     result: KernelTuneResult | None = None
     batches: int = 0
     bests: list[float] = field(default_factory=list)  # best seconds after each batch
+    confirmed: set[tuple] = field(default_factory=set)  # leader traces re-measured with the default
 
     def weight(self) -> float:
         """How much this kernel's time counts before any is measured: its flops times its instances."""
@@ -113,10 +114,12 @@ class _Task:
 
 
 def _unconfirmed_gain(task: _Task) -> bool:
-    """The task's search measured some schedule faster than the default (a reading to confirm)."""
+    """The task's search measured some schedule faster than the default (a reading to confirm) that no
+    confirmation has re-measured yet."""
     best, default = task.search.best, task.search.default_s
+    leaders = _leaders(task, 1)
     return (best is not None and default is not None and math.isfinite(best.seconds) and best.seconds < default
-            and len(_leaders(task, 1)) > 1)
+            and len(leaders) > 1 and leaders[1] not in task.confirmed)
 
 
 def _leaders(task: _Task, k: int) -> list[tuple]:
@@ -212,55 +215,71 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
             reserve_n, rounds = 0, 0
         search_s = None if config.time_s is None else config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0))
-        while True:
-            elapsed = time.perf_counter() - started
-            per_trial = elapsed / measured if measured else 0.0
-            if measured + reserve_n >= config.trials:
-                stop = f"trial budget spent ({config.trials} measurements)"
-                break
-            if search_s is not None and elapsed >= search_s:
-                stop = f"time budget spent ({config.time_s:.0f}s)"
-                break
-            live = [t for t in todo if not t.search.done()]
-            if not live:
-                stop = "every kernel's search stopped by itself"
-                break
-            # unstarted kernels first (infinite priority), the heaviest of them first
-            task = max(live, key=lambda t: (t.priority(), t.weight() if not t.batches else 0.0, -todo.index(t)))
-            batch = min(min(config.first_batch, config.batch_size) if not task.batches else config.batch_size,
-                        config.trials - reserve_n - measured)
-            if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
-                batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
-            trials = task.search.step(batch)
-            task.batches += 1
-            task.bests.append(task.search.best.seconds if task.search.best else math.inf)
-            measured += len(trials)
-            bar.update(len(trials))
-            bar.set_postfix(kernel=task.nodes[0][:20])
-            record(task, trials)
-        # confirmation: each kernel whose search found something faster than the default has the default and
-        # its leaders re-measured side by side, in alternating order, a few rounds: one lucky reading on a
-        # noisy machine does not make a best (the database then picks among the confirmed schedules by their
-        # time ratios to the default within a round). Heaviest kernels first, while the time budget lasts.
-        need = [t for t in todo if rounds and _unconfirmed_gain(t)]
-        need.sort(key=lambda t: -len(t.nodes) * (t.search.default_s or 0.0))
-        confirmed = 0
-        for t in need:
-            if config.time_s is not None and time.perf_counter() - started >= config.time_s:
-                break
-            leaders = _leaders(t, config.confirm_top)
-            for r in range(rounds):
-                batch = leaders if r % 2 == 0 else leaders[::-1]
-                trials = t.search.remeasure(batch)
+        confirmed: set[str] = set()
+        need_any: set[str] = set()
+        while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
+            while True:
+                elapsed = time.perf_counter() - started
+                per_trial = elapsed / measured if measured else 0.0
+                if measured + reserve_n >= config.trials:
+                    stop = f"trial budget spent ({config.trials} measurements)"
+                    break
+                if search_s is not None and elapsed >= search_s:
+                    stop = f"time budget spent ({config.time_s:.0f}s)"
+                    break
+                live = [t for t in todo if not t.search.done()]
+                if not live:
+                    stop = "every kernel's search stopped by itself"
+                    break
+                # unstarted kernels first (infinite priority), the heaviest of them first
+                task = max(live, key=lambda t: (t.priority(), t.weight() if not t.batches else 0.0, -todo.index(t)))
+                batch = min(min(config.first_batch, config.batch_size) if not task.batches else config.batch_size,
+                            config.trials - reserve_n - measured)
+                if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
+                    batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
+                trials = task.search.step(batch)
+                task.batches += 1
+                task.bests.append(task.search.best.seconds if task.search.best else math.inf)
                 measured += len(trials)
                 bar.update(len(trials))
-                # each leader paired with the default measured in the same round (none when the default failed)
-                default = next(tr for tr in trials if tuple(tr.trace) == leaders[0])
-                pair = default.seconds if default.error == "OK" and math.isfinite(default.seconds) else None
-                record(t, trials, pair)
-            confirmed += 1
-        if need:
-            stop += f"; {confirmed} of {len(need)} kernels whose search beat the default confirmed"
+                bar.set_postfix(kernel=task.nodes[0][:20])
+                record(task, trials)
+            # confirmation: each kernel whose search found something faster than the default has the default
+            # and its leaders re-measured side by side, in alternating order, a few rounds: one lucky reading
+            # on a noisy machine does not make a best (the database then picks among the confirmed schedules
+            # by their time ratios to the default within a round). Heaviest kernels first, while the time
+            # budget lasts; a leader confirmed in an earlier phase is not measured again.
+            need = [t for t in todo if rounds and _unconfirmed_gain(t)]
+            need.sort(key=lambda t: -len(t.nodes) * (t.search.default_s or 0.0))
+            need_any.update(t.key for t in need)
+            confirm_started = time.perf_counter()
+            for t in need:
+                if config.time_s is not None and time.perf_counter() - started >= config.time_s:
+                    break
+                leaders = _leaders(t, config.confirm_top)
+                for r in range(rounds):
+                    batch = leaders if r % 2 == 0 else leaders[::-1]
+                    trials = t.search.remeasure(batch)
+                    measured += len(trials)
+                    bar.update(len(trials))
+                    # each leader paired with the default measured in the same round (none when the default failed)
+                    default = next(tr for tr in trials if tuple(tr.trace) == leaders[0])
+                    pair = default.seconds if default.error == "OK" and math.isfinite(default.seconds) else None
+                    record(t, trials, pair)
+                t.confirmed.update(leaders[1:])
+                confirmed.add(t.key)
+            confirm_s = time.perf_counter() - confirm_started
+            if search_s is None or not stop.startswith("time budget"):
+                break
+            # time left: the search goes on, leaving the next confirmation what this one took (and a step's time)
+            left = config.time_s - (time.perf_counter() - started)
+            per_trial = (time.perf_counter() - started) / max(measured, 1)
+            reserve_s = max(confirm_s, config.batch_size * per_trial)
+            if left < reserve_s + config.batch_size * per_trial:
+                break
+            search_s = config.time_s - reserve_s
+        if need_any:
+            stop += f"; {len(confirmed)} of {len(need_any)} kernels whose search beat the default confirmed"
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)

@@ -308,3 +308,23 @@ def test_every_kernel_gets_a_small_first_batch_heaviest_first(tmp_path):
     starts = [f for i, (f, n) in enumerate(order) if n == 1 and (i == 0 or order[i - 1][0] != f)]
     assert starts == [flops["heavy"], flops["mid"], flops["light"]]
     assert all(k.measured == 5 for k in r.kernels) and r.measured == 15
+
+
+def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
+    """Under a time budget the search leaves a share to the confirmation; what the confirmation did not use
+    goes back to the search (then its new leaders are confirmed), so a tune ends near its budget."""
+    import time as _time
+
+    g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
+
+    class Slow(FakeMeasurer):  # 10 ms a candidate: the confirmation's 8 re-measurements take 0.08 s
+        def measure(self, inputs):
+            _time.sleep(0.01 * len(inputs))
+            return super().measure(inputs)
+
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    r = _tune_with(Slow(), g, TuneConfig(trials=10**9, time_s=4.0, batch_size=4, progress=False), db)
+    recs = db.records()
+    first_confirmation = next(i for i, rec in enumerate(recs) if rec.paired_default_s is not None)
+    assert any(rec.paired_default_s is None for rec in recs[first_confirmation:])  # the search went on
+    assert "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
