@@ -137,6 +137,11 @@ def _leaders(task: _Task, k: int) -> list[tuple]:
     return out
 
 
+def measured_time_per_trial(started: float, measured: int) -> float:
+    """Seconds per measurement so far (search trials and re-measurements together)."""
+    return (time.perf_counter() - started) / max(measured, 1)
+
+
 def graph_tasks(graph: Graph) -> list[_Task]:
     """One task per distinct workload key among the compute nodes (in graph order)."""
     tasks: dict[str, _Task] = {}
@@ -214,13 +219,27 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         rounds = config.confirm_rounds
         if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
             reserve_n, rounds = 0, 0
-        search_s = None if config.time_s is None else config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0))
         confirmed: set[str] = set()
         need_any: set[str] = set()
+        per_confirm: float | None = None  # seconds one kernel's confirmation took (None: none made yet)
+
+        def search_deadline(per_trial: float) -> float | None:
+            """Seconds into the budget at which the search stops: first at the fixed share; once a confirmation
+            has run, early enough to confirm every kernel with an unconfirmed gain (at the measured cost per
+            kernel) and to finish a batch."""
+            if config.time_s is None:
+                return None
+            if per_confirm is None:
+                return config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0))
+            pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
+            return config.time_s - per_confirm * pending - config.batch_size * per_trial
+
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
+            steps = 0
             while True:
                 elapsed = time.perf_counter() - started
                 per_trial = elapsed / measured if measured else 0.0
+                search_s = search_deadline(per_trial)
                 if measured + reserve_n >= config.trials:
                     stop = f"trial budget spent ({config.trials} measurements)"
                     break
@@ -238,6 +257,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
                     batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
                 trials = task.search.step(batch)
+                steps += 1
                 task.batches += 1
                 task.bests.append(task.search.best.seconds if task.search.best else math.inf)
                 measured += len(trials)
@@ -253,6 +273,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             need.sort(key=lambda t: -len(t.nodes) * (t.search.default_s or 0.0))
             need_any.update(t.key for t in need)
             confirm_started = time.perf_counter()
+            done_now = 0
             for t in need:
                 if config.time_s is not None and time.perf_counter() - started >= config.time_s:
                     break
@@ -268,16 +289,18 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                     record(t, trials, pair)
                 t.confirmed.update(leaders[1:])
                 confirmed.add(t.key)
+                done_now += 1
             confirm_s = time.perf_counter() - confirm_started
-            if search_s is None or not stop.startswith("time budget"):
+            if done_now:
+                per_confirm = max(per_confirm or 0.0, confirm_s / done_now)
+            elif per_confirm is None:  # nothing to confirm yet: a search trial's time bounds a re-measurement's
+                per_confirm = (config.confirm_top + 1) * rounds * measured_time_per_trial(started, measured)
+            if config.time_s is None or not stop.startswith("time budget") or not steps and not need:
                 break
-            # time left: the search goes on, leaving the next confirmation what this one took (and a step's time)
+            # time left: the search goes on (search_deadline keeps back what the next confirmation will take)
             left = config.time_s - (time.perf_counter() - started)
-            per_trial = (time.perf_counter() - started) / max(measured, 1)
-            reserve_s = max(confirm_s, config.batch_size * per_trial)
-            if left < reserve_s + config.batch_size * per_trial:
+            if left < config.batch_size * measured_time_per_trial(started, measured):
                 break
-            search_s = config.time_s - reserve_s
         if need_any:
             stop += f"; {len(confirmed)} of {len(need_any)} kernels whose search beat the default confirmed"
     for t in todo:
