@@ -67,7 +67,7 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         elif isinstance(b, IndexNumber) and isinstance(a, Literal) and isinstance(a.value, int):
             out[x] = ((b.index, _FLIP[x.op], int(a.value)),)
     for c in children:
-        if isinstance(c, (tuple, InBounds, GuardCond)) or is_dataclass(c):
+        if isinstance(c, tuple) or is_dataclass(c):  # (InBounds and GuardCond are dataclasses)
             out.update(_tests_of(c, memo))
     memo[id(x)] = (x, out)  # the node is kept: its id is not reused while the memo lives
     return out
