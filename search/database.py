@@ -54,6 +54,9 @@ class TuningRecord:
     # a confirmation measurement: the default schedule's time measured next to this one, in the same round
     # (seconds; the default's own confirmation record carries its own time)
     paired_default_s: float | None = None
+    # measured inside the whole graph (search/graph_confirm.py: the node's time in a per-node run of the graph,
+    # per instance), not as a kernel alone; always a paired record
+    in_graph: bool = False
 
     @property
     def ok(self) -> bool:
@@ -62,7 +65,7 @@ class TuningRecord:
     @staticmethod
     def of(compute: Compute, trace: Sequence[Primitive], target: Target, error_code: str,
            median_s: float | None = None, constants: Iterable[str] = (), timestamp: float | None = None,
-           paired_default_s: float | None = None) -> TuningRecord:
+           paired_default_s: float | None = None, in_graph: bool = False) -> TuningRecord:
         """A record for a canonical ``compute`` (traces are only meaningful in its names)."""
         if canonicalize(compute) != compute:
             raise ValueError("tuning records hold canonical computes and traces: canonicalize the compute "
@@ -71,7 +74,8 @@ class TuningRecord:
         return TuningRecord(workload_key(compute, consts), compute.text(), target.key(), target.to_dict(),
                             tuple(trace), error_code, median_s if error_code == "OK" else None, consts,
                             time.time() if timestamp is None else timestamp,
-                            paired_default_s=paired_default_s if error_code == "OK" else None)
+                            paired_default_s=paired_default_s if error_code == "OK" else None,
+                            in_graph=in_graph and error_code == "OK" and paired_default_s is not None)
 
     def to_json(self) -> str:
         d = {
@@ -82,6 +86,8 @@ class TuningRecord:
         }
         if self.paired_default_s is not None:
             d["paired_default_s"] = self.paired_default_s
+        if self.in_graph:
+            d["in_graph"] = True
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -99,7 +105,8 @@ class TuningRecord:
                             trace_from_json(json.dumps(d["trace"])), str(d["error_code"]),
                             None if median is None else float(median),
                             tuple(str(c) for c in d["constant_inputs"]), float(d["timestamp"]),
-                            paired_default_s=None if paired is None else float(paired))
+                            paired_default_s=None if paired is None else float(paired),
+                            in_graph=bool(d.get("in_graph", False)) and paired is not None)
 
 
 def _target_key(target: Target | str) -> str:
@@ -200,17 +207,25 @@ class TuningDatabase:
         Where the tuner confirmed its leaders (records with ``paired_default_s``: each leader measured next
         to the default, round after round), the best is chosen among the confirmed schedules alone, by the
         median of their time ratios to the default in the same rounds, times the default's median time
-        there: a machine whose speed drifts between minutes moves both sides of each ratio."""
+        there: a machine whose speed drifts between minutes moves both sides of each ratio. Where schedules
+        were also measured inside the whole graph (``in_graph`` records, paired with the default there), the
+        best is chosen among those alone, the same way: a kernel timed alone keeps its constants in the
+        caches, and a gain there need not survive in the graph."""
         self._refresh()
         by_trace: dict[tuple, list[TuningRecord]] = {}
         paired: dict[tuple, list[TuningRecord]] = {}
+        in_graph: dict[tuple, list[TuningRecord]] = {}
         for r in self._by_key.get((workload_key, _target_key(target)), ()):
             if r.ok:
+                if r.in_graph:
+                    in_graph.setdefault(r.trace, []).append(r)
+                    continue
                 by_trace.setdefault(r.trace, []).append(r)
                 if r.paired_default_s is not None:
                     paired.setdefault(r.trace, []).append(r)
-        if not by_trace:
+        if not by_trace and not in_graph:
             return None
+        paired = in_graph or paired
         if paired:
             scale = float(np.median([r.paired_default_s for rs in paired.values() for r in rs]))
             scored = [(scale * float(np.median([r.median_s / r.paired_default_s for r in rs])), rs[-1].timestamp, rs[-1])

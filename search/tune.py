@@ -5,7 +5,9 @@ A task already tuned for the target in the database is not searched again. The o
 batch each (their default schedule is measured first), then each next batch goes to the task whose
 expected saving is largest: weight x its best time x its recent relative improvement (plus a small
 optimism bonus that shrinks with the batches it had). Every measurement is appended to the database
-as it is made, so an interrupted run loses nothing.
+as it is made, so an interrupted run loses nothing. Each kernel's leaders are then re-measured next to
+its default (confirmation rounds), and in a graph of several kernels the picks are last timed against
+the defaults inside the graph itself (search/graph_confirm.py): a pick stays only where it is faster there.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from tqdm import tqdm
 
 from costmodel.base import CostModel
 from search.database import TuningDatabase, TuningRecord
+from search.graph_confirm import InGraphConfig, InGraphReport, confirm_in_graph
 from search.schedule import Measurer, ScheduleSearch, SearchConfig
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.measure import MeasureConfig, MeasureService
+from superopt.runtime.compiler import CompileError
 from superopt.runtime.target import Target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import constant_inputs
@@ -33,6 +37,9 @@ from superopt.schedule.primitives import Primitive
 
 # the share of a time budget the search leaves to the confirmation rounds
 CONFIRM_TIME_SHARE = 0.15
+# the share it leaves to the in-graph confirmation (search/graph_confirm.py) of a graph of several kernels:
+# resnet50's two executors compiled in 71 s with a cold compiler cache, and were timed in 2 s
+IN_GRAPH_TIME_SHARE = 0.08
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class TuneConfig:
     progress: bool = True  # a tqdm bar on stderr
     confirm_top: int = 3  # leaders per kernel re-measured with the default at the end
     confirm_rounds: int = 2
+    # then, in a graph of several kernels, every pick is timed against its default inside the graph
+    # (search/graph_confirm.py), and the database keeps it only where it is faster there
+    in_graph_rounds: int = 21  # 0: no in-graph confirmation
 
 
 @dataclass
@@ -81,10 +91,12 @@ class GraphTuneReport:
     measured: int
     elapsed_s: float
     stop_reason: str
+    in_graph: InGraphReport | None = None  # the in-graph confirmation, where one ran
 
     def to_dict(self) -> dict:
         return {"kernels": [k.to_dict() for k in self.kernels], "measured": self.measured,
-                "elapsed_s": self.elapsed_s, "stop_reason": self.stop_reason}
+                "elapsed_s": self.elapsed_s, "stop_reason": self.stop_reason,
+                "in_graph": None if self.in_graph is None else self.in_graph.to_dict()}
 
 
 @dataclass
@@ -158,11 +170,13 @@ def graph_tasks(graph: Graph) -> list[_Task]:
 
 
 def _default_seconds(task: _Task, target: Target, db: TuningDatabase) -> float | None:
-    """The default schedule's time, scored like the best: the median of its confirmation-round
-    measurements where there are any (the rounds the best's ratios were taken in), else of all of them."""
+    """The default schedule's time, scored like the best: the median of its in-graph measurements where
+    there are any, else of its confirmation-round measurements (the rounds the best's ratios were taken in),
+    else of all of them."""
     default = tuple(default_schedule(task.compute, target, task.consts))
     mine = [r for r in db.records(task.key, target) if r.ok and r.trace == default]
-    times = [r.median_s for r in mine if r.paired_default_s is not None] or [r.median_s for r in mine]
+    times = ([r.median_s for r in mine if r.in_graph] or [r.median_s for r in mine if r.paired_default_s is not None]
+             or [r.median_s for r in mine])
     return float(np.median(times)) if times else None
 
 
@@ -198,6 +212,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     mcfg = measure or MeasureConfig(threads=target.threads, target=target)
     # kernels of a graph keep the default's thread partition (a lone op has no neighbour to agree with)
     in_graph = sum(not n.is_extern for n in graph.nodes) > 1
+    graph_share = IN_GRAPH_TIME_SHARE if in_graph and config.in_graph_rounds > 0 else 0.0
     measured = 0
     stop = ""
     with (nullcontext(runner) if runner is not None else MeasureService(mcfg)) as service, \
@@ -230,9 +245,9 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             if config.time_s is None:
                 return None
             if per_confirm is None:
-                return config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0))
+                return config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0) - graph_share)
             pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
-            return config.time_s - per_confirm * pending - config.batch_size * per_trial
+            return config.time_s * (1 - graph_share) - per_confirm * pending - config.batch_size * per_trial
 
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
             steps = 0
@@ -275,7 +290,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             confirm_started = time.perf_counter()
             done_now = 0
             for t in need:
-                if config.time_s is not None and time.perf_counter() - started >= config.time_s:
+                if config.time_s is not None and time.perf_counter() - started >= config.time_s * (1 - graph_share):
                     break
                 leaders = _leaders(t, config.confirm_top)
                 for r in range(rounds):
@@ -298,11 +313,19 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             if config.time_s is None or not stop.startswith("time budget") or not steps and not need:
                 break
             # time left: the search goes on (search_deadline keeps back what the next confirmation will take)
-            left = config.time_s - (time.perf_counter() - started)
+            left = config.time_s * (1 - graph_share) - (time.perf_counter() - started)
             if left < config.batch_size * measured_time_per_trial(started, measured):
                 break
         if need_any:
             stop += f"; {len(confirmed)} of {len(need_any)} kernels whose search beat the default confirmed"
+    graph_report = None
+    if in_graph and config.in_graph_rounds > 0:
+        try:
+            graph_report = confirm_in_graph(graph, target, database, mcfg.compiler,
+                                            InGraphConfig(rounds=config.in_graph_rounds, seed=config.seed))
+            stop += f"; in the graph: {graph_report.stop_reason}"
+        except CompileError as e:  # what was measured is in the database already
+            stop += f"; no in-graph confirmation (the graph did not compile: {str(e).splitlines()[0]})"
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)
@@ -311,7 +334,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                                     best.median_s if best else None, best.trace if best else (),
                                     t.search.trials, False, rep.stop_reason if t.search.stop_reason else stop,
                                     rep.failures)
-    return GraphTuneReport([t.result for t in tasks], measured, time.perf_counter() - started, stop)
+    return GraphTuneReport([t.result for t in tasks], measured, time.perf_counter() - started, stop, graph_report)
 
 
 __all__ = ["TuneConfig", "KernelTuneResult", "GraphTuneReport", "tune_graph", "graph_tasks"]

@@ -329,7 +329,8 @@ def _ms(s: float | None) -> float | None:
 
 def tune_summary(report, peak_gflops: float | None) -> dict:
     """The JSON form of a tune run: per kernel default/best ms, GFLOP/s, fraction of the FMA ceiling,
-    measurements made in this run; totals weighted by how many nodes run each kernel."""
+    measurements made in this run; totals weighted by how many nodes run each kernel. Where the picks were
+    confirmed inside the graph, a kernel's default and best are its in-graph times there."""
     kernels = []
     tot_default = tot_best = 0.0
     complete = True
@@ -355,6 +356,8 @@ def tune_summary(report, peak_gflops: float | None) -> dict:
         "total_default_ms": tot_default * 1e3 if complete else None,
         "total_best_ms": tot_best * 1e3 if complete else None,
         "all_from_database": bool(report.kernels) and all(k.from_database for k in report.kernels),
+        # the picks timed against their defaults inside the graph (search/graph_confirm.py), where that ran
+        "in_graph": report.in_graph.to_dict() if getattr(report, "in_graph", None) is not None else None,
     }
 
 

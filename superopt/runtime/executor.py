@@ -355,6 +355,14 @@ class GraphExecutor:
             out.append(NodeTime(n.name, float(np.median(times[n.name])), what, self.traces.get(n.name, [])))
         return sorted(out, key=lambda t: -t.seconds)
 
+    def node_seconds(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, float]:
+        """One run of the graph on the per-node path: each node's wall time, in seconds, where it runs in
+        the graph (its inputs just written by their producers, its constants wherever the run before left
+        them in the caches)."""
+        times: dict[str, list[float]] = {n.name: [] for n in self.graph.nodes}
+        self._run(inputs, times)
+        return {name: ts[0] for name, ts in times.items()}
+
     def _run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
              times: dict[str, list[float]] | None) -> dict[str, np.ndarray]:
         g = self.graph

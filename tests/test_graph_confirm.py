@@ -1,0 +1,93 @@
+"""The in-graph confirmation (search/graph_confirm.py): picks timed against their defaults inside the graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from search.database import TuningDatabase, TuningRecord, schedules_from_database
+from search.graph_confirm import InGraphConfig, confirm_in_graph
+from superopt.builder import GraphBuilder
+from superopt.ir.canonical import canonicalize_kernels, workload_key
+from superopt.lang import compile_op
+from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.runtime.target import host_target
+from superopt.schedule.graph import constant_inputs, default_schedules
+
+TARGET = host_target(1)
+N = 160
+
+
+def _graph():
+    """A matmul against a constant weight, then tanh: two kernels."""
+    b = GraphBuilder("two")
+    x = b.input("X", (N, N))
+    w = b.constant(np.random.default_rng(0).standard_normal((N, N)).astype(np.float32), "W")
+    (h,) = b.add_compute(compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (N, N), "B": (N, N)}), [x, w], "mm")
+    y = b.compute1("Y[i,j] = tanh(H[i,j])", {"H": h}, "act")
+    return canonicalize_kernels(b.build([y]))
+
+
+def _mm(graph):
+    node = next(n for n in graph.nodes if n.name == "mm")
+    consts = constant_inputs(graph, node)
+    return node, consts, workload_key(node.op, consts)
+
+
+def test_a_pick_slower_inside_the_graph_goes_back_to_its_default(tmp_path):
+    """The database holds a kernel-alone reading that makes the unscheduled matmul (scalar loops) the best;
+    inside the graph it is several times slower than the default, so after the in-graph confirmation the
+    database's best is the default again and the graph runs the default's code."""
+    g = _graph()
+    node, consts, key = _mm(g)
+    default = tuple(default_schedules(g, TARGET)["mm"])
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    db.add([TuningRecord.of(node.op, default, TARGET, "OK", 1e-3, consts),
+            TuningRecord.of(node.op, (), TARGET, "OK", 1e-6, consts)])  # a lucky (false) reading
+    assert db.best(key, TARGET).trace == ()
+    rep = confirm_in_graph(g, TARGET, db, config=InGraphConfig(rounds=5, warmup=1))
+    (k,) = rep.kernels
+    assert k.nodes == ["mm"] and k.ratio > 2 and not k.kept and rep.kept == 0
+    assert k.pick_s > 2 * k.default_s and rep.picks_s > rep.defaults_s
+    assert "0 of 1 tuned kernels faster than their default inside the graph" in rep.stop_reason
+    inside = [r for r in db.records(key, TARGET) if r.in_graph]
+    assert len(inside) == 2 * 5 and all(r.paired_default_s is not None for r in inside)
+    assert all(r.median_s == r.paired_default_s for r in inside if r.trace == default)
+    best = db.best(key, TARGET)
+    assert best.trace == default and best.in_graph
+    assert schedules_from_database(g, TARGET, db)[0]["mm"] == list(default)
+    # the records survive a reload (JSON round trip) with their in-graph flag
+    again = TuningDatabase(tmp_path / "db.jsonl")
+    assert again.best(key, TARGET).trace == default and sum(r.in_graph for r in again.records()) == 10
+    # ... and the graph built from the database computes what the reference does
+    ex = GraphExecutor(g, default_schedules(g, TARGET) | schedules_from_database(g, TARGET, again)[0],
+                       ExecutorConfig(1, target=TARGET))
+    x = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
+    w = dict(g.constants)["W"].array
+    np.testing.assert_allclose(ex({"X": x})[g.outputs[0]], np.tanh(x @ w), rtol=1e-4, atol=1e-4)
+
+
+def test_nothing_to_confirm_when_every_pick_is_the_default(tmp_path):
+    g = _graph()
+    node, consts, key = _mm(g)
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    db.add([TuningRecord.of(node.op, tuple(default_schedules(g, TARGET)["mm"]), TARGET, "OK", 1e-3, consts)])
+    rep = confirm_in_graph(g, TARGET, db, config=InGraphConfig(rounds=3))
+    assert rep.kernels == [] and "no kernel's database pick differs" in rep.stop_reason and len(db) == 1
+
+
+def test_in_graph_records_outrank_kernel_alone_ones(tmp_path):
+    """best() decides among the in-graph pairs alone once there are any: a schedule faster alone but
+    slower in the graph loses to one that is faster in the graph."""
+    g = _graph()
+    node, consts, key = _mm(g)
+    default = tuple(default_schedules(g, TARGET)["mm"])
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    rec = lambda tr, s, pair=None, inside=False: TuningRecord.of(node.op, tr, TARGET, "OK", s, consts,  # noqa: E731
+                                                                 paired_default_s=pair, in_graph=inside)
+    db.add([rec(default, 2e-3, 2e-3), rec((), 1e-3, 2e-3)])  # alone (confirmed): () is 2x faster
+    assert db.best(key, TARGET).trace == ()
+    db.add([rec(default, 3e-3, 3e-3, True), rec((), 4e-3, 3e-3, True)])  # in the graph: () is slower
+    best = db.best(key, TARGET)
+    assert best.trace == default and best.median_s == 3e-3
+    # an in-graph flag needs a pair to mean anything: an unpaired one is an ordinary record
+    assert not rec((), 1e-3, None, True).in_graph and '"in_graph"' not in rec((), 1e-3).to_json()
