@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.database import TuningDatabase, TuningRecord
+from search.database import TuningDatabase, TuningRecord, schedules_from_database
 from superopt.api import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
@@ -79,8 +79,6 @@ def confirm_in_graph(graph: Graph, target: Target, database: TuningDatabase, com
                      config: InGraphConfig | None = None) -> InGraphReport:
     """Time every kernel whose database pick differs from its default inside ``graph`` (canonical kernels),
     under both, and append the in-graph records to ``database`` (see the module docstring)."""
-    from search.database import schedules_from_database
-
     config = config or InGraphConfig()
     started = time.perf_counter()
     picks, hits = schedules_from_database(graph, target, database)

@@ -391,3 +391,27 @@ def test_constants_are_private_read_only_copies_on_a_cache_line():
     for value in (np.float32(2.5), np.zeros((0, 4), np.int64), np.array([True, False])):
         k = Constant(np.asarray(value))
         assert np.array_equal(k.array, value) and k.array.dtype == np.asarray(value).dtype
+
+
+@pytest.mark.parametrize("y_rows", [1, 2, 3])
+def test_two_d_tiles_where_the_columns_alone_pad_and_every_setting_matches_the_reference(y_rows):
+    """The 4 x 6 tile computes 18 columns of a 14-wide image; 2 image rows x 3 columns compute 15 with the
+    same 24 accumulators (ResNet-50's 14 x 14 convs 1.00-1.10x in the graph). Not where the image rows
+    would have a tail (7 x 7: 0.80-0.84x) nor where the columns pad little (56: 60 -> 57 columns)."""
+    from superopt.schedule.blocked_conv import two_d_tile_rows
+
+    assert [two_d_tile_rows(h, h, 6) for h in (14, 7, 56, 28, 15)] == [2, 1, 1, 1, 3]
+    assert two_d_tile_rows(14, 14, 6) == 2 and two_d_tile_rows(13, 13, 6) == 1  # 2 does not divide 13
+    avx512 = replace(TARGET, vector_bits=512, vector_registers=32, threads=2)
+    g, conv, consts, p = _blocked_conv(avx512, c=64, hw=14, seed=6)
+    y, col = p.out_dims[2], p.out_dims[3]
+    space = ScheduleSpace(conv.op, avx512, consts)
+    default, used, domains = space.resolve(space.default_point())
+    assert used[f"{p.out}.y_rows"] == 2 and set(domains[f"{p.out}.y_rows"]) == {1, 2, 3}
+    assert Split(p.out, y, 2) in default and Unroll(p.out, f"{y}_i") in default and Split(p.out, col, 3) in default
+    trace = list(space.trace(Point.of(space.default_point().sketch, {f"{p.out}.y_rows": y_rows})))
+    assert any(isinstance(x, Split) and x.loop == y for x in trace) == (y_rows > 1)
+    if TARGET.vector_registers >= 32:  # runs here only where the host has AVX-512's 32 registers
+        ex = GraphExecutor(g, default_schedules(g, avx512) | {"conv1": trace}, ExecutorConfig(2, target=avx512))
+        feed = random_inputs(g)
+        assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5

@@ -164,6 +164,7 @@ def test_task_scheduler_tunes_once_then_uses_the_database(tmp_path):
     assert k.measured == 8 and not k.from_database and k.best_s <= k.default_s and k.flops == 2 * 64 * 48 * 40
     second = tune_graph(g, TARGET, TuneConfig(trials=8, batch_size=4, progress=False), db, mcfg)
     assert second.measured == 0 and "nothing to measure" in second.stop_reason
+    assert first.in_graph is None and second.in_graph is None  # a lone op: its time alone is its time
     assert second.kernels[0].from_database and second.kernels[0].best_s == k.best_s
 
 
@@ -337,3 +338,12 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
     assert any(rec.paired_default_s is None for rec in recs[first_confirmation:])  # the search went on
     # ... and still left the time to confirm every kernel whose search beat the default
     assert "2 of 2 kernels whose search beat the default confirmed" in r.stop_reason
+    # last, both picks were timed against their defaults inside the graph (real code: the fake measurer's
+    # times are made up), and from then on the database decides among those in-graph measurements
+    assert r.in_graph is not None and sorted(k.nodes[0] for k in r.in_graph.kernels) == ["mm1", "mm2"]
+    assert "in the graph: " in r.stop_reason
+    assert all(db.best(k.workload_key, TARGET).in_graph for k in r.kernels)
+    ops = {n.name: n.op for n in g.nodes}
+    kept = {k.nodes[0]: k.kept for k in r.in_graph.kernels}
+    for k in r.kernels:  # a pick stays where it was faster in the graph; elsewhere the default is back
+        assert (k.best_trace != tuple(default_schedule(ops[k.nodes[0]], TARGET, frozenset()))) == kept[k.nodes[0]]

@@ -99,6 +99,29 @@ def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) 
     return rows if cols >= rows else 0
 
 
+TWO_D_TILES = True
+# a 2-D tile is the default only where the 1-D tile computes at least this many times the output pixels
+TWO_D_MIN_WASTE = 1.2
+
+
+def two_d_tile_rows(height: int, width: int, rows: int) -> int:
+    """Image rows of the register tile by default (knob ``<stage>.y_rows``; each of ``rows // y_rows``
+    columns): 2 or 3 where that divides the image's height and computes fewer padded output pixels than
+    the 1-D tile of ``rows`` columns, when that one pads at least ``TWO_D_MIN_WASTE`` of them; else 1.
+    Measured on the new Xeon (2 FMA pipes; resnet50, in-graph per-node times, 15 alternating rounds):
+    2 x 3 tiles against 1 x 6 ran ResNet-50's 14 x 14 convs 1.00-1.10x (14 columns: 18 computed -> 15),
+    its 7 x 7 convs 0.80-0.84x (the image rows' tail: 8 computed rows of 7) and its 56 x 56 ones 0.92-1.03x
+    (60 computed columns -> 57: too little padding to gain); everywhere it ran the model 0.95x."""
+    def computed(yr: int) -> int:
+        xr = max(1, rows // yr)
+        return math.ceil(height / yr) * yr * math.ceil(width / xr) * xr
+    one_d = computed(1)
+    if one_d < TWO_D_MIN_WASTE * height * width:
+        return 1
+    exact = [yr for yr in (2, 3) if yr <= height and height % yr == 0 and rows // yr >= 1 and computed(yr) < one_d]
+    return min(exact, key=lambda yr: (computed(yr), yr), default=1)
+
+
 def default_red_block(target: Target, blocks: int, splits: tuple[int, ...], step_bytes: int) -> int:
     """Input-channel blocks per reduction step: all of them (one step) when a tile's weights fit in half
     of L1, else the most whose weights do (at least one). Measured on a Xeon (AVX-512, one core) on
@@ -153,6 +176,11 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     rows_default = wide if wide and cob_tile == WIDE_COB_TILE else \
         _row_block(ext[col], most, math.ceil(target.fma_chains / tile_vectors))
     rows = kn.get(f"{s}.rows", rows_default, (rows_default,))
+    # image rows per tile: a 2-D tile of y_rows x (rows // y_rows) output pixels, where the columns alone pad
+    y_rows_default = two_d_tile_rows(ext[y], ext[col], rows) if TWO_D_TILES else 1
+    y_rows = kn.get(f"{s}.y_rows", y_rows_default, tuple(r for r in (1, 2, 3) if r <= ext[y] and rows // r >= 1))
+    if y_rows > 1:
+        rows = max(1, rows // y_rows)
     # the reduction: the activation's channel lanes innermost (a broadcast each), window and blocks outside
     red = list(st.reduce_dims)
     inner_red = [d for d in red if x.index[-1].is_plain_dim and x.index[-1].dims[0] == d]
@@ -168,21 +196,26 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
         col_o, col_i = f"{col}_o", f"{col}_i"
     else:
         col_o, col_i = None, col
+    if y_rows > 1:
+        prims.append(Split(s, y, y_rows))
+        y_o, y_i = f"{y}_o", f"{y}_i"
+    else:
+        y_o, y_i = y, None
     # weight panels outermost when the weights outweigh the image (deep layers): each panel then stays
     # in cache while the image streams past
     w_bytes = math.prod(ext[d] for ix in w.index for d in ix.dims)
     x_bytes = math.prod(ext[d] for d in {d for ix in x.index for d in ix.dims})
     panel_outer = kn.get(f"{s}.panel_outer", w_bytes >= x_bytes, (False, True))
-    spatial = [n, y] + ([col_o] if col_o else [])
+    spatial = [n, y_o] + ([col_o] if col_o else [])
     outer = [cob_o] + spatial if panel_outer else spatial[:2] + [cob_o] + spatial[2:]
-    tile = ([cob_i] if cob_i else []) + [col_i, lane]
-    extents = {d: ext[d] for d in (n, y)} | {cob_o: ext[cob] // cob_tile}
+    tile = ([cob_i] if cob_i else []) + ([y_i] if y_i else []) + [col_i, lane]
+    extents = {n: ext[n], y_o: math.ceil(ext[y] / y_rows)} | {cob_o: ext[cob] // cob_tile}
     if col_o:
         extents[col_o] = math.ceil(ext[col] / rows)
-    tailed = col_o if col_o and ext[col] % rows else None
+    tailed = {lp for lp, e, r in ((col_o, ext[col], rows), (y_o, ext[y], y_rows)) if lp and r > 1 and e % r}
     chain = [outer[0]]
     for lp in outer[1:]:
-        if lp == tailed or chain[-1] == tailed:
+        if lp in tailed or chain[-1] in tailed:
             break
         chain.append(lp)
     par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
@@ -224,6 +257,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     prims.append(CacheWrite(s, red[0]))
     if cob_i:
         prims.append(Unroll(s, cob_i))
+    if y_i:
+        prims.append(Unroll(s, y_i))
     prims.append(Unroll(s, col_i))
     if unrolled:
         prims.append(Unroll(s, unrolled))
