@@ -1,6 +1,7 @@
 """The C compiler driver: a library of many kernels compiled as parallel translation units and linked,
 the same kernels as one unit, and a failure in one unit reported (and the other compilers stopped)."""
 
+import ctypes
 import stat
 import time
 
@@ -77,3 +78,26 @@ def test_a_unit_that_fails_names_the_error_and_stops_the_other_compilers(tmp_pat
         compile_library([good, good.replace("ok", "ok2")],
                         CompilerConfig(cc=str(slow), cache_dir=tmp_path / "s", jobs=2, timeout_s=0.5))
     assert time.monotonic() - t0 < 10  # the sleeping compiler was killed, not waited for
+
+
+def test_a_library_keeps_its_thread_count_to_itself():
+    """Kernels run with their library's own thread count (``num_threads`` on every parallel region), not the
+    process's OpenMP setting, which torch shares: building a one-thread program used to make torch
+    single-threaded (and a torch.compile backend build failed dynamo's global-state check)."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        c = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (192, 192), "B": (192, 192)})
+        (k,) = build_kernels([(c, default_schedule(c, host_target(1)))], threads=1)
+        assert torch.get_num_threads() == 2
+        k.lib.so_get_threads.restype = ctypes.c_int
+        assert k.lib.so_get_threads() == 1
+        k.lib.so_set_threads(2)
+        assert k.lib.so_get_threads() == 2 and torch.get_num_threads() == 2
+        a = np.random.default_rng(0).standard_normal((192, 192)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((192, 192)).astype(np.float32)
+        (out,) = k(a, b)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(before)

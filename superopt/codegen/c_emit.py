@@ -54,8 +54,8 @@ from superopt.loopnest.walk import allocations
 # 1.10-1.12x (68 kernels, most small), squeezenet 1.06-1.09x, resnet50 0.97-1.01x; dynamic,1 ran
 # conv_bn_relu's 56 rows 1.3x slower than guided.
 OMP_SCHEDULE = "guided"
-PARALLEL_FOR = f"#pragma omp parallel for schedule({OMP_SCHEDULE})"
-PARALLEL_FILL = f"#pragma omp parallel for simd schedule({OMP_SCHEDULE})"
+PARALLEL_FOR = f"#pragma omp parallel for schedule({OMP_SCHEDULE}) num_threads(SO_THREADS)"
+PARALLEL_FILL = f"#pragma omp parallel for simd schedule({OMP_SCHEDULE}) num_threads(SO_THREADS)"
 
 __all__ = ["PRELUDE", "KernelSource", "emit_c", "print_c", "ctype", "c_float", "c_linear"]
 

@@ -36,6 +36,8 @@ PRELUDE = r"""#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+extern int so_threads; /* the library's thread count (THREAD_CONTROL) */
+#define SO_THREADS (so_threads > 0 ? so_threads : omp_get_max_threads())
 #define SO_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SO_MIN(a, b) ((a) < (b) ? (a) : (b))
 static inline float so_maxf(float a, float b) { return a != a ? a : (a > b ? a : b); }
@@ -104,7 +106,12 @@ static inline int32_t so_shr32(int32_t a, int32_t b) { return (uint32_t)b < 32 ?
 static inline int64_t so_shr64(int64_t a, int64_t b) { return (uint64_t)b < 64 ? a >> b : (a < 0 ? -1 : 0); }
 """
 
-# the library's thread control: defined once, in the first translation unit of a library
-THREAD_CONTROL = r"""void so_set_threads(int n) { omp_set_num_threads(n); }
-int so_get_threads(void) { return omp_get_max_threads(); }
+# the library's thread control: defined once, in the first translation unit of a library. The count is the
+# library's own (every parallel region says num_threads(SO_THREADS)), not the process's OpenMP setting:
+# omp_set_num_threads would also set the thread count of torch, which shares libgomp (a program built on one
+# thread made torch single-threaded, and a torch.compile backend build failed dynamo's check that tracing
+# leaves the global thread count alone). 0 (unset): OpenMP's default.
+THREAD_CONTROL = r"""int so_threads = 0;
+void so_set_threads(int n) { so_threads = n; }
+int so_get_threads(void) { return SO_THREADS; }
 """

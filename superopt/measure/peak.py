@@ -120,7 +120,7 @@ def fma_source(lanes: int, accumulators: int) -> str:
 typedef float vf __attribute__((vector_size({lanes * 4})));
 int so_fma_peak(long iters, float m, float c, float init, float *out) {{
     int nthreads = 1;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(SO_THREADS)
     {{
         int t = omp_get_thread_num();
         #pragma omp single
@@ -140,15 +140,15 @@ int so_fma_peak(long iters, float m, float c, float init, float *out) {{
 
 BANDWIDTH_SOURCE = """
 void so_triad(long n, float s, float *restrict a, const float *restrict b, const float *restrict c) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(SO_THREADS)
     for (long i = 0; i < n; i++) a[i] = b[i] + s * c[i];
 }
 void so_copy(long n, float *restrict a, const float *restrict b) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(SO_THREADS)
     for (long i = 0; i < n; i++) a[i] = b[i];
 }
 void so_fill(long n, float v, float *restrict a) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) num_threads(SO_THREADS)
     for (long i = 0; i < n; i++) a[i] = v + (float)(i & 1023);
 }
 """
@@ -180,7 +180,7 @@ def tile_source(lanes: int, rows: int, vectors: int, steps: int = TILE_STEPS) ->
 typedef float vf __attribute__((vector_size({lanes * 4})));
 int so_tile_peak(long iters, const float *a, const float *b, float *out) {{
     int nthreads = 1;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(SO_THREADS)
     {{
         int t = omp_get_thread_num();
         #pragma omp single

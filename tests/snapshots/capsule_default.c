@@ -4,7 +4,7 @@ void capsule_default(void **args) {
     const float *restrict W = (const float *)args[1];
     float *restrict V = (float *)args[2];
     /* V[n,y,x,o,p,q] += (P[n,kh+2*y,kw+2*x,i,p,r] * W[kh,kw,i,o,r,q])  over(n:8 y:7 x:7 o:32 p:4 q:4 kh:3 kw:3 i:32 r:4) */
-    #pragma omp parallel for schedule(guided)
+    #pragma omp parallel for schedule(guided) num_threads(SO_THREADS)
     for (int n = 0; n < 8; ++n) {
         for (int y = 0; y < 7; ++y) {
             for (int x = 0; x < 7; ++x) {
@@ -42,7 +42,7 @@ void capsule_default(void **args) {
 void capsule_default_pack_W(const void *src_, void *dst_) {
     const float *restrict src = (const float *)src_;
     float *restrict dst = (float *)dst_;
-    #pragma omp parallel for schedule(guided) collapse(2)
+    #pragma omp parallel for schedule(guided) num_threads(SO_THREADS) collapse(2)
     for (int a0 = 0; a0 < 3; ++a0)
         for (int a1 = 0; a1 < 3; ++a1)
             for (int a2 = 0; a2 < 32; ++a2)

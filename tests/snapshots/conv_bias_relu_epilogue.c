@@ -5,7 +5,7 @@ void conv_bias_relu_epilogue(void **args) {
     const float *restrict B = (const float *)args[2];
     float *restrict O = (float *)args[3];
     /* P[n,co,y,x] += (X[n,ci,kh+y-1,kw+x-1] * W[co,ci,kh,kw])  over(n:1 co:32 y:10 x:10 ci:16 kh:3 kw:3)  pad(X=0.0) */
-    #pragma omp parallel for schedule(guided)
+    #pragma omp parallel for schedule(guided) num_threads(SO_THREADS)
     for (int y = 0; y < 10; ++y) {
         for (int x_o = 0; x_o < 2; ++x_o) {
             for (int n = 0; n < 1; ++n) {

@@ -4,7 +4,7 @@ void matmul_tiled(void **args) {
     const float *restrict B = (const float *)args[1];
     float *restrict C = (float *)args[2];
     /* C[i,j] += (A[i,k] * B[k,j])  over(i:64 j:64 k:48) */
-    #pragma omp parallel for schedule(guided)
+    #pragma omp parallel for schedule(guided) num_threads(SO_THREADS)
     for (int i_o = 0; i_o < 16; ++i_o) {
         for (int j_o = 0; j_o < 2; ++j_o) {
             {

@@ -3,7 +3,7 @@ void softmax_rowwise(void **args) {
     const float *restrict X = (const float *)args[0];
     float *restrict Y = (float *)args[1];
     /* Y[i,j] = (e[i,j] / s[i])  over(i:16 j:40) */
-    #pragma omp parallel for schedule(guided)
+    #pragma omp parallel for schedule(guided) num_threads(SO_THREADS)
     for (int i_o = 0; i_o < 4; ++i_o) {
         float m_next = (-INFINITY);
         int m_next_nan = 0;
