@@ -169,5 +169,7 @@ def test_measure_gpu_gives_the_cpu_error_codes_from_worker_processes():
     assert ok.workload_key == illegal.workload_key and ok.trace == tuple(items[0][1])
     nogpu = measure_gpu(items, GpuMeasureConfig(binding="no-such-binding"))
     assert [r.error_code for r in nogpu] == ["RUNTIME_ERROR"] * 2 and all("GpuUnavailable" in r.error_msg for r in nogpu)
-    slow = measure_gpu(items, GpuMeasureConfig(binding="emulator", build_timeout_s=0.2, run_timeout_s=0.01))
+    # a limit of 40 ms, shorter than a worker's start (Python and numpy's import): with 0.2 s, a fast host's
+    # worker got as far as the legality check and reported the Bind candidate ILLEGAL_SCHEDULE in time
+    slow = measure_gpu(items, GpuMeasureConfig(binding="emulator", build_timeout_s=0.02, run_timeout_s=0.01))
     assert [r.error_code for r in slow] == ["TIMEOUT"] * 2
