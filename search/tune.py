@@ -213,6 +213,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     # kernels of a graph keep the default's thread partition (a lone op has no neighbour to agree with)
     in_graph = sum(not n.is_extern for n in graph.nodes) > 1
     graph_share = IN_GRAPH_TIME_SHARE if in_graph and config.in_graph_rounds > 0 else 0.0
+    # the time the search and its confirmation rounds share (the rest is the in-graph confirmation's)
+    kernels_s = None if config.time_s is None else config.time_s * (1 - graph_share)
     measured = 0
     stop = ""
     with (nullcontext(runner) if runner is not None else MeasureService(mcfg)) as service, \
@@ -245,9 +247,9 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             if config.time_s is None:
                 return None
             if per_confirm is None:
-                return config.time_s * (1 - (CONFIRM_TIME_SHARE if rounds else 0) - graph_share)
+                return kernels_s - config.time_s * (CONFIRM_TIME_SHARE if rounds else 0)
             pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
-            return config.time_s * (1 - graph_share) - per_confirm * pending - config.batch_size * per_trial
+            return kernels_s - per_confirm * pending - config.batch_size * per_trial
 
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
             steps = 0
@@ -290,7 +292,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             confirm_started = time.perf_counter()
             done_now = 0
             for t in need:
-                if config.time_s is not None and time.perf_counter() - started >= config.time_s * (1 - graph_share):
+                if kernels_s is not None and time.perf_counter() - started >= kernels_s:
                     break
                 leaders = _leaders(t, config.confirm_top)
                 for r in range(rounds):
@@ -313,7 +315,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             if config.time_s is None or not stop.startswith("time budget") or not steps and not need:
                 break
             # time left: the search goes on (search_deadline keeps back what the next confirmation will take)
-            left = config.time_s * (1 - graph_share) - (time.perf_counter() - started)
+            left = kernels_s - (time.perf_counter() - started)
             if left < config.batch_size * measured_time_per_trial(started, measured):
                 break
         if need_any:

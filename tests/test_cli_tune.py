@@ -76,7 +76,7 @@ def _kernel(nodes, default_s, best_s, flops=2_000_000, measured=4, from_db=False
 
 def test_summary_weights_kernels_by_their_nodes():
     report = SimpleNamespace(kernels=[_kernel(["a", "b"], 2e-3, 1e-3), _kernel(["c"], 4e-3, 4e-3, measured=0)],
-                             measured=4, elapsed_s=1.0, stop_reason="trial budget spent")
+                             measured=4, elapsed_s=1.0, stop_reason="trial budget spent", in_graph=None)
     s = tune_summary(report, peak_gflops=100.0)
     assert s["total_default_ms"] == pytest.approx(8.0) and s["total_best_ms"] == pytest.approx(6.0)
     a, c = s["kernels"]

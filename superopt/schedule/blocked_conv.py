@@ -99,9 +99,13 @@ def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) 
     return rows if cols >= rows else 0
 
 
-TWO_D_TILES = True
-# a 2-D tile is the default only where the 1-D tile computes at least this many times the output pixels
+# a 1-D tile pads much when it computes at least this many times the output columns: then a 2-D tile where
+# the image height allows one (two_d_tile_rows), else fewer columns (tile_columns)
 TWO_D_MIN_WASTE = 1.2
+
+
+def _pads_much(width: int, columns: int) -> bool:
+    return math.ceil(width / columns) * columns >= TWO_D_MIN_WASTE * width
 
 
 def two_d_tile_rows(height: int, width: int, rows: int) -> int:
@@ -112,12 +116,13 @@ def two_d_tile_rows(height: int, width: int, rows: int) -> int:
     2 x 3 tiles against 1 x 6 ran ResNet-50's 14 x 14 convs 1.00-1.10x (14 columns: 18 computed -> 15),
     its 7 x 7 convs 0.80-0.84x (the image rows' tail: 8 computed rows of 7) and its 56 x 56 ones 0.92-1.03x
     (60 computed columns -> 57: too little padding to gain); everywhere it ran the model 0.95x."""
+    if not _pads_much(width, rows):
+        return 1
+
     def computed(yr: int) -> int:
         xr = max(1, rows // yr)
         return math.ceil(height / yr) * yr * math.ceil(width / xr) * xr
     one_d = computed(1)
-    if one_d < TWO_D_MIN_WASTE * height * width:
-        return 1
     exact = [yr for yr in (2, 3) if yr <= height and height % yr == 0 and rows // yr >= 1 and computed(yr) < one_d]
     return min(exact, key=lambda yr: (computed(yr), yr), default=1)
 
@@ -129,7 +134,7 @@ def tile_columns(width: int, rows: int, y_rows: int) -> int:
     per node, on the new Xeon); else ``rows``."""
     if y_rows > 1:
         return max(1, rows // y_rows)
-    if not TWO_D_TILES or math.ceil(width / rows) * rows < TWO_D_MIN_WASTE * width:
+    if not _pads_much(width, rows):
         return rows
     least = max(1, math.ceil(2 * rows / 3))
     return min(range(rows, least - 1, -1), key=lambda r: (math.ceil(width / r) * r, -r))
@@ -190,8 +195,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
         _row_block(ext[col], most, math.ceil(target.fma_chains / tile_vectors))
     rows = kn.get(f"{s}.rows", rows_default, (rows_default,))
     # image rows per tile: a 2-D tile of y_rows x (rows // y_rows) output pixels, where the columns alone pad
-    y_rows_default = two_d_tile_rows(ext[y], ext[col], rows) if TWO_D_TILES else 1
-    y_rows = kn.get(f"{s}.y_rows", y_rows_default, tuple(r for r in (1, 2, 3) if r <= ext[y] and rows // r >= 1))
+    y_rows = kn.get(f"{s}.y_rows", two_d_tile_rows(ext[y], ext[col], rows),
+                    tuple(r for r in (1, 2, 3) if r <= ext[y] and rows // r >= 1))
     rows = tile_columns(ext[col], rows, y_rows)
     # the reduction: the activation's channel lanes innermost (a broadcast each), window and blocks outside
     red = list(st.reduce_dims)
