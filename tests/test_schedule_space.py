@@ -2,6 +2,7 @@
 ScheduleError (and nothing else) or compile and match the reference; points round-trip."""
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -128,3 +129,34 @@ def test_random_points_of_capsule_votes(seed, kernel_cache):
     (ref,) = evaluate_compute(c, args, np.float64)
     for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, target)):
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+@pytest.mark.parametrize("knobs", [{}, {"V.rows2": 1}, {"V.rows2": 3, "V.rows2_dim": 1}, {"V.rows2": 2, "V.rows2_dim": 2},
+                                   {"V.panel_pos": 3}, {"V.rows2": 4, "V.width": 32, "V.panel_pos": 2}],
+                         ids=["default", "one_row_dim", "y3", "x2", "panel_inner", "n4_w32"])
+def test_few_rows_take_a_second_row_dim_and_every_setting_matches_the_reference(knobs, kernel_cache):
+    """Capsule votes' 4 matrix rows (p) are too few for a register tile: with 32 registers the default adds
+    2 of the batch (the first outer dim that 2 divides) and takes 3 vectors of columns (2 x 4 x 3 = 24
+    accumulators), the column panels inside the batch loop (330 GFLOP/s against 4 x 8 vectors' 190 on a
+    Xeon); 16 registers keep one row dim. Every setting of the new knobs matches the reference."""
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+
+    c = compile_op(CAPSULE, {"P": (4, 9, 9, 4, 4, 4), "W": (3, 3, 4, 16, 4, 4)})
+    avx512 = avx512_target(2)
+    space = ScheduleSpace(c, avx512, frozenset({"W"}))
+    _, used, domains = space.resolve(space.default_point())
+    assert (used["V.rows2"], used["V.rows2_dim"], used["V.width"], used["V.panel_pos"]) == (2, 0, 48, 1)
+    assert domains["V.rows2"] == (1, 2, 3, 4) and domains["V.rows2_dim"] == (0, 1, 2)
+    avx2 = ScheduleSpace(c, replace(avx512, vector_bits=256, vector_registers=16), frozenset({"W"}))
+    assert avx2.resolve(avx2.default_point())[1]["V.rows2"] == 1
+    trace = space.trace(Point.of(space.default_point().sketch, knobs))
+    rows2 = knobs.get("V.rows2", 2)
+    assert any(isinstance(x, Split) and x.factor == rows2 for x in trace) == (rows2 > 1)
+    target = host_target(2)
+    if target.vector_registers < 32:
+        return  # AVX-512 code runs only on a host with it
+    args = [np.random.default_rng(1).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    (kernel,) = build_kernels([(c, trace)], kernel_cache, 2, avx512)
+    np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
