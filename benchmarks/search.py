@@ -112,14 +112,19 @@ def kernel_estimate(kernels: Sequence[KernelTuneResult], attr: str) -> float | N
     return total
 
 
-def run_search(graph: Graph, target: Target, trials: int, seed: int, strategy: str, workdir: Path
-               ) -> tuple[GraphTuneReport, TuningDatabase]:
+def run_search(graph: Graph, target: Target, trials: int, seed: int, strategy: str, workdir: Path,
+               guide: str = "none") -> tuple[GraphTuneReport, TuningDatabase]:
+    """One tune of ``graph``; ``guide``: ``none`` (candidates ranked at random) or ``pretrained`` (the shipped
+    cost model refined online, as ``superopt tune`` runs by default)."""
     from search.database import TuningDatabase
     from search.tune import TuneConfig, tune_graph
+    from superopt.api import load_cost_model
 
     db = TuningDatabase(workdir / f"{strategy}.jsonl")
     t0 = time.perf_counter()
-    rep = tune_graph(graph, target, TuneConfig(trials=trials, seed=seed, strategy=strategy, progress=True), db)
+    model = load_cost_model("pretrained") if guide == "pretrained" and strategy != "random" else None
+    rep = tune_graph(graph, target, TuneConfig(trials=trials, seed=seed, strategy=strategy, progress=True), db,
+                     model=model)
     log(f"  {strategy}: {rep.measured} measurements in {time.perf_counter() - t0:.0f}s ({rep.stop_reason})")
     return rep, db
 
@@ -183,13 +188,14 @@ def prepare_graph(w: SearchWorkload) -> tuple[Graph, tuple[str, ...]]:
     return canonicalize_kernels(graph), rules
 
 
-def search_variants(graph: Graph, target: Target, trials: int, early: int, seed: int) -> tuple[dict[str, dict], dict]:
+def search_variants(graph: Graph, target: Target, trials: int, early: int, seed: int, guide: str = "none"
+                    ) -> tuple[dict[str, dict], dict]:
     """The four superopt variants' schedules, and the search facts for the report."""
     from superopt.schedule.graph import default_schedules
 
     default = default_schedules(graph, target)
     with tempfile.TemporaryDirectory(prefix="superopt-search-bench-") as tmp:
-        evo, evo_db = run_search(graph, target, trials, seed, "evolutionary", Path(tmp))
+        evo, evo_db = run_search(graph, target, trials, seed, "evolutionary", Path(tmp), guide)
         rnd, _ = run_search(graph, target, trials, seed, "random", Path(tmp))
         early_sched, early_est = schedules_after(graph, evo_db, target, early, default)
     variants = {"default": default, "search@early": early_sched,
@@ -307,7 +313,8 @@ def run_workload(spec: WorkloadSpec, target: Target, settings: dict, machine: di
     graph, rules = prepare_graph(w)
     log(f"[{w.name}] {w.description}: {sum(not n.is_extern for n in graph.nodes)} compute node(s), "
         f"rewrites {list(rules)}")
-    variants, facts = search_variants(graph, target, settings["trials"], settings["early"], settings["seed"])
+    variants, facts = search_variants(graph, target, settings["trials"], settings["early"], settings["seed"],
+                                      settings.get("guide", "none"))
     times, errors, status, same_as, ceiling = time_workload(w, graph, variants, target, settings["timing"])
     fp = footprint_bandwidth(w, target)
     # the tile's ceiling on the same scale: its ratio to the FMA chains (measured in alternation) times the ceiling
@@ -361,7 +368,10 @@ def _header(report: dict) -> list[str]:
         "# Schedule search benchmark", "",
         f"`benchmarks/search.py{' --quick' if s['quick'] else ''}`, run {report['date']} on {m['cpu']} "
         f"({m['threads']} threads per system; load average {m['load_start']} -> {m.get('load_end', '?')}). "
-        f"One evolutionary search of {final} trials per workload (all its kernels share the budget; search@{early} is "
+        f"One evolutionary search of {final} trials per workload"
+        + (" guided by the shipped cost model (refined online)" if s.get("guide") == "pretrained" else
+           " (candidates ranked in random order)")
+        + f" (all its kernels share the budget; search@{early} is "
         f"its best among the first {early} measurements), one random-sampling run of {final} trials; then every "
         f"variant and peer re-timed in alternation ({s['rounds']} rounds of >= {s['min_sample_s']} s samples, "
         "median). `=` marks a variant whose schedules are identical to another column's (timed once).", "",
@@ -525,6 +535,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, help="alternating timing rounds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", help="comma-separated workload names")
+    ap.add_argument("--guide", choices=("none", "pretrained"), default="none",
+                    help="the evolutionary search's ranking: none (random order, the search alone) or pretrained "
+                         "(the shipped cost model refined online, as `superopt tune` runs); random sampling is "
+                         "never guided")
     ap.add_argument("--refresh-peak", action="store_true", help="measure the machine ceilings again")
     ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
     ap.add_argument("--ablation", action="store_true",
@@ -543,7 +557,7 @@ def settings_from(args: argparse.Namespace) -> dict:
     if args.rounds:
         cfg = timing.TimingConfig(cfg.warmup_calls, args.rounds, cfg.min_sample_s)
     return {"quick": args.quick, "trials": trials, "early": early, "seed": args.seed, "timing": cfg,
-            "rounds": cfg.rounds, "min_sample_s": cfg.min_sample_s}
+            "rounds": cfg.rounds, "min_sample_s": cfg.min_sample_s, "guide": args.guide}
 
 
 def main(argv: list[str] | None = None) -> int:
