@@ -94,6 +94,12 @@ def _footprint(acc: Access, st: Statement) -> int:
     return math.prod(st.extent[d] for d in {d for ix in acc.index for d in ix.dims})
 
 
+def _batch_dims(a: Access, b: Access, st: Statement) -> frozenset[str]:
+    """Output dims that index both operands: the batch of a batched contraction."""
+    dims_a = {d for ix in a.index for d in ix.dims}
+    return frozenset(d for d in st.out_dims if d in dims_a and any(d in ix.dims for ix in b.index))
+
+
 def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
     """Output dims (of extent > 1) that index ``b`` but not ``a``: candidates for the vector columns."""
     in_a = {d for ix in a.index for d in ix.dims}
@@ -262,7 +268,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if col_o and (outer_m or rows_o):
         panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
     if panel_outer:
-        outer = ([col_o] if col_o else []) + outer_m + ([rows_o] if rows_o else [])
+        # (outside the row loops but inside a batch's loops, the output dims both operands walk: a panel is not
+        # reused from one batch to the next. 16 GEMMs of 49 x 256 x 256 with a constant 256 KB operand each
+        # (Winograd's at a 14 x 14 x 256 conv) ran 1.28x faster, batched matmuls of 16 x 96 x 256 x 256 and
+        # 4 x 64 x 512 x 512 1.00-1.05x)
+        batch = _batch_dims(a, b, st)
+        outer = [d for d in outer_m if d in batch] + ([col_o] if col_o else []) \
+            + [d for d in outer_m if d not in batch] + ([rows_o] if rows_o else [])
     else:
         outer = outer_m + ([rows_o] if rows_o else [])
         if col_o:
