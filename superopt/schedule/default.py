@@ -197,7 +197,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     rows2_dims = [d for d in m_dims[:-1] if ext[d] >= 2] if keep is None else []
     few_rows = bool(m_dims) and ext[m_dims[-1]] <= 4 and ncol >= 3 * VECTOR
     rows2_dim, rows2 = None, 1
-    if rows2_dims and m_dims and ext[m_dims[-1]] <= 8:
+    if rows2_dims and ext[m_dims[-1]] <= 8:
         even = [d for d in rows2_dims if ext[d] % 2 == 0]
         rows2_dim = rows2_dims[kn.get(f"{s}.rows2_dim", rows2_dims.index(even[0]) if even else len(rows2_dims) - 1,
                                       tuple(range(len(rows2_dims))))]
@@ -273,6 +273,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # (Winograd's at a 14 x 14 x 256 conv) ran 1.28x faster, batched matmuls of 16 x 96 x 256 x 256 and
         # 4 x 64 x 512 x 512 1.00-1.05x)
         batch = _batch_dims(a, b, st)
+        if rows2_i and rows2_dim in batch:  # (its outer loop walks the batch too)
+            batch |= {f"{rows2_dim}_o"}
         outer = [d for d in outer_m if d in batch] + ([col_o] if col_o else []) \
             + [d for d in outer_m if d not in batch] + ([rows_o] if rows_o else [])
     else:
