@@ -268,15 +268,8 @@ def fma_probe(target: Target, call_s: float = 0.002) -> tuple[Callable[[], objec
 
     k = FmaKernel(target)
     threads = target.threads
-    iters = 1 << 12
-    while True:
-        t0 = time.perf_counter()
-        _, ran = k.run(iters, threads)
-        dt = time.perf_counter() - t0
-        if dt >= call_s or iters >= 1 << 40:
-            break
-        iters *= 2
-    return (lambda: k.run(iters, threads)), ran * iters * k.accumulators * k.lanes * 2
+    iters, _, ran = k.calibrate(threads, call_s)
+    return (lambda: k.run(iters, threads)), k.flops(iters, ran)
 
 
 def roofline(w: SearchWorkload, times: Mapping[str, dict], peak_gflops: float, dram_gbs: float,

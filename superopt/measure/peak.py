@@ -264,24 +264,32 @@ class FmaKernel:
         ran = self.lib.so_fma_peak(iterations, m, c, init, out.ctypes.data)
         return out[:ran], ran
 
-    def gflops(self, threads: int, seconds: float, repeats: int = 5) -> tuple[float, int, float]:
-        """Best GFLOP/s over ``repeats`` runs of about ``seconds / repeats`` each; also the iteration
-        count and time of the best run."""
+    def flops(self, iterations: int, threads_ran: int) -> int:
+        """Floating-point operations of one run."""
+        return threads_ran * iterations * self.accumulators * self.lanes * 2
+
+    def calibrate(self, threads: int, min_s: float) -> tuple[int, float, int]:
+        """Iterations, doubled from 4096, until a run lasts ``min_s``; with that run's time and thread count."""
         iters = 1 << 12
-        while True:  # calibrate: double until a run lasts 20 ms
+        while True:
             t0 = time.perf_counter()
             _, ran = self.run(iters, threads)
             dt = time.perf_counter() - t0
-            if dt >= 0.02 or iters >= 1 << 40:
-                break
+            if dt >= min_s or iters >= 1 << 40:
+                return iters, dt, ran
             iters *= 2
+
+    def gflops(self, threads: int, seconds: float, repeats: int = 5) -> tuple[float, int, float]:
+        """Best GFLOP/s over ``repeats`` runs of about ``seconds / repeats`` each; also the iteration
+        count and time of the best run."""
+        iters, dt, _ = self.calibrate(threads, 0.02)
         iters = max(1, int(iters * (seconds / max(repeats, 1)) / dt))
         best = (0.0, iters, 0.0)
         for _ in range(max(repeats, 1)):
             t0 = time.perf_counter()
             _, ran = self.run(iters, threads)
             dt = time.perf_counter() - t0
-            g = ran * iters * self.accumulators * self.lanes * 2 / dt / 1e9
+            g = self.flops(iters, ran) / dt / 1e9
             if g > best[0]:
                 best = (g, iters, dt)
         return best
