@@ -16,7 +16,7 @@ from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.target import host_target
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph import default_schedules
-from superopt.schedule.primitives import Epilogue, Split, Unroll, Vectorize
+from superopt.schedule.primitives import Epilogue, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
 
 TARGET = host_target(1)
@@ -168,12 +168,40 @@ def test_the_blocked_conv_tile_takes_two_output_channel_blocks_with_32_registers
     wide = ScheduleSpace(conv.op, avx512, consts)
     trace, used, domains = wide.resolve(wide.default_point())
     assert used[f"{p.out}.cob_tile"] == 2 and Split(p.out, cob, 2) in trace and Unroll(p.out, f"{cob}_i") in trace
-    # rows from the register budget, broadcasts included: 10 * (2 + 1) + 1 <= 32 (the 10 columns in one tile)
+    # rows from the register budget: the 10 columns in one tile
     assert used[f"{p.out}.rows"] == 10 and Split(p.out, col, 10) not in trace
     assert set(domains[f"{p.out}.cob_tile"]) == {1, 2}
     narrow = ScheduleSpace(conv.op, avx2, consts)
     trace, used, _ = narrow.resolve(narrow.default_point())
     assert used[f"{p.out}.cob_tile"] == 1 and not any(isinstance(x, Split) and x.loop == cob for x in trace)
+
+
+def test_the_blocked_conv_tile_walks_its_pixels_outside_its_vectors_with_32_registers():
+    """Each pixel's broadcast feeds the tile's vectors and dies (rows_outer): (rows + 1) x vectors + 2
+    registers, so a 2-vector tile takes 12 rows on AVX-512 where the other order took 10 (every row's
+    broadcast kept live); AVX2 keeps the order measured there. Both orders match the reference."""
+    avx512 = replace(TARGET, vector_bits=512, vector_registers=32)
+    avx2 = replace(TARGET, vector_bits=256, vector_registers=16)
+    g, conv, consts, p = _blocked_conv(avx512, c=96, hw=24)  # 6 blocks: the 2-block tile, 24 columns
+    cob, col = p.out_dims[1], p.out_dims[3]
+    space = ScheduleSpace(conv.op, avx512, consts)
+    trace, used, domains = space.resolve(space.default_point())
+    order = next(x.order for x in trace if isinstance(x, Reorder) and x.stage == p.out)
+    assert used[f"{p.out}.rows_outer"] and order[-3:] == (f"{col}_i", f"{cob}_i", p.out_dims[-1])
+    assert used[f"{p.out}.rows"] == 12 and set(domains[f"{p.out}.rows_outer"]) == {False, True}
+    _, used_cols_outer, _ = space.resolve(Point.of(space.default_point().sketch, {f"{p.out}.rows_outer": False}))
+    assert used_cols_outer[f"{p.out}.rows"] == 8  # 24 columns in 3 tiles of at most 10 rows
+    narrow = ScheduleSpace(conv.op, avx2, consts)
+    trace2, used2, _ = narrow.resolve(narrow.default_point())
+    assert not used2[f"{p.out}.rows_outer"]
+    feed = random_inputs(g)
+    want = evaluate(g, feed, np.float64)
+    for rows_outer in (False, True):
+        point = Point.of(space.default_point().sketch, {f"{p.out}.rows_outer": rows_outer})
+        ex = GraphExecutor(g, default_schedules(g, TARGET) | {"conv1": list(ScheduleSpace(conv.op, TARGET, consts)
+                                                                           .trace(point))},
+                           ExecutorConfig(1, target=TARGET))
+        assert _max_rel_err(ex(feed), want, g.outputs) < 1e-5
 
 
 def test_the_wide_tile_takes_four_blocks_by_six_rows_where_the_blocks_divide_by_four():

@@ -9,9 +9,12 @@ each broadcast feeds one FMA and the loads outnumber them; two blocks (two vecto
 loads per FMA. Measured on a Xeon (AVX-512, one core) on ResNet-50's blocked convs: 2 blocks x 7-8 rows
 ran at 110-142 GFLOP/s where 1 block x 7 rows ran at 92-123 (+15-30%, every layer).
 
-Rows come from the register file: with 32 registers gcc keeps each row's broadcast in a register, so a
-tile of ``rows`` x ``vectors`` needs ``rows * (vectors + 1) + 1`` of them; more rows spill (2 x 12 ran
-25% slower than 2 x 8). With AVX2's 16, 7 rows of 2 vectors (``rows * vectors + 1``) did not spill.
+Rows come from the register file. The tile walks its rows (pixels) outside its vectors, so a row's
+broadcast feeds all the vectors and dies: a tile of ``rows`` x ``vectors`` needs ``(rows + 1) * vectors
++ 2`` registers (4 x 6 and 2 x 12 with 32). With the vectors outside (knob ``rows_outer`` off; AVX2's
+default, as measured there) gcc keeps every row's broadcast in a register, ``rows * (vectors + 1) + 1``,
+and spilled at 4 x 6: that order ran ResNet-50's convs 1.01-1.06x slower. With 16 registers, 7 rows of
+2 vectors (``rows * vectors + 1``) did not spill.
 Fewer rows are no better: a tile needs ``Target.fma_chains`` accumulators (FMA pipes x latency) or each
 FMA waits for the one before it, so the rows that waste fewest padded columns are chosen among those that
 have enough (squeezenet's stem, 111 columns: 2 x 8 ran 1.75x faster than the 2 x 3 that divides 111).
@@ -20,9 +23,9 @@ The reduction can run in steps of ``red_block`` input-channel blocks outside the
 one step's weights stay in L1 while a thread sweeps its rows (the partial sums live in the output, the
 epilogue runs at the last step; see :func:`default_red_block`).
 
-Knobs ``<stage>.cob_tile``, ``<stage>.red_block``, ``<stage>.panel_outer`` and ``<stage>.par`` keep the schedule
-searchable (``<stage>.rows`` is recorded with the one value the register budget gives: the learned
-cost model, trained on NCHW kernels, picked spilling row counts for blocked convs).
+Knobs ``<stage>.cob_tile``, ``<stage>.rows_outer``, ``<stage>.red_block``, ``<stage>.panel_outer`` and
+``<stage>.par`` keep the schedule searchable (``<stage>.rows`` is recorded with the one value the register
+budget gives: the learned cost model, trained on NCHW kernels, picked spilling row counts for blocked convs).
 """
 
 
@@ -73,12 +76,24 @@ def default_cob_tile(target: Target, lane_block: int, cob_blocks: int) -> int:
     return max(c for c in (1, 2) if c <= want and cob_blocks % c == 0)
 
 
-def _most_rows(target: Target, tile_vectors: int) -> int:
-    """The most rows a tile of ``tile_vectors`` accumulators a row holds without spilling: with 32 registers
-    gcc keeps every row's broadcast in a register (measured), with 16 it interleaves them (AVX2's 7 x 2 did
-    not spill there), so only the accumulators and a weight vector count."""
-    per_row = tile_vectors + 1 if target.vector_registers >= 32 else tile_vectors
-    return max(2, min(12, (target.vector_registers - 1) // per_row))
+def _most_rows(target: Target, tile_vectors: int, rows_outer: bool | None = None) -> int:
+    """The most rows a tile of ``tile_vectors`` accumulators a row holds without spilling. With the rows
+    (pixels) outside the tile's vectors (``rows_outer``, the default on 32 registers) a row's broadcast
+    dies after its FMAs: the accumulators, the tile's weight vectors, a broadcast and a spare count (4 x 6
+    and 2 x 12 on AVX-512; 2 x 12 against the 2 x 10 the other order allows ran squeezenet 1.08-1.2x and
+    inception_v1 1.01-1.04x end to end, Xeon, 2 threads, alternating). With the vectors outside, gcc keeps
+    every row's broadcast in a register (measured); with 16 registers it interleaves them (AVX2's 7 x 2
+    did not spill there), so only the accumulators and a weight vector count."""
+    regs = target.vector_registers
+    if rows_outer is None:
+        rows_outer = regs >= 32
+    if regs < 32:
+        per_row, spare = tile_vectors, 1
+    elif rows_outer:
+        per_row, spare = tile_vectors, tile_vectors + 2
+    else:
+        per_row, spare = tile_vectors + 1, 1
+    return max(2, min(12, (regs - spare) // per_row))
 
 
 def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) -> int:
@@ -190,7 +205,14 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     cob_tile = kn.get(f"{s}.cob_tile", WIDE_COB_TILE if wide else default_cob_tile(target, ext[lane], ext[cob]),
                       tuple(fits))
     tile_vectors = cob_tile * vectors
-    most = _most_rows(target, tile_vectors)
+    # the tile's pixels outside its output-channel blocks: each pixel's broadcast feeds all the tile's
+    # vectors at once and dies, the weight vectors stay in registers (24 accumulators + 4 weights + 1
+    # broadcast of 32). Blocks outside (the order before) made gcc hoist every pixel's broadcast and spill
+    # accumulators: ResNet-50's blocked convs ran 1.01-1.06x faster with pixels outside (all 8 shapes
+    # measured, Xeon, 2 threads, alternating), the model 1.02-1.03x. AVX2's 16 registers keep the order
+    # measured there
+    rows_outer = kn.get(f"{s}.rows_outer", target.vector_registers >= 32, (False, True))
+    most = _most_rows(target, tile_vectors, rows_outer)
     rows_default = wide if wide and cob_tile == WIDE_COB_TILE else \
         _row_block(ext[col], most, math.ceil(target.fma_chains / tile_vectors))
     rows = kn.get(f"{s}.rows", rows_default, (rows_default,))
@@ -225,7 +247,11 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     panel_outer = kn.get(f"{s}.panel_outer", w_bytes >= x_bytes, (False, True))
     spatial = [n, y_o] + ([col_o] if col_o else [])
     outer = [cob_o] + spatial if panel_outer else spatial[:2] + [cob_o] + spatial[2:]
-    tile = ([cob_i] if cob_i else []) + ([y_i] if y_i else []) + [col_i, lane]
+    image_rows = [y_i] if y_i else []
+    if rows_outer:
+        tile = image_rows + [col_i] + ([cob_i] if cob_i else []) + [lane]
+    else:
+        tile = ([cob_i] if cob_i else []) + image_rows + [col_i, lane]
     extents = {n: ext[n], y_o: math.ceil(ext[y] / y_rows)} | {cob_o: ext[cob] // cob_tile}
     if col_o:
         extents[col_o] = math.ceil(ext[col] / rows)
