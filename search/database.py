@@ -235,6 +235,18 @@ class TuningDatabase:
         median, _, rec = min(scored, key=lambda x: (x[0], x[1]))
         return replace(rec, median_s=median)
 
+    def confirmed_alone(self, workload_key: str, target: Target | str) -> list[tuple[float, TuningRecord]]:
+        """The schedules the tuner confirmed next to the default kernel-alone (``paired_default_s``, not in the
+        graph), fastest first, each with the median of its time ratios to the default (below 1: faster):
+        the runner-ups the in-graph confirmation tries where the best one lost inside the graph."""
+        self._refresh()
+        paired: dict[tuple, list[TuningRecord]] = {}
+        for r in self._by_key.get((workload_key, _target_key(target)), ()):
+            if r.ok and r.paired_default_s is not None and not r.in_graph:
+                paired.setdefault(r.trace, []).append(r)
+        ranked = [(float(np.median([r.median_s / r.paired_default_s for r in rs])), rs[-1]) for rs in paired.values()]
+        return sorted(ranked, key=lambda x: x[0])
+
     def measured(self, workload_key: str, target: Target | str) -> int:
         """How many candidates (any outcome) were measured for this workload on this target."""
         self._refresh()

@@ -12,6 +12,11 @@ round gives its nodes' summed time under both; the database receives them as ``i
 instance), the pick's paired with the default's of the same round, and from then on
 :meth:`TuningDatabase.best` decides among the in-graph measurements alone: the pick stays where the median of
 its in-graph ratios to the default is below 1, the default comes back where it is not.
+
+Where a pick lost inside the graph, its runner-up gets a second chance: the fastest other schedule the tuner
+confirmed faster than the default alone (``TuningDatabase.confirmed_alone``) is timed the same way in a second
+pass, with the kept picks in place, and its in-graph records join the others (so ``best`` chooses among the
+default, the pick and the runner-up by their in-graph ratios).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class InGraphConfig:
     rounds: int = 21  # runs of the graph per schedule set, in alternation
     warmup: int = 2  # untimed runs of each before the first round
     seed: int = 0  # the graph's random inputs
+    runner_ups: bool = True  # a second pass with the runner-up of every pick that lost inside the graph
+    time_s: float | None = None  # the phase's budget: the second pass runs where the first took at most half
 
 
 @dataclass
@@ -45,6 +52,7 @@ class InGraphKernel:
     default_s: float  # median over the rounds of the nodes' summed time under the default schedule
     pick_s: float  # the same under the tuned pick
     ratio: float  # median over the rounds of pick / default (below 1: the pick is faster in the graph)
+    runner_up: bool = False  # timed in the second pass, in place of a pick that lost
 
     @property
     def kept(self) -> bool:
@@ -52,7 +60,7 @@ class InGraphKernel:
 
     def to_dict(self) -> dict:
         return {"workload_key": self.workload_key, "nodes": self.nodes, "default_ms": self.default_s * 1e3,
-                "pick_ms": self.pick_s * 1e3, "ratio": self.ratio, "kept": self.kept}
+                "pick_ms": self.pick_s * 1e3, "ratio": self.ratio, "kept": self.kept, "runner_up": self.runner_up}
 
 
 @dataclass
@@ -66,7 +74,8 @@ class InGraphReport:
 
     @property
     def kept(self) -> int:
-        return sum(k.kept for k in self.kernels)
+        """Workloads whose pick or runner-up ran faster than the default inside the graph."""
+        return len({k.workload_key for k in self.kernels if k.kept})
 
     def to_dict(self) -> dict:
         return {"kernels": [k.to_dict() for k in self.kernels], "rounds": self.rounds, "elapsed_s": self.elapsed_s,
@@ -92,39 +101,97 @@ def confirm_in_graph(graph: Graph, target: Target, database: TuningDatabase, com
         return InGraphReport(elapsed_s=time.perf_counter() - started,
                              stop_reason="no kernel's database pick differs from its default")
     ecfg = ExecutorConfig(target.threads, compiler or CompilerConfig(), target)
-    with_picks = GraphExecutor(graph, defaults | picks, ecfg)
     with_defaults = GraphExecutor(graph, defaults, ecfg)
     feed = random_inputs(graph, config.seed)
+    runs_p, runs_d = _alternate(GraphExecutor(graph, defaults | picks, ecfg), with_defaults, feed, config)
+    report = InGraphReport(rounds=config.rounds, picks_s=float(np.median([sum(t.values()) for t in runs_p])),
+                           defaults_s=float(np.median([sum(t.values()) for t in runs_d])))
+    records, report.kernels = _judge(graph, target, groups, picks, defaults, runs_p, runs_d)
+    database.add(records)
+    lost = [k for k in report.kernels if not k.kept]
+    first_s = time.perf_counter() - started
+    room = config.time_s is None or 2 * first_s <= config.time_s
+    runner = _runner_ups(graph, target, database, lost, picks, defaults) if config.runner_ups and room else {}
+    if runner:
+        kept = {n: picks[n] for k in report.kernels if k.kept for n in k.nodes}
+        second = {n: list(runner[k.workload_key]) for k in lost if k.workload_key in runner for n in k.nodes}
+        runs_p, runs_d = _alternate(GraphExecutor(graph, defaults | kept | second, ecfg), with_defaults, feed, config)
+        records, tried = _judge(graph, target, {k.workload_key: k.nodes for k in lost if k.workload_key in runner},
+                                second, defaults, runs_p, runs_d, runner_up=True)
+        database.add(records)
+        report.kernels += tried
+    report.elapsed_s = time.perf_counter() - started
+    picked = [k for k in report.kernels if not k.runner_up]
+    report.stop_reason = (f"{sum(k.kept for k in picked)} of {len(picked)} tuned kernels faster than their default "
+                          f"inside the graph ({config.rounds} rounds)")
+    if runner:
+        tried = [k for k in report.kernels if k.runner_up]
+        report.stop_reason += f"; {sum(k.kept for k in tried)} of {len(tried)} runner-ups of the others"
+    return report
+
+
+def _alternate(with_picks: GraphExecutor, with_defaults: GraphExecutor, feed: dict, config: InGraphConfig
+               ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Per-node times of both executors, ``config.rounds`` runs each in alternation (neither side always
+    runs after the other)."""
     for _ in range(config.warmup):
         with_picks.node_seconds(feed)
         with_defaults.node_seconds(feed)
     runs: dict[str, list[dict[str, float]]] = {"picks": [], "defaults": []}
-    for r in range(config.rounds):  # alternating order: neither side always runs after the other
+    for r in range(config.rounds):
         order = (("picks", with_picks), ("defaults", with_defaults))
         for side, ex in order if r % 2 == 0 else order[::-1]:
             runs[side].append(ex.node_seconds(feed))
-    report = InGraphReport(rounds=config.rounds,
-                           picks_s=float(np.median([sum(t.values()) for t in runs["picks"]])),
-                           defaults_s=float(np.median([sum(t.values()) for t in runs["defaults"]])))
+    return runs["picks"], runs["defaults"]
+
+
+def _judge(graph: Graph, target: Target, groups: dict[str, list[str]], picks: dict[str, list],
+           defaults: dict[str, list], runs_p: list[dict[str, float]], runs_d: list[dict[str, float]],
+           runner_up: bool = False) -> tuple[list[TuningRecord], list[InGraphKernel]]:
+    """The in-graph records of every group (workload key -> its nodes; per node instance, each pick paired
+    with the default of the same round) and each group's verdict."""
+    nodes = {n.name: n for n in graph.nodes}
     records: list[TuningRecord] = []
+    kernels: list[InGraphKernel] = []
     for key, names in groups.items():
         node = nodes[names[0]]
         consts = constant_inputs(graph, node)
-        d = np.array([sum(run[n] for n in names) for run in runs["defaults"]])
-        p = np.array([sum(run[n] for n in names) for run in runs["picks"]])
+        d = np.array([sum(run[n] for n in names) for run in runs_d])
+        p = np.array([sum(run[n] for n in names) for run in runs_p])
         for default_s, pick_s in zip(d, p):
             per_d, per_p = float(default_s) / len(names), float(pick_s) / len(names)
             records.append(TuningRecord.of(node.op, defaults[names[0]], target, "OK", per_d, consts,
                                            paired_default_s=per_d, in_graph=True))
             records.append(TuningRecord.of(node.op, picks[names[0]], target, "OK", per_p, consts,
                                            paired_default_s=per_d, in_graph=True))
-        report.kernels.append(InGraphKernel(key, names, float(np.median(d)), float(np.median(p)),
-                                            float(np.median(p / d))))
-    database.add(records)
-    report.elapsed_s = time.perf_counter() - started
-    report.stop_reason = (f"{report.kept} of {len(report.kernels)} tuned kernels faster than their default "
-                          f"inside the graph ({config.rounds} rounds)")
-    return report
+        kernels.append(InGraphKernel(key, names, float(np.median(d)), float(np.median(p)), float(np.median(p / d)),
+                                     runner_up))
+    return records, kernels
+
+
+def _runner_ups(graph: Graph, target: Target, database: TuningDatabase, lost: list[InGraphKernel],
+                picks: dict[str, list], defaults: dict[str, list]) -> dict[str, tuple]:
+    """Workload key -> the fastest schedule, other than the default and the pick that lost, that the tuner
+    confirmed faster than the default alone (and that still lowers); none where there is no such one."""
+    from superopt.codegen.lower import ScheduleError, lower
+
+    nodes = {n.name: n for n in graph.nodes}
+    out: dict[str, tuple] = {}
+    for k in lost:
+        name = k.nodes[0]
+        tried = {tuple(defaults[name]), tuple(picks[name])}
+        for ratio, rec in database.confirmed_alone(k.workload_key, target):
+            if ratio >= 1.0:
+                break
+            if rec.trace in tried:
+                continue
+            try:
+                lower(nodes[name].op, rec.trace, target)
+            except ScheduleError:
+                continue
+            out[k.workload_key] = rec.trace
+            break
+    return out
 
 
 __all__ = ["InGraphConfig", "InGraphKernel", "InGraphReport", "confirm_in_graph"]

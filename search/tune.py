@@ -323,8 +323,10 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     graph_report = None
     if in_graph and config.in_graph_rounds > 0:
         try:
+            left_s = None if config.time_s is None else max(0.0, config.time_s - (time.perf_counter() - started))
             graph_report = confirm_in_graph(graph, target, database, mcfg.compiler,
-                                            InGraphConfig(rounds=config.in_graph_rounds, seed=config.seed))
+                                            InGraphConfig(rounds=config.in_graph_rounds, seed=config.seed,
+                                                          time_s=left_s))
             stop += f"; in the graph: {graph_report.stop_reason}"
         except CompileError as e:  # what was measured is in the database already
             stop += f"; no in-graph confirmation (the graph did not compile: {str(e).splitlines()[0]})"

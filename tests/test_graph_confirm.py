@@ -12,6 +12,7 @@ from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.target import host_target
 from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.schedule.space import Point, ScheduleSpace
 
 # the suite's thread count: building a library sets the process's OpenMP thread count, which torch shares
 # (a test on 1 thread made a later torch.compile test in the same worker fail dynamo's global-state check)
@@ -96,3 +97,50 @@ def test_in_graph_records_outrank_kernel_alone_ones(tmp_path):
     assert best.trace == default and best.median_s == 3e-3
     # an in-graph flag needs a pair to mean anything: an unpaired one is an ordinary record
     assert not rec((), 1e-3, None, True).in_graph and '"in_graph"' not in rec((), 1e-3).to_json()
+
+
+def _runner_up_db(tmp_path, runner_ratio: float):
+    """A lucky (false) kernel-alone reading makes the scalar loops the pick; a schedule of the matmul's space
+    other than the default, confirmed next to the default alone at ``runner_ratio``, is the runner-up."""
+    g = _graph()
+    node, consts, key = _mm(g)
+    default = tuple(default_schedules(g, TARGET)["mm"])
+    space = ScheduleSpace(node.op, TARGET, consts)
+    point = space.default_point()
+    rows = next(k for k in space.resolve(point)[1] if k.endswith(".rows"))
+    runner = tuple(space.trace(Point.of(point.sketch, {rows: 2})))
+    assert runner != default
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    db.add([TuningRecord.of(node.op, default, TARGET, "OK", 1e-3, consts, paired_default_s=1e-3),
+            TuningRecord.of(node.op, (), TARGET, "OK", 1e-6, consts, paired_default_s=1e-3),
+            TuningRecord.of(node.op, runner, TARGET, "OK", runner_ratio * 1e-3, consts, paired_default_s=1e-3)])
+    return g, key, default, runner, db
+
+
+def test_a_pick_that_lost_inside_the_graph_gives_its_runner_up_a_second_pass(tmp_path):
+    g, key, default, runner, db = _runner_up_db(tmp_path, 0.5)
+    assert [r.trace for _, r in db.confirmed_alone(key, TARGET)] == [(), runner, default]
+    rep = confirm_in_graph(g, TARGET, db, config=InGraphConfig(rounds=5, warmup=1))
+    first, second = rep.kernels
+    assert not first.runner_up and not first.kept and first.ratio > 2  # the scalar loops lost
+    assert second.runner_up and second.nodes == ["mm"]
+    assert "runner-ups of the others" in rep.stop_reason and rep.kept == int(second.kept)
+    inside = [r for r in db.records(key, TARGET) if r.in_graph]
+    assert sum(r.trace == runner for r in inside) == 5 and sum(r.trace == default for r in inside) == 10
+    # the database now decides among the three by their in-graph ratios: the runner-up where it won there
+    assert db.best(key, TARGET).trace == (runner if second.kept else default)
+    ex = GraphExecutor(g, default_schedules(g, TARGET) | schedules_from_database(g, TARGET, db)[0],
+                       ExecutorConfig(2, target=TARGET))
+    x = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
+    np.testing.assert_allclose(ex({"X": x})[g.outputs[0]], np.tanh(x @ dict(g.constants)["W"].array),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_no_runner_up_without_one_confirmed_faster_alone_or_without_the_time(tmp_path):
+    g, key, default, runner, db = _runner_up_db(tmp_path / "slow", 1.2)  # slower than the default alone
+    rep = confirm_in_graph(g, TARGET, db, config=InGraphConfig(rounds=3, warmup=1))
+    assert [k.runner_up for k in rep.kernels] == [False] and "runner-up" not in rep.stop_reason
+    g, key, default, runner, db = _runner_up_db(tmp_path / "late", 0.5)
+    rep = confirm_in_graph(g, TARGET, db, config=InGraphConfig(rounds=3, warmup=1, time_s=1e-6))
+    assert [k.runner_up for k in rep.kernels] == [False]
+    assert not any(r.in_graph and r.trace == runner for r in db.records(key, TARGET))
