@@ -64,7 +64,7 @@ def compare(name: str, cost_model: str, threads: int, quick: bool, block: bool =
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.force_spinning_stop", "1")  # spins within a run only (cli_artifact)
     sess = ort.InferenceSession(model, so)
     timings = time_alternating({"default": lambda: default(*x), "zero-shot": lambda: zero(*x),
                                 "onnxruntime": lambda: sess.run(None, feed)}, QUICK if quick else FULL)

@@ -231,7 +231,7 @@ def ort_session(model, threads: int = 1):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.force_spinning_stop", "1")  # spins within a run only (cli_artifact)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
