@@ -47,21 +47,15 @@ def export(name: str, path: str) -> None:
 
 
 def compare(model_path: str, db: str, threads: int, quick: bool) -> dict:
-    import onnxruntime as ort
-
     from superopt.api import OptimizeConfig, optimize
+    from superopt.cli_artifact import _ort_session
     from superopt.testing.light_models import light_model_inputs
 
     model = onnx.load(model_path)
     feed = light_model_inputs(model)
     tuned = optimize(model, OptimizeConfig(threads=threads, database=db, cost_model=None))
     default = optimize(model, OptimizeConfig(threads=threads, cost_model=None))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    # its workers spin within a run and stop when it returns (spinning off cost it 6-34%: module docstring)
-    so.add_session_config_entry("session.force_spinning_stop", "1")
-    sess = ort.InferenceSession(model.SerializeToString(), so)
+    sess = _ort_session(model.SerializeToString(), threads)  # spinning within a run only (module docstring)
     x = list(feed.values())
     ref = sess.run(None, feed)[0]
     got = tuned(*x)[0]

@@ -51,9 +51,8 @@ def _load(name: str, block: bool) -> tuple[bytes, dict]:
 
 
 def compare(name: str, cost_model: str, threads: int, quick: bool, block: bool = False) -> dict:
-    import onnxruntime as ort
-
     from superopt.api import OptimizeConfig, optimize
+    from superopt.cli_artifact import _ort_session
 
     model, feed = _load(name, block)
     x = list(feed.values())
@@ -61,11 +60,7 @@ def compare(name: str, cost_model: str, threads: int, quick: bool, block: bool =
     t0 = time.perf_counter()
     zero = optimize(model, OptimizeConfig(threads=threads, cost_model=cost_model))
     zero_s = time.perf_counter() - t0
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.force_spinning_stop", "1")  # spins within a run only (cli_artifact)
-    sess = ort.InferenceSession(model, so)
+    sess = _ort_session(model, threads)
     timings = time_alternating({"default": lambda: default(*x), "zero-shot": lambda: zero(*x),
                                 "onnxruntime": lambda: sess.run(None, feed)}, QUICK if quick else FULL)
     ms = {k: v.median_s * 1e3 for k, v in timings.items()}

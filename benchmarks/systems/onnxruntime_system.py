@@ -25,23 +25,15 @@ class OnnxRuntime(System):
         return {"onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
 
     def prepare(self, instance, quick=False):
-        import onnxruntime as ort
+        from superopt.cli_artifact import _ort_session
 
         data = instance.onnx_bytes()  # export time is not part of the session-creation time
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = THREADS
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
-        # onnxruntime's pool workers busy-wait between runs by default; in one process with other systems
-        # on 2 cores, a spinning worker halves whoever is timed next (superopt and torch measured 2x slower
-        # with a live session). They spin within a run (between its ops) and stop when it returns: with
-        # spinning off altogether onnxruntime ran resnet50 6% and squeezenet 34% slower than alone on its
-        # defaults; this way it runs within 1-2% of that (Xeon, 2 threads)
-        so.add_session_config_entry("session.force_spinning_stop", "1")
+        # the side-by-side session (superopt.cli_artifact): workers spin within a run and stop when it returns.
+        # Left spinning after a run, a worker halves whoever is timed next on 2 cores (superopt and torch
+        # measured 2x slower with a live session); with spinning off altogether onnxruntime ran resnet50 6%
+        # and squeezenet 34% slower than alone on its defaults; this way it runs within 1-2% of that
         t0 = time.perf_counter()
-        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        sess = _ort_session(data, THREADS)
         dt = time.perf_counter() - t0
         feeds = {i.name: x.detach().numpy()
                  for i, x in zip(sess.get_inputs(), instance.inputs, strict=True)}

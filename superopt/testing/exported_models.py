@@ -225,14 +225,10 @@ def export_model(name: str, seed: int = 0, opset: int = EXPORT_OPSET, dynamic_ba
 
 
 def ort_session(model, threads: int = 1):
-    import onnxruntime as ort
+    """An onnxruntime session of ``model`` (a ModelProto) set up as every side-by-side comparison sets it."""
+    from superopt.cli_artifact import _ort_session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.force_spinning_stop", "1")  # spins within a run only (cli_artifact)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _ort_session(model.SerializeToString(), threads)
 
 
 def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
