@@ -34,7 +34,7 @@ if REPO not in sys.path:
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
+from benchmarks.timing import FULL, QUICK, TimingConfig, time_alternating  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -96,15 +96,11 @@ def _child(kind: str, path: str, inputs: str, runs: int, threads: int, out: str)
 
         def call():
             return prog(*x)[0]
-    for _ in range(3):
-        y = call()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    np.save(out, np.asarray(y))
-    print(json.dumps({"median_s": float(np.median(times))}))
+    # one call per sample, no settle calls: nothing else runs in this process
+    one = TimingConfig(warmup_calls=3, rounds=runs, min_sample_s=0.0, max_calls_per_sample=1, settle_calls=0)
+    (res,) = time_alternating({kind: call}, one).values()
+    np.save(out, np.asarray(call()))
+    print(json.dumps({"median_s": res.median_s}))
 
 
 def per_process(model_path: str, db: str | None, threads: int, rounds: int, runs: int) -> dict:

@@ -228,7 +228,7 @@ class TuningDatabase:
         paired = in_graph or paired
         if paired:
             scale = float(np.median([r.paired_default_s for rs in paired.values() for r in rs]))
-            scored = [(scale * float(np.median([r.median_s / r.paired_default_s for r in rs])), rs[-1].timestamp, rs[-1])
+            scored = [(scale * _median_ratio(rs), rs[-1].timestamp, rs[-1])
                       for rs in paired.values()]
         else:
             scored = [(float(np.median([r.median_s for r in rs])), rs[-1].timestamp, rs[-1]) for rs in by_trace.values()]
@@ -244,7 +244,7 @@ class TuningDatabase:
         for r in self._by_key.get((workload_key, _target_key(target)), ()):
             if r.ok and r.paired_default_s is not None and not r.in_graph:
                 paired.setdefault(r.trace, []).append(r)
-        ranked = [(float(np.median([r.median_s / r.paired_default_s for r in rs])), rs[-1]) for rs in paired.values()]
+        ranked = [(_median_ratio(rs), rs[-1]) for rs in paired.values()]
         return sorted(ranked, key=lambda x: x[0])
 
     def measured(self, workload_key: str, target: Target | str) -> int:
@@ -255,6 +255,11 @@ class TuningDatabase:
     def __len__(self) -> int:
         self._refresh()
         return len(self._all)
+
+
+def _median_ratio(records: list[TuningRecord]) -> float:
+    """The median of paired records' time ratios to the default measured beside them (below 1: faster)."""
+    return float(np.median([r.median_s / r.paired_default_s for r in records]))
 
 
 def node_workload_key(graph: Graph, node_name: str) -> str:
