@@ -63,7 +63,7 @@ def test_point_json_round_trip_and_normalize():
 def test_check_raises_only_schedule_error():
     c = compile_op(MATMUL, {"A": (32, 48), "B": (48, 40)})
     t = host_target(2)
-    bad = [[CacheWrite("C", "k"), Split("C", "j", 8), Fuse("C", "j_o", "j_i"), Split("C", "j_o_j_i", 3)],
+    bad = [[CacheWrite("C", "k"), Fuse("C", "i", "j"), Split("C", "i_j", 3)],  # (A[i,k] reads i but not j)
            [Split("C", "i", 0)], [Fuse("C", "i", "k")], [CacheWrite("C", "nope")]]
     for trace in bad:
         with pytest.raises(ScheduleError):
@@ -186,3 +186,48 @@ def test_column_panels_stay_inside_the_batch_loops_and_match_the_reference(kerne
     (ref,) = evaluate_compute(bmm, args, np.float64)
     (kernel,) = build_kernels([(bmm, space.trace(space.default_point()))], kernel_cache, 2, avx512)
     np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4)
+
+
+CONV1X1 = "Y[n,co,y,x] += X[n,ci,y+kh,x+kw] * W[co,ci,kh,kw]"
+
+
+def test_a_fused_contiguous_loop_splits_by_any_factor_and_matches_the_reference(kernel_cache):
+    """Where every operand reads two fused dims as one contiguous run (j split then fused back; a 1x1 conv's
+    y and x), lowering makes the fused loop linear and a split needs no multiple of the inner extent; with
+    another stage attached, a pack or padding it stays a ScheduleError."""
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+    from superopt.schedule.primitives import Pack, Reorder, Unroll, Vectorize
+
+    t = host_target(2)
+    mm = compile_op(MATMUL, {"A": (32, 48), "B": (48, 40)})
+    refold = [CacheWrite("C", "k"), Split("C", "j", 8), Fuse("C", "j_o", "j_i"), Split("C", "j_o_j_i", 3)]
+    check(mm, refold, t)
+    with pytest.raises(ScheduleError, match="made linear"):
+        check(mm, [*refold, Pack("B", (0, 1))], t)
+    conv = compile_op(CONV1X1, {"X": (1, 32, 10, 10), "W": (8, 32, 1, 1)})
+    pixels = [Reorder("Y", ("n", "co", "y", "x", "ci", "kh", "kw")), Fuse("Y", "y", "x"), Split("Y", "y_x", 16),
+              Reorder("Y", ("y_x_o", "n", "co", "ci", "kh", "kw", "y_x_i")), CacheWrite("Y", "ci"),
+              Vectorize("Y", "y_x_i")]
+    padded = compile_op("Y[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]", {"X": (1, 4, 10, 10), "W": (2, 4, 1, 1)},
+                        padding={"X": 0.0}, extents={"y": 10, "x": 10})
+    with pytest.raises(ScheduleError, match="multiple"):
+        check(padded, [Reorder("Y", ("n", "co", "y", "x", "ci", "kh", "kw")), Fuse("Y", "y", "x"), Split("Y", "y_x", 16)], t)
+    space = ScheduleSpace(conv, t, frozenset({"W"}))
+    point = Point.of(space.default_point().sketch, {"Y.swap": False, "Y.width": 32})
+    searched = space.trace(point)
+    assert Split("Y", "y_x", 32) in searched  # 100 pixels in tiles of 32, not rows of 10
+    assert Split("Y", "y_x", 32) not in space.trace(space.default_point())
+    # with x alone vectorized the register rows are y by default (each row loads its own vector); row_dim
+    # picks co, whose rows share every vector of X
+    x_only = {"Y.swap": False, "Y.col_dims": 1}
+    _, used, domains = space.resolve(Point.of(point.sketch, x_only))
+    assert used["Y.row_dim"] == 1 and domains["Y.row_dim"] == (0, 1)
+    co_rows = space.trace(Point.of(point.sketch, {**x_only, "Y.row_dim": 0}))
+    assert Unroll("Y", "co") in co_rows and Unroll("Y", "y_i") in space.trace(Point.of(point.sketch, x_only))
+    rng = np.random.default_rng(4)
+    cases = [(mm, refold), (conv, pixels), (conv, searched), (conv, co_rows)]
+    for (c, trace), kernel in zip(cases, build_kernels(cases, kernel_cache, 2, t)):
+        args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+        (ref,) = evaluate_compute(c, args, np.float64)
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")

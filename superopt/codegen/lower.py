@@ -6,7 +6,7 @@ Illegal traces raise :class:`ScheduleError` with the reason; a legal trace never
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from superopt.ir.compute import Compute
@@ -73,6 +73,8 @@ class Stage:
     in_place: str | None = None  # attached and stored in this consumer's buffer (InPlace)
     next_row_into: str | None = None  # a row reduction computed a row ahead in this sibling's loop (NextRow)
     next_rows: list[str] = field(default_factory=list)  # the row reductions computed a row ahead in my loop
+    # fused loops made linear (:func:`_linearize`): dims they walk are only meaningful in flattened offsets
+    linear: dict[str, frozenset[str]] = field(default_factory=dict)  # fused loop -> the dims it walks
 
     @property
     def name(self) -> str:
@@ -269,18 +271,64 @@ def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | No
         stage = stages.get(p.stage)
         if stage is None:
             raise ScheduleError(f"{p}: no stage {p.stage!r} (stages: {list(stages)})")
-        _apply(stage, p, stages)
+        _apply(stage, p, stages, compute.type_of)
     plan = KernelPlan(compute, stages, packs, dict(compute.types), target)
     _check(plan)
     return plan
 
 
-def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage]) -> None:
+def _flat_offsets(stage: Stage, types: Mapping[str, TensorType]) -> list[tuple[str, Affine]]:
+    """(tensor, element offset over the stage's loop variables) of every access of the stage's statement."""
+    st = stage.stmt
+    accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.var(d) for d in st.out_dims))]
+    out = []
+    for tensor, index in accesses:
+        shape = types[tensor].shape if tensor in types else tuple(st.extent[d] for d in st.out_dims)
+        flat, stride = Affine.of(), 1
+        for ix, n in reversed(list(zip(index, shape))):
+            flat = flat + ix.substitute(stage.dims).scale(stride)
+            stride *= n
+        out.append((tensor, flat.simplify()))
+    return out
+
+
+def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
+    """Make fused loop ``var`` (outer * B + inner, the dims it walks indexed ``var / B`` and ``var % B``) a plain
+    loop variable, when every access of the stage reads the two dims only as ``B * outer + inner`` in its flat
+    offset (a 1x1 conv's y and x over contiguous rows): ``var / B`` becomes 0 and ``var % B`` becomes ``var``,
+    which leaves every offset unchanged and lets ``var`` be split by any factor. Such a stage's dims are only
+    meaningful in flat offsets: :func:`_check` keeps it away from attachments, epilogues, padding and packs."""
+    atoms = {a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == var}
+    if len({a.divisor for a in atoms}) != 1 or any(var in e.vars() for e, _ in stage.tails):
+        return False
+    walked = frozenset(d for d, e in stage.dims.items() if any(isinstance(a, DivMod) and a.var == var for a, _ in e.terms))
+    if any(t in stage.stmt.pad_value for t in stage.stmt.inputs()):
+        return False
+    for _, flat in _flat_offsets(stage, types):
+        if any(isinstance(a, DivMod) and a.var == var for a, _ in flat.terms):
+            return False
+    repl = {a: (Affine.var(var) if a.op == "%" else Affine.of()) for a in atoms}
+
+    def sub(e: Affine) -> Affine:
+        out = Affine.of({}, e.const)
+        for a, c in e.terms:
+            out = out + (repl[a].scale(c) if a in repl else Affine.of({a: c}))
+        return out
+
+    stage.dims = {d: sub(e) for d, e in stage.dims.items()}
+    stage.linear[var] = walked
+    return True
+
+
+def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[str, TensorType]) -> None:
     if isinstance(p, Split):
         lp = stage.loop(p.loop, p)
         if p.factor < 1:
             raise ScheduleError(f"{p}: factor must be positive")
         fused_atoms = [a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == p.loop]
+        if any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms) \
+                and _linearize(stage, p.loop, types):
+            fused_atoms = []
         if any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms):
             raise ScheduleError(f"{p}: splitting fused loop {p.loop!r} needs a factor that is a multiple of "
                                 f"{sorted({a.divisor for a in fused_atoms})}")
@@ -416,6 +464,8 @@ def _check(plan: KernelPlan) -> None:
                 raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds "
                                     f"{plan.target.max_tile_elements} (8x the target's register file)")
     for s in plan.stages.values():
+        if s.linear:
+            _check_linear(plan, s)
         if s.epilogue_of is not None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])
         if s.reduce_epilogue_of is not None:
@@ -433,6 +483,22 @@ def _check(plan: KernelPlan) -> None:
             if cur.name in seen:
                 raise ScheduleError(f"ComputeAt: cycle through {cur.name}")
             seen.add(cur.name)
+
+
+def _check_linear(plan: KernelPlan, s: Stage) -> None:
+    """A stage with a linearized fused loop (its dims meaningful only in flat offsets) stands alone."""
+    loops = sorted(s.linear)
+    why = None
+    if s.attach or s.epilogue or s.epilogue_of or s.reduce_epilogues or s.reduce_epilogue_of or s.in_place \
+            or s.next_row_into or s.next_rows or s.cache_reads:
+        why = "it is attached, fused with another stage or stages a copy"
+    elif any(o.attach is not None and o.attach[0] == s.name for o in plan.stages.values()):
+        why = "another stage is computed at one of its loops"
+    elif {s.name, *s.stmt.inputs()} & set(plan.packs):
+        why = "it reads or writes a packed layout"
+    if why:
+        raise ScheduleError(f"Split of fused loop(s) {loops} of {s.name!r} by a factor that is not a multiple of "
+                            f"the inner loop's extent: the loop is made linear, which needs a stage on its own ({why})")
 
 
 def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:

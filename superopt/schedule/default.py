@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Unary, product_accesses
 from superopt.ir.statement import Statement
-from superopt.ir.types import is_float
+from superopt.ir.types import TensorType, is_float
 from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -79,6 +79,24 @@ def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_exten
     return prims, name, ext
 
 
+def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
+    """Whether every tensor the statement reads or writes moves ``extent(inner)`` times as far per step of
+    ``outer`` as per step of ``inner``: the fused loop over both walks one contiguous run (no padding)."""
+    if st.pad_value:
+        return False
+    accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.of({d: 1}) for d in st.out_dims))]
+    for tensor, index in accesses:
+        shape = types[tensor].shape if tensor in types else tuple(st.extent[d] for d in st.out_dims)
+        co = ci = 0
+        stride = 1
+        for ix, n in reversed(list(zip(index, shape))):
+            co, ci = co + stride * ix.coeff(outer), ci + stride * ix.coeff(inner)
+            stride *= n
+        if co != st.extent[inner] * ci:
+            return False
+    return True
+
+
 def _is_window(acc: Access) -> bool:
     """Indexed by a sum or a stride of loop variables somewhere (an image under a sliding window)."""
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
@@ -109,7 +127,8 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
 
 def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
                          consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None,
-                         keep: frozenset[str] | None = None) -> list[Primitive]:
+                         keep: frozenset[str] | None = None,
+                         types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
     """Register-tiled schedule for ``out += A[...] * B[...]``: the ``tiled_contraction`` sketch.
 
     Every parameter is a knob named ``<stage>.<role>``; without overrides each takes the heuristic's
@@ -165,12 +184,21 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
     # bounds checks on a fused column loop defeat vectorization, and a window over the column dims (a
     # padded copy's X[c, y+kh, x+kw], rows longer than the output's) makes the fused index a div/mod: gathers
-    window = any(set(ix.vars()) & set(n_dims) and set(ix.vars()) & set(st.reduce_dims) for ix in b.index)
+    # (reductions of one step, a 1x1 conv's kernel window, are no window)
+    window = any(set(ix.vars()) & set(n_dims) and set(ix.vars()) & {d for d in st.reduce_dims if ext[d] > 1}
+                 for ix in b.index)
     if b.tensor in st.pad_value or window or not n_dims:
         n_dims = [last]
     m_dims = [d for d in st.out_dims if d not in n_dims]
     if not n_dims:
         raise ValueError("no column dims")
+    # the register tile's row dim: the innermost other output dim by default. One that indexes only the
+    # row operand reuses each column vector once per row; one the column operand also reads (an image's y
+    # when only x is vectorized, weights as rows) loads a vector per FMA
+    row_dims = [d for d in m_dims if ext[d] > 1]
+    if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
+        pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
+        m_dims = [d for d in m_dims if d != pick] + [pick]
     reduce_dims = list(st.reduce_dims)
     if 1 < len(reduce_dims) <= 3:
         perms = [list(p) for p in itertools.permutations(reduce_dims)]
@@ -214,11 +242,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # a Xeon (2 threads), depthwise convs of 19, 26, 34, 44 and 45 columns: 1.65-3.8x. A tail of a
         # vector or more stays (56 columns as 32 + 24 ran 1.13x faster than 56 in one tile)
         width = ncol
+    # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
+    # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
+    # 1x1 conv's pixels in 64-wide tiles, no 56-column rows with a half-vector tail)
+    fused = len(n_dims) > 1
+    if fused and ncol > width:
+        width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
-    if len(n_dims) > 1 and ncol > width:  # a fused loop splits by multiples of its inner extent
-        inner_ext = ext[n_dims[-1]]
-        width = inner_ext * max(1, width // inner_ext)
+    if fused and ncol > width and width % ext[n_dims[-1]] and not (
+            types is not None and contiguous_dims(st, types, *n_dims)):
+        width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
     col_o = None
     if ncol > width:
         prims.append(Split(s, col, width))
@@ -694,7 +728,8 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                     keep &= {dims[d] for d in cs.out_dims}
             try:
                 sub = KnobRecorder(kn.overrides)
-                trace += contraction_schedule(st, compute.inputs, target, consts=consts, knobs=sub, keep=keep)
+                trace += contraction_schedule(st, compute.inputs, target, consts=consts, knobs=sub, keep=keep,
+                                              types=compute.type_of)
                 kn.used.update(sub.used)
                 kn.domains.update(sub.domains)
                 tiled.add(st.out)
