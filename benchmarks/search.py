@@ -244,7 +244,7 @@ def time_workload(w: SearchWorkload, graph: Graph, variants: dict[str, dict], ta
     probe, probe_flops = fma_probe(target)
     fns[FMA_PROBE] = probe
     timed = timing.time_alternating(fns, cfg)
-    ceiling = probe_flops / timed.pop(FMA_PROBE).median_s / 1e9
+    ceiling = probe_flops() / timed.pop(FMA_PROBE).median_s / 1e9
     times = {}
     for name in (*variants, *PEERS):
         src = same_as.get(name, name)
@@ -259,17 +259,26 @@ def time_workload(w: SearchWorkload, graph: Graph, variants: dict[str, dict], ta
 FMA_PROBE = "fma_chains"
 
 
-def fma_probe(target: Target, call_s: float = 0.002) -> tuple[Callable[[], object], float]:
+def fma_probe(target: Target, call_s: float = 0.002) -> tuple[Callable[[], object], Callable[[], float]]:
     """The FMA-chain kernel of ``superopt.measure.peak`` as one more system of the alternating rounds (about
-    ``call_s`` a call), and its flops per call: the ceiling measured in the same minutes as the kernels (a
-    shared host's ceiling moves by 10-15% with its neighbours' load, a cached one may be from a quieter or a
-    busier hour)."""
+    ``call_s`` a call), and a function giving the flops of a call on ``target.threads`` threads: the ceiling
+    measured in the same minutes as the kernels (a shared host's ceiling moves by 10-15% with its
+    neighbours' load, a cached one may be from a quieter or a busier hour). Each thread runs the same chains
+    however many run, so a call's time is the ceiling's time even where OpenMP gave it fewer threads; the
+    flops had counted the threads of the calibration call, and one that got one thread of two halved two
+    rows' ceilings (fifteenth session)."""
     from superopt.measure.peak import FmaKernel
 
     k = FmaKernel(target)
     threads = target.threads
-    iters, _, ran = k.calibrate(threads, call_s)
-    return (lambda: k.run(iters, threads)), k.flops(iters, ran)
+    iters, _, _ = k.calibrate(threads, call_s)
+    ran: list[int] = []
+
+    def flops() -> float:
+        if any(r != threads for r in ran):
+            log(f"  (FMA probe: {sum(r != threads for r in ran)} of {len(ran)} calls ran on fewer than {threads} threads)")
+        return k.flops(iters, threads)
+    return (lambda: ran.append(k.run(iters, threads)[1])), flops
 
 
 def roofline(w: SearchWorkload, times: Mapping[str, dict], peak_gflops: float, dram_gbs: float,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.database import TuningDatabase, TuningRecord, schedules_from_database
+from search.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
 from superopt.api import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
@@ -56,7 +56,7 @@ class InGraphKernel:
 
     @property
     def kept(self) -> bool:
-        return self.ratio < 1.0
+        return self.ratio < 1.0 - MIN_GAIN  # (the database's rule: search.database.MIN_GAIN)
 
     def to_dict(self) -> dict:
         return {"workload_key": self.workload_key, "nodes": self.nodes, "default_ms": self.default_s * 1e3,
@@ -181,7 +181,7 @@ def _runner_ups(graph: Graph, target: Target, database: TuningDatabase, lost: li
         name = k.nodes[0]
         tried = {tuple(defaults[name]), tuple(picks[name])}
         for ratio, rec in database.confirmed_alone(k.workload_key, target):
-            if ratio >= 1.0:
+            if ratio >= 1.0 - MIN_GAIN:
                 break
             if rec.trace in tried:
                 continue

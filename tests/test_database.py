@@ -215,3 +215,26 @@ def test_confirmed_leaders_are_ranked_by_their_ratio_to_the_default_in_the_same_
     bad = paired(2e-3, leader, 1e-3).to_json().replace('"paired_default_s": 0.001', '"paired_default_s": -1')
     with pytest.raises(ValueError, match="paired_default_s"):
         TuningRecord.from_json(bad)
+
+
+@pytest.mark.parametrize("ratio, replaces", [(0.99, False), (0.981, False), (0.95, True)])
+def test_a_confirmed_schedule_replaces_the_default_only_by_more_than_the_noise(tmp_path, ratio, replaces):
+    """Paired ratios are medians of a few rounds on a shared machine: a schedule confirmed 1% faster than the
+    default stays behind it (MIN_GAIN = 2%), one confirmed 5% faster replaces it; without the default's own
+    paired records (it failed there) the fastest ratio wins."""
+    from search.database import MIN_GAIN
+
+    default, leader = TRACE[:2], TRACE
+    assert MIN_GAIN == 0.02
+    db = TuningDatabase(tmp_path / "db.jsonl")
+
+    def paired(median, trace, pair):
+        return TuningRecord.of(_canon(), trace, TARGET, "OK", median, (), None, paired_default_s=pair)
+
+    for t in (1.0e-3, 1.2e-3):
+        db.add([paired(t, default, t), paired(ratio * t, leader, t)])
+    key = workload_key(_canon())
+    assert (db.best(key, TARGET).trace == leader) == replaces
+    alone = TuningDatabase(tmp_path / "alone.jsonl")
+    alone.add([paired(ratio * 1e-3, leader, 1e-3)])
+    assert alone.best(key, TARGET).trace == leader

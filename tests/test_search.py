@@ -25,9 +25,10 @@ TARGET = host_target(2)
 def synthetic_seconds(trace) -> float:
     """A landscape with a known optimum: 6 rows, a 3-vector column tile, no reduction split, packed."""
     lanes = TARGET.lanes()
-    rows = next((p.factor for p in trace if isinstance(p, Split) and p.loop == "i"), 200)
-    width = next((p.factor for p in trace if isinstance(p, Split) and p.loop == "j"), 200)
-    ksplit = any(isinstance(p, Split) and p.loop == "k" for p in trace)
+    # (loops named as in the op, or as in its canonical form: d0, d1, d2)
+    rows = next((p.factor for p in trace if isinstance(p, Split) and p.loop in ("i", "d0")), 200)
+    width = next((p.factor for p in trace if isinstance(p, Split) and p.loop in ("j", "d1")), 200)
+    ksplit = any(isinstance(p, Split) and p.loop in ("k", "d2") for p in trace)
     tiled = any(isinstance(p, CacheWrite) for p in trace)
     packed = any(isinstance(p, Pack) for p in trace)
     return 1e-3 * (1 + abs(rows - 6) / 3 + abs(width / lanes - 3) + 0.5 * ksplit + 2 * (not tiled) + 0.3 * (not packed))
@@ -43,7 +44,7 @@ class FakeMeasurer:
         self.calls += 1
         out = []
         for inp in inputs:
-            if any(isinstance(p, Split) and p.loop == "i" and p.factor == 7 for p in inp.trace):
+            if any(isinstance(p, Split) and p.loop in ("i", "d0") and p.factor == 7 for p in inp.trace):
                 out.append(MeasureResult(ErrorCode.WRONG_ANSWER, error_msg="synthetic"))
             else:
                 t = synthetic_seconds(inp.trace)
@@ -211,7 +212,7 @@ class _Ctx:
 
 
 def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
-    """A schedule that read 10x fast once (noise) but is slow when re-measured does not become the best."""
+    """A schedule that read 100x fast once (noise) but is slow when re-measured does not become the best."""
     g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
     seen: dict = {}
 
@@ -223,7 +224,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
                 first = key not in seen
                 seen[key] = True
                 if r.ok and first and len(seen) == 3:  # the second searched candidate reads lucky once
-                    r.median_s, r.times_s = r.median_s / 10, [r.median_s / 10]
+                    r.median_s, r.times_s = r.median_s / 100, [r.median_s / 100]
             return out
 
     import search.tune as tune
