@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, DivMod, Expr, map_expr, substitute_dims
+from superopt.ir.expr import Access, Affine, DivMod, Expr, flat_offset, map_expr, substitute_dims
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
 from superopt.runtime.target import Target, host_target
@@ -73,8 +73,8 @@ class Stage:
     in_place: str | None = None  # attached and stored in this consumer's buffer (InPlace)
     next_row_into: str | None = None  # a row reduction computed a row ahead in this sibling's loop (NextRow)
     next_rows: list[str] = field(default_factory=list)  # the row reductions computed a row ahead in my loop
-    # fused loops made linear (:func:`_linearize`): dims they walk are only meaningful in flattened offsets
-    linear: dict[str, frozenset[str]] = field(default_factory=dict)  # fused loop -> the dims it walks
+    # fused loops made linear (:func:`_linearize`): the dims they walk are only meaningful in flat offsets
+    linear: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -277,19 +277,12 @@ def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | No
     return plan
 
 
-def _flat_offsets(stage: Stage, types: Mapping[str, TensorType]) -> list[tuple[str, Affine]]:
-    """(tensor, element offset over the stage's loop variables) of every access of the stage's statement."""
+def _flat_offsets(stage: Stage, types: Mapping[str, TensorType]) -> list[Affine]:
+    """The element offset, over the stage's loop variables, of every access of the stage's statement."""
     st = stage.stmt
     accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.var(d) for d in st.out_dims))]
-    out = []
-    for tensor, index in accesses:
-        shape = types[tensor].shape if tensor in types else tuple(st.extent[d] for d in st.out_dims)
-        flat, stride = Affine.of(), 1
-        for ix, n in reversed(list(zip(index, shape))):
-            flat = flat + ix.substitute(stage.dims).scale(stride)
-            stride *= n
-        out.append((tensor, flat.simplify()))
-    return out
+    return [flat_offset([ix.substitute(stage.dims) for ix in index], types[tensor].shape).simplify()
+            for tensor, index in accesses]
 
 
 def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
@@ -301,10 +294,9 @@ def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
     atoms = {a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == var}
     if len({a.divisor for a in atoms}) != 1 or any(var in e.vars() for e, _ in stage.tails):
         return False
-    walked = frozenset(d for d, e in stage.dims.items() if any(isinstance(a, DivMod) and a.var == var for a, _ in e.terms))
-    if any(t in stage.stmt.pad_value for t in stage.stmt.inputs()):
+    if stage.stmt.pad_value:
         return False
-    for _, flat in _flat_offsets(stage, types):
+    for flat in _flat_offsets(stage, types):
         if any(isinstance(a, DivMod) and a.var == var for a, _ in flat.terms):
             return False
     repl = {a: (Affine.var(var) if a.op == "%" else Affine.of()) for a in atoms}
@@ -316,7 +308,7 @@ def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
         return out
 
     stage.dims = {d: sub(e) for d, e in stage.dims.items()}
-    stage.linear[var] = walked
+    stage.linear.append(var)
     return True
 
 
@@ -487,7 +479,6 @@ def _check(plan: KernelPlan) -> None:
 
 def _check_linear(plan: KernelPlan, s: Stage) -> None:
     """A stage with a linearized fused loop (its dims meaningful only in flat offsets) stands alone."""
-    loops = sorted(s.linear)
     why = None
     if s.attach or s.epilogue or s.epilogue_of or s.reduce_epilogues or s.reduce_epilogue_of or s.in_place \
             or s.next_row_into or s.next_rows or s.cache_reads:
@@ -497,7 +488,7 @@ def _check_linear(plan: KernelPlan, s: Stage) -> None:
     elif {s.name, *s.stmt.inputs()} & set(plan.packs):
         why = "it reads or writes a packed layout"
     if why:
-        raise ScheduleError(f"Split of fused loop(s) {loops} of {s.name!r} by a factor that is not a multiple of "
+        raise ScheduleError(f"Split of fused loop(s) {s.linear} of {s.name!r} by a factor that is not a multiple of "
                             f"the inner loop's extent: the loop is made linear, which needs a stage on its own ({why})")
 
 

@@ -8,7 +8,7 @@ from tensor accesses, constants, index values and the operators below, grouped b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 UNARY_FNS = (
@@ -146,6 +146,15 @@ class Affine:
         if self.const or not s:
             s += f"+{self.const}" if (s and self.const > 0) else str(self.const)
         return s
+
+
+def flat_offset(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
+    """The row-major element offset of ``index`` (one expression per axis) into a buffer of ``shape``."""
+    out, stride = Affine.of(), 1
+    for ix, n in reversed(list(zip(index, shape))):
+        out = out + ix.scale(stride)
+        stride *= n
+    return out
 
 
 def _split_divmod(atom: DivMod, repl: Affine) -> Affine:

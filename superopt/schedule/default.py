@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, Binary, Const, Unary, product_accesses
+from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
 from superopt.runtime.target import Target, host_target
@@ -86,13 +86,8 @@ def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, 
         return False
     accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.of({d: 1}) for d in st.out_dims))]
     for tensor, index in accesses:
-        shape = types[tensor].shape if tensor in types else tuple(st.extent[d] for d in st.out_dims)
-        co = ci = 0
-        stride = 1
-        for ix, n in reversed(list(zip(index, shape))):
-            co, ci = co + stride * ix.coeff(outer), ci + stride * ix.coeff(inner)
-            stride *= n
-        if co != st.extent[inner] * ci:
+        flat = flat_offset(index, types[tensor].shape)
+        if flat.coeff(outer) != st.extent[inner] * flat.coeff(inner):
             return False
     return True
 
