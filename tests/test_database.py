@@ -190,6 +190,11 @@ def test_database_schedules_complete_with_defaults(tmp_path):
     assert set(full) == {n.name for n in g.nodes if not n.is_extern}
 
 
+def _paired(median, trace, pair):
+    """A confirmation record: ``trace`` took ``median`` in a round where the default took ``pair``."""
+    return TuningRecord.of(_canon(), trace, TARGET, "OK", median, (), None, paired_default_s=pair)
+
+
 def test_confirmed_leaders_are_ranked_by_their_ratio_to_the_default_in_the_same_round(tmp_path):
     """A machine whose speed drifts: the leader (truly 5% slower than the default) read fast in the search and
     in a quiet confirmation round, the default slow in the search. Medians of absolute times would pick the
@@ -198,21 +203,18 @@ def test_confirmed_leaders_are_ranked_by_their_ratio_to_the_default_in_the_same_
     default, leader, other = TRACE[:2], TRACE, ()
     db = TuningDatabase(tmp_path / "db.jsonl")
 
-    def paired(median, trace, pair):
-        return TuningRecord.of(_canon(), trace, TARGET, "OK", median, (), None, paired_default_s=pair)
-
     db.add([_rec(1.5e-3, trace=default), _rec(0.63e-3, trace=leader), _rec(0.1e-3, trace=other)])  # the search
     key = workload_key(_canon())
     assert db.best(key, TARGET).trace == other  # without confirmation: the fastest median
-    db.add([paired(0.6e-3, default, 0.6e-3), paired(0.63e-3, leader, 0.6e-3)])  # a quiet round
-    db.add([paired(1.5e-3, default, 1.5e-3), paired(1.575e-3, leader, 1.5e-3)])  # a busy round
+    db.add([_paired(0.6e-3, default, 0.6e-3), _paired(0.63e-3, leader, 0.6e-3)])  # a quiet round
+    db.add([_paired(1.5e-3, default, 1.5e-3), _paired(1.575e-3, leader, 1.5e-3)])  # a busy round
     best = TuningDatabase(tmp_path / "db.jsonl").best(key, TARGET)
     assert best.trace == default and best.median_s == pytest.approx(1.05e-3)  # the default's median in the rounds
     assert np.median([r.median_s for r in db.records() if r.trace == leader]) < best.median_s  # (what medians said)
     # the pairing survives the file; records without it (older files) still load
-    back = TuningRecord.from_json(paired(2e-3, leader, 1e-3).to_json())
+    back = TuningRecord.from_json(_paired(2e-3, leader, 1e-3).to_json())
     assert back.paired_default_s == 1e-3 and "paired_default_s" not in _rec(1e-3).to_json()
-    bad = paired(2e-3, leader, 1e-3).to_json().replace('"paired_default_s": 0.001', '"paired_default_s": -1')
+    bad = _paired(2e-3, leader, 1e-3).to_json().replace('"paired_default_s": 0.001', '"paired_default_s": -1')
     with pytest.raises(ValueError, match="paired_default_s"):
         TuningRecord.from_json(bad)
 
@@ -228,13 +230,10 @@ def test_a_confirmed_schedule_replaces_the_default_only_by_more_than_the_noise(t
     assert MIN_GAIN == 0.02
     db = TuningDatabase(tmp_path / "db.jsonl")
 
-    def paired(median, trace, pair):
-        return TuningRecord.of(_canon(), trace, TARGET, "OK", median, (), None, paired_default_s=pair)
-
     for t in (1.0e-3, 1.2e-3):
-        db.add([paired(t, default, t), paired(ratio * t, leader, t)])
+        db.add([_paired(t, default, t), _paired(ratio * t, leader, t)])
     key = workload_key(_canon())
     assert (db.best(key, TARGET).trace == leader) == replaces
     alone = TuningDatabase(tmp_path / "alone.jsonl")
-    alone.add([paired(ratio * 1e-3, leader, 1e-3)])
+    alone.add([_paired(ratio * 1e-3, leader, 1e-3)])
     assert alone.best(key, TARGET).trace == leader
