@@ -279,10 +279,8 @@ def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | No
 
 def _flat_offsets(stage: Stage, types: Mapping[str, TensorType]) -> list[Affine]:
     """The element offset, over the stage's loop variables, of every access of the stage's statement."""
-    st = stage.stmt
-    accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.var(d) for d in st.out_dims))]
     return [flat_offset([ix.substitute(stage.dims) for ix in index], types[tensor].shape).simplify()
-            for tensor, index in accesses]
+            for tensor, index in stage.stmt.indexed()]
 
 
 def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
@@ -292,9 +290,7 @@ def _linearize(stage: Stage, var: str, types: Mapping[str, TensorType]) -> bool:
     which leaves every offset unchanged and lets ``var`` be split by any factor. Such a stage's dims are only
     meaningful in flat offsets: :func:`_check` keeps it away from attachments, epilogues, padding and packs."""
     atoms = {a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == var}
-    if len({a.divisor for a in atoms}) != 1 or any(var in e.vars() for e, _ in stage.tails):
-        return False
-    if stage.stmt.pad_value:
+    if len({a.divisor for a in atoms}) != 1 or any(var in e.vars() for e, _ in stage.tails) or stage.stmt.pad_value:
         return False
     for flat in _flat_offsets(stage, types):
         if any(isinstance(a, DivMod) and a.var == var for a, _ in flat.terms):
@@ -318,10 +314,8 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         if p.factor < 1:
             raise ScheduleError(f"{p}: factor must be positive")
         fused_atoms = [a for e in stage.dims.values() for a, _ in e.terms if isinstance(a, DivMod) and a.var == p.loop]
-        if any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms) \
-                and _linearize(stage, p.loop, types):
-            fused_atoms = []
-        if any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms):
+        splits_atoms = any(lp.extent % a.divisor == 0 and p.factor % a.divisor for a in fused_atoms)
+        if splits_atoms and not _linearize(stage, p.loop, types):
             raise ScheduleError(f"{p}: splitting fused loop {p.loop!r} needs a factor that is a multiple of "
                                 f"{sorted({a.divisor for a in fused_atoms})}")
         k = stage.index_of(p.loop)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from superopt.ir.expr import Access, Expr, IndexValue, _fmt_const
+from superopt.ir.expr import Access, Affine, Expr, IndexValue, _fmt_const
 
 # Reduction operator -> identity element.
 REDUCE_IDENTITY: dict[str, float] = {"+=": 0.0, "*=": 1.0, "max=": float("-inf"), "min=": float("inf")}
@@ -65,6 +65,10 @@ class Statement:
         for a in self.expr.accesses():
             seen.setdefault(a.tensor)
         return tuple(seen)
+
+    def indexed(self) -> list[tuple[str, tuple[Affine, ...]]]:
+        """(tensor, index) of every read of the expression, then of the write of the output."""
+        return [(a.tensor, a.index) for a in self.expr.accesses()] + [(self.out, tuple(Affine.dim(d) for d in self.out_dims))]
 
     def __str__(self) -> str:
         s = f"{self.out}[{','.join(self.out_dims)}] {self.reduce} {self.expr}"

@@ -84,8 +84,7 @@ def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, 
     ``outer`` as per step of ``inner``: the fused loop over both walks one contiguous run (no padding)."""
     if st.pad_value:
         return False
-    accesses = [(a.tensor, a.index) for a in st.expr.accesses()] + [(st.out, tuple(Affine.of({d: 1}) for d in st.out_dims))]
-    for tensor, index in accesses:
+    for tensor, index in st.indexed():
         flat = flat_offset(index, types[tensor].shape)
         if flat.coeff(outer) != st.extent[inner] * flat.coeff(inner):
             return False
