@@ -36,6 +36,7 @@ from superopt.loopnest import (
     Op,
     PackNest,
     PeeledLoop,
+    Prefetch,
     RegisterRef,
     RestoreNan,
     Scope,
@@ -260,6 +261,8 @@ class _CPrinter:
         if isinstance(n, Guard):
             conds = " && ".join(f"({c_linear(g.index)}) < {g.limit}" for g in n.conds)
             return f"if ({conds}) " + self.statement(n.body)
+        if isinstance(n, Prefetch):
+            return f"__builtin_prefetch(&{c_ref(n.access)}, 0, {n.locality});"
         if isinstance(n, Assign):
             return f"{c_ref(n.target)} = {c_value(n.value)};"
         if isinstance(n, WriteBack):

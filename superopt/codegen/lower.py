@@ -26,6 +26,7 @@ from superopt.schedule.primitives import (
     NextRow,
     Pack,
     Parallel,
+    Prefetch,
     Primitive,
     ReduceEpilogue,
     Reorder,
@@ -75,6 +76,7 @@ class Stage:
     next_rows: list[str] = field(default_factory=list)  # the row reductions computed a row ahead in my loop
     # fused loops made linear (:func:`_linearize`): the dims they walk are only meaningful in flat offsets
     linear: list[str] = field(default_factory=list)
+    prefetches: list[Prefetch] = field(default_factory=list)  # inputs fetched an iteration ahead (Prefetch)
 
     @property
     def name(self) -> str:
@@ -403,6 +405,12 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         stage.attach = (p.consumer, p.loop)
     elif isinstance(p, Bind):
         stage.loop(p.loop, p).bind = p.axis  # checked with the target's limits in codegen.cuda_legality
+    elif isinstance(p, Prefetch):
+        stage.loop(p.loop, p)
+        stage.loop(p.spread, p)
+        if any(q.tensor == p.tensor and q.loop == p.loop for q in stage.prefetches):
+            raise ScheduleError(f"{p}: {p.tensor} is already prefetched at loop {p.loop!r}")
+        stage.prefetches.append(p)
     elif isinstance(p, CacheRead):
         stage.loop(p.at, p)
         stage.cache_reads.append((p.tensor, p.at))  # a GPU shared-memory copy: codegen.cuda_shared
@@ -450,6 +458,8 @@ def _check(plan: KernelPlan) -> None:
                 raise ScheduleError(f"CacheWrite({s.name}): tile of {tile} elements exceeds "
                                     f"{plan.target.max_tile_elements} (8x the target's register file)")
     for s in plan.stages.values():
+        for p in s.prefetches:
+            _check_prefetch(plan, s, p)
         if s.linear:
             _check_linear(plan, s)
         if s.epilogue_of is not None:
@@ -469,6 +479,27 @@ def _check(plan: KernelPlan) -> None:
             if cur.name in seen:
                 raise ScheduleError(f"ComputeAt: cycle through {cur.name}")
             seen.add(cur.name)
+
+
+def _check_prefetch(plan: KernelPlan, s: Stage, p: Prefetch) -> None:
+    """``p`` fetches a kernel input the stage reads, on a CPU, from a serial loop, spread over a loop inside
+    it that is not inside the accumulator's loop (which would issue the fetches once per reduction step)."""
+    names = [lp.name for lp in s.loops]
+    why = None
+    if plan.target.kind != "cpu":
+        why = "prefetches are for CPU targets"
+    elif p.tensor not in plan.compute.inputs or p.tensor not in s.stmt.inputs():
+        why = f"{p.tensor!r} is not a kernel input that {s.name} reads"
+    elif p.loop not in names or p.spread not in names:
+        why = f"loop {p.loop!r} or {p.spread!r} no longer exists (loops: {names})"
+    elif names.index(p.spread) <= names.index(p.loop):
+        why = f"loop {p.spread!r} is not inside loop {p.loop!r}"
+    elif s.acc_at is not None and names.index(p.spread) > names.index(s.acc_at):
+        why = f"loop {p.spread!r} is inside the accumulator's loop {s.acc_at!r}"
+    elif any(s.loops[names.index(n)].vector or s.loops[names.index(n)].unroll for n in (p.loop, p.spread)):
+        why = "the loops must not be vectorized or unrolled"
+    if why:
+        raise ScheduleError(f"{p}: {why}")
 
 
 def _check_linear(plan: KernelPlan, s: Stage) -> None:

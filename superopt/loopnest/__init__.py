@@ -26,6 +26,7 @@ from superopt.loopnest.statements import (
     Guard,
     Node,
     PeeledLoop,
+    Prefetch,
     RestoreNan,
     Scope,
     SplitIndex,
@@ -38,7 +39,7 @@ from superopt.loopnest.walk import AccessVisit, Visit, accesses, allocations, st
 __all__ = [
     "Accumulate", "AccessVisit", "Alloc", "Assign", "BufferAccess", "CombineLanes", "Epilogue", "Fill", "FlatIndex",
     "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
-    "Node", "Op", "PackNest", "Param", "PeeledLoop", "ReductionClause", "RegisterRef", "RestoreNan", "Scope", "SplitIndex",
-    "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
+    "Node", "Op", "PackNest", "Param", "PeeledLoop", "Prefetch", "ReductionClause", "RegisterRef", "RestoreNan",
+    "Scope", "SplitIndex", "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
     "build_loopnest", "op_counts", "outline", "statement_ops", "walk",
 ]

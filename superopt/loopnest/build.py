@@ -47,6 +47,7 @@ from superopt.loopnest.statements import (
     Epilogue,
     Guard,
     Node,
+    Prefetch,
     RestoreNan,
     Scope,
     SplitIndex,
@@ -473,6 +474,7 @@ class _Builder:
                 elif child.reduce_epilogue_of is None:  # (a sum folded into a sibling runs in its loops)
                     body.append(self.stage(child))
             self._guards = guards
+            body.extend(self.prefetches(s, lp))
             body.extend(self.loops(s, k + 1, inner))
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
@@ -507,6 +509,65 @@ class _Builder:
             wb = [self.make_loop(s, x, bounds, wb)]
         out.extend(wb)
         return [Scope(tuple(out))]
+
+    def prefetches(self, s: Stage, spread: PlanLoop) -> list[Node]:
+        """The cache-line fetches that the stage's Prefetch primitives spread over loop ``spread``, issued at the
+        start of each of its iterations (see :meth:`prefetch`)."""
+        out: list[Node] = []
+        for p in s.prefetches:
+            if p.spread == spread.name:
+                out.extend(self.prefetch(s, p.tensor, p.loop, spread))
+        return out
+
+    def prefetch(self, s: Stage, tensor: str, at: str, spread: PlanLoop) -> list[Node]:
+        """Fetches of what the stage reads of ``tensor`` in the next iteration of loop ``at``, spread over loop
+        ``spread``. Each read's offset, with ``at`` one further and the loops inside it at 0, is the base; the
+        inner loops whose strides chain densely from 1 make one contiguous run of ``lines`` cache lines, the
+        others (a weight panel's output-channel blocks, 128 KiB apart) enumerate such runs. Iteration ``v`` of
+        ``spread`` fetches lines ``[v*q, v*q + q)`` of every run (``q = ceil(lines / extent)``; a few lines past a
+        run's end at worst, never a guard that index-set splitting would split ``spread`` at). A read at a
+        wrapped (div/mod) offset or with a negative stride is not fetched: a hint may be left out."""
+        names = [lp.name for lp in s.loops]
+        cv = self.var[s.name]
+        k = names.index(at)
+        inner = {cv[lp.name]: lp.extent for lp in s.loops[k + 1:]}
+        line_bytes = self.plan.target.cache_line_bytes
+        out: list[Node] = []
+        seen: set[FlatIndex] = set()
+        for a in s.stmt.expr.accesses():
+            if a.tensor != tensor:
+                continue
+            acc = self.access(s, tensor, a.index)
+            lin = acc.index.linear
+            walked = set(inner) | {cv[at]}  # (div/mod atoms of fused loops outside ``at`` stay as they are)
+            if acc.index.wrapped or any(not isinstance(v, str) and v.var in walked for v, _ in lin.terms) \
+                    or acc.index in seen:
+                continue
+            seen.add(acc.index)
+            strides = sorted((lin.coeff(u), e) for u, e in inner.items() if e > 1 and lin.coeff(u))
+            if any(c < 0 for c, _ in strides):
+                continue
+            run, runs = 1, []
+            for c, e in strides:
+                if not runs and c <= run:
+                    run = max(run, c * (e - 1) + run)
+                else:
+                    runs.append((c, e))
+            elems = max(1, line_bytes // self.types[tensor].np_dtype.itemsize)
+            lines = math.ceil(run / elems)
+            if lines * math.prod(e for _, e in runs) * line_bytes > self.plan.target.l2_bytes:
+                continue  # more than L2 holds each iteration: nothing would still be cached when read
+            q = math.ceil(lines / spread.extent)
+            nxt = cv[at]
+            base = lin.substitute({nxt: Affine.of({nxt: 1}, 1)} | {u: Affine.of() for u in inner})
+            line = Affine.of({cv[spread.name]: q * elems, "pf_l": elems})
+            index = base + line + Affine.of({f"pf_{i}": c for i, (c, _) in enumerate(runs)})
+            node: Node = Loop("pf_l", q, "unrolled" if q <= 8 else "serial",
+                              (Prefetch(replace(acc, index=FlatIndex(index.simplify()))),))
+            for i, (_, e) in reversed(list(enumerate(runs))):
+                node = Loop(f"pf_{i}", e, "serial", (node,))
+            out.append(node)
+        return out
 
     def transposed(self, lp: Loop) -> Loop:
         """``lp`` as a ``transposed`` loop when it and the one loop it holds walk an L x L block (L: 8 or 16, at

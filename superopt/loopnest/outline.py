@@ -21,6 +21,7 @@ from superopt.loopnest.statements import (
     Guard,
     Node,
     PeeledLoop,
+    Prefetch,
     RestoreNan,
     Scope,
     SplitIndex,
@@ -95,6 +96,8 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
         out.append(f"{pad}restore-nan {_ref(n.target)} if {n.flag}")
     elif isinstance(n, SplitIndex):
         out.append(f"{pad}let {n.var} = {n.outer}*{n.factor} + {n.inner}")
+    elif isinstance(n, Prefetch):
+        out.append(f"{pad}prefetch {_ref(n.access)} locality {n.locality}")
     elif isinstance(n, CombineLanes):
         out.append(f"{pad}combine-lanes {_ref(n.target)} {n.op}= {n.source}[{n.lanes}]")
     else:

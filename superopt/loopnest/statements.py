@@ -86,7 +86,7 @@ class Guard:
     """``if all(cond): body`` for one statement."""
 
     conds: tuple[GuardCond, ...]
-    body: Assign | Accumulate | WriteBack
+    body: Assign | Accumulate | WriteBack | Prefetch
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,15 @@ class CombineLanes:
 
 
 @dataclass(frozen=True)
+class Prefetch:
+    """A hint: bring the cache line holding ``access`` into the cache (``locality``: 3 keeps it in every
+    level, 2 in L2 and L3, as gcc's ``__builtin_prefetch``). Reads nothing, writes nothing."""
+
+    access: BufferAccess
+    locality: int = 2
+
+
+@dataclass(frozen=True)
 class PeeledLoop:
     """A loop over register tiles run as two: ``for var in [0, full)`` over ``loop.body`` (the tiles'
     tails dropped: constant trip counts), then ``for var in [full, extent)`` over ``general`` (the
@@ -125,4 +134,4 @@ class PeeledLoop:
 
 
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard
-        | SplitIndex | CombineLanes | PeeledLoop)
+        | SplitIndex | CombineLanes | PeeledLoop | Prefetch)

@@ -76,6 +76,7 @@ class Target:
     l2_bytes: int = 1 << 20  # per core
     l3_bytes: int = 8 << 20  # shared
     fma_units: int = 2  # vector FMA pipes per core (for roofline estimates)
+    cache_line_bytes: int = 64  # the unit a prefetch fetches (schedule.Prefetch)
     extra: tuple[tuple[str, str], ...] = field(default=())  # free-form facts
     gpu: GpuSpec | None = None  # the device of a ``kind='cuda'`` target (None for a CPU)
 
@@ -115,6 +116,8 @@ class Target:
         d["extra"] = [list(kv) for kv in self.extra]
         if self.gpu is None:
             del d["gpu"]  # CPU targets keep the dict (and key) they had before GPU fields existed
+        if self.cache_line_bytes == 64:
+            del d["cache_line_bytes"]  # likewise the usual line, so that tuning databases keep their keys
         else:
             d["gpu"]["compute_capability"] = list(self.gpu.compute_capability)
         return d
@@ -157,6 +160,14 @@ def _cpuinfo() -> tuple[str, tuple[str, ...]]:
     return model, flags
 
 
+def _line_bytes(default: int = 64) -> int:
+    """The L1 data cache's line size from sysfs."""
+    try:
+        return int(open("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size").read()) or default
+    except (OSError, ValueError):
+        return default
+
+
 def _cache_bytes(level: str, default: int) -> int:
     """Size of a cache level from sysfs (index0 L1d, index2 L2, index3 L3)."""
     try:
@@ -188,7 +199,7 @@ def host_target(threads: int = 2, cc: str = "gcc") -> Target:
                   compiler_version=compiler_version(cc), vector_bits=bits,
                   vector_registers=32 if bits == 512 else 16,
                   l1_bytes=_cache_bytes("index0", 32 << 10), l2_bytes=_cache_bytes("index2", 1 << 20),
-                  l3_bytes=_cache_bytes("index3", 8 << 20))
+                  l3_bytes=_cache_bytes("index3", 8 << 20), cache_line_bytes=_line_bytes())
 
 
 def avx512_target(threads: int = 2) -> Target:

@@ -152,6 +152,20 @@ class Pack(Primitive):
     factor: int = 1
 
 
+@dataclass(frozen=True)
+class Prefetch(Primitive):
+    """While loop ``loop`` runs an iteration, fetch into cache the part of kernel input ``tensor`` that the
+    stage reads in the next one, spread over the iterations of ``spread`` (a loop inside ``loop``, at or
+    outside the accumulator's loop): each of them issues its share of the cache lines. A weight block
+    streamed from L3 or memory while the block before it computes, instead of a burst of misses at every
+    block's start (a hint: it changes no value). CPU targets; the stage's statement must read ``tensor``
+    at an affine offset."""
+
+    tensor: str
+    loop: str
+    spread: str
+
+
 GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
 
 
@@ -178,7 +192,7 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch)
 }
 
 
