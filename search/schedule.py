@@ -60,6 +60,9 @@ class SearchConfig:
     # only schedules that split the work among threads as the default does (CPU): a kernel of a graph
     # reads what its producer's threads wrote (search/model_guided.thread_partition)
     keep_partition: bool = False
+    # > 0: candidates are timed with their constants out of cache (MeasureInput.cold_bytes), as a kernel of a
+    # graph finds them
+    cold_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -324,7 +327,8 @@ class ScheduleSearch:
     def _measure(self, batch: list[tuple[Point, tuple[Primitive, ...]]], first_is_default: bool) -> list[Trial]:
         # a candidate 20x slower than the best so far is verified and timed once, not in full
         slow = 20 * self.best.seconds if self.best is not None else None
-        inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts, slow_call_s=slow) for _, trace in batch]
+        inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts, slow_call_s=slow,
+                               cold_bytes=self.config.cold_bytes) for _, trace in batch]
         results = self.measurer.measure(inputs)
         trials = []
         for k, ((p, trace), r) in enumerate(zip(batch, results, strict=True)):
@@ -347,7 +351,8 @@ class ScheduleSearch:
 
     def remeasure(self, traces: Sequence[tuple[Primitive, ...]]) -> list[Trial]:
         """Measure already-seen traces again (confirmation); not counted as search trials."""
-        results = self.measurer.measure([MeasureInput(self.compute, tr, constant_inputs=self.consts) for tr in traces])
+        results = self.measurer.measure([MeasureInput(self.compute, tr, constant_inputs=self.consts,
+                                                      cold_bytes=self.config.cold_bytes) for tr in traces])
         return [Trial(Point("remeasure"), tuple(tr), r.cost, r.error_code.name) for tr, r in zip(traces, results, strict=True)]
 
     def report(self) -> SearchReport:

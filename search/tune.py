@@ -59,6 +59,12 @@ class TuneConfig:
     # then, in a graph of several kernels, every pick is timed against its default inside the graph
     # (search/graph_confirm.py), and the database keeps it only where it is faster there
     in_graph_rounds: int = 21  # 0: no in-graph confirmation
+    # a graph's kernels are timed with their constants out of cache (MeasureInput.cold_bytes): copies spanning
+    # this many bytes, used in turn. Inside resnet50 (Xeon, 2 threads) a 1x1 conv with 4 MiB of weights ran
+    # 0.323 ms where alone it ran 0.283 hot, 0.300 over 64 MiB of copies and 0.341 over 256 MiB; its fully
+    # connected layer 0.24-0.33 against 0.17 hot, 0.19 and 0.29: the weights come from L3 or memory there,
+    # and a schedule that hides that (schedule.Prefetch) gains only where the search sees it. 0: hot
+    cold_bytes: int = 128 << 20
 
 
 @dataclass
@@ -223,7 +229,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         for i, t in enumerate(todo):
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
                 trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
-                strategy=config.strategy, keep_partition=in_graph), service, constant_inputs=t.consts, model=model)
+                strategy=config.strategy, keep_partition=in_graph, cold_bytes=config.cold_bytes if in_graph else 0),
+                service, constant_inputs=t.consts, model=model)
         def record(task: _Task, trials, paired: float | None = None) -> None:
             database.add([TuningRecord.of(task.compute, tr.trace, target, tr.error,
                                           tr.seconds if tr.error == "OK" else None, task.consts,

@@ -287,3 +287,38 @@ def test_a_candidate_measured_again_is_loaded_not_compiled_again(mm, tmp_path, m
     assert compiles == [2, 1]  # only the new candidate went to the compiler
     assert [r.error_code for r in first + again] == [ErrorCode.OK] * 5
     assert again[0].build_s == again[1].build_s == 0.0 and again[2].build_s > 0
+
+
+def test_cold_measurement_cycles_through_copies_of_the_constants(mm, tmp_path):
+    """cold_bytes: each call reads the constants from the next of enough copies to span that many bytes (a
+    graph's kernel finds its weights out of cache); run-time inputs and outputs stay the same buffers. The
+    candidate is still verified first (a wrong kernel stays WRONG_ANSWER)."""
+    import numpy as np
+
+    from superopt.measure.worker import MAX_COLD_COPIES, _cold_runner, cold_copies
+
+    assert cold_copies(4 << 20, 128 << 20) == 32 and cold_copies(1 << 30, 128 << 20) == 1
+    assert cold_copies(1 << 10, 128 << 20) == MAX_COLD_COPIES and cold_copies(0, 1 << 20) == 1
+
+    class Recorder:
+        pack_fns: dict = {}
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, ...]] = []
+
+        def run_raw(self, args) -> None:
+            self.calls.append(tuple(a.ctypes.data for a in args))
+
+    a, b, c = (np.ones((N, N), np.float32) for _ in range(3))
+    k = Recorder()
+    run = _cold_runner(k, [a, b], [c], [], {"B"}, ["A", "B"], 3 * b.nbytes)
+    for _ in range(7):
+        run()
+    assert len({call[1] for call in k.calls}) == 3  # B: three copies, in turn
+    assert [call[1] for call in k.calls[:3]] == [call[1] for call in k.calls[3:6]]
+    assert {call[0] for call in k.calls} == {a.ctypes.data} and {call[2] for call in k.calls} == {c.ctypes.data}
+    cold = [MeasureInput(mm, TILED, constant_inputs=frozenset({"B"}), cold_bytes=1 << 20),
+            MeasureInput(mm, source=WRONG_C, cold_bytes=1 << 20)]
+    ok, wrong = measure(cold, _cfg(tmp_path))
+    assert ok.error_code is ErrorCode.OK and len(ok.times_s) == 3, ok.error_msg
+    assert wrong.error_code is ErrorCode.WRONG_ANSWER

@@ -104,6 +104,10 @@ class MeasureInput:
     # a candidate whose first (checked) call takes longer than this is verified and reported with that
     # one call's time instead of being timed in full: a search does not spend seconds on a hopeless one
     slow_call_s: float | None = None
+    # > 0: the constants are timed out of cache, as inside a graph, where each kernel finds its weights wherever
+    # the kernels before it left them: copies of the (packed) constants spanning this many bytes (at most
+    # ``MAX_COLD_COPIES``) are used in turn, one per call. 0: every call reads the same, cached, constants
+    cold_bytes: int = 0
 
     def constants(self) -> frozenset[str]:
         """The constant inputs, resolved (None means all of them)."""
@@ -379,7 +383,8 @@ class MeasureService:
                         "digest": inputs[i].compute.digest(), "threads": self._target.threads,
                         "constants": sorted(inputs[i].constants()), "rtol": cfg.rtol,
                         "atol": cfg.atol, "warmup": cfg.warmup, "min_repeat_s": cfg.min_repeat_s,
-                        "repeats": cfg.repeats, "slow_call_s": inputs[i].slow_call_s}
+                        "repeats": cfg.repeats, "slow_call_s": inputs[i].slow_call_s,
+                        "cold_bytes": inputs[i].cold_bytes}
                 for attempt in (0, 1):
                     if self._workers[slot] is None:
                         self._workers[slot] = _WorkerProc(cfg)

@@ -159,6 +159,12 @@ class Worker:
             return {"code": "WRONG_ANSWER", "times_s": [], "msg": msg}
         if task.get("slow_call_s") is not None and first > task["slow_call_s"]:
             return {"code": "OK", "times_s": [first], "msg": f"slow: one call timed ({first:.3g}s)"}
+        if task.get("cold_bytes"):
+            try:
+                run = _cold_runner(kernel, ins, outs, per_call, consts & set(compute.inputs) - {n for _, n, _ in per_call},
+                                   list(compute.inputs), task["cold_bytes"])
+            except MemoryError:
+                return {"code": "OUT_OF_MEMORY", "times_s": [], "msg": "cold copies of the constants exceed the cap"}
         times = time_kernel(run, task["warmup"], task["min_repeat_s"], task["repeats"])
         return {"code": "OK", "times_s": times, "msg": ""}
 
@@ -174,6 +180,45 @@ def _runner(kernel, args: list[np.ndarray], per_call: list[tuple[int, str, np.nd
         for slot, name, src in per_call:
             call[slot] = kernel.pack(name, src)
         kernel.run_raw(call)
+
+    return run
+
+
+MAX_COLD_COPIES = 64
+
+
+def cold_copies(const_bytes: int, cold_bytes: int) -> int:
+    """Copies of the constants that a cold measurement cycles through: enough to span ``cold_bytes``, at least
+    one, at most ``MAX_COLD_COPIES``."""
+    if const_bytes <= 0:
+        return 1
+    return max(1, min(MAX_COLD_COPIES, -(-cold_bytes // const_bytes)))
+
+
+def _cold_runner(kernel, ins: list[np.ndarray], outs: list[np.ndarray], per_call, consts: set[str],
+                 names: list[str], cold_bytes: int):
+    """Calls that take the constant inputs from a different copy each time (``cold_copies`` of them, the
+    first being ``ins``' own), so that a call finds them where the calls before it left them: out of the
+    core's caches once the copies span more than they hold, as inside a graph."""
+    from superopt.runtime.buffers import aligned_copy
+
+    slots = [k for k, n in enumerate(names) if n in consts]
+    n = cold_copies(sum(ins[k].nbytes for k in slots), cold_bytes)
+    if n == 1:
+        return _runner(kernel, ins + outs, per_call)
+    sets = [ins + outs]
+    for _ in range(n - 1):
+        args = list(ins) + outs
+        for k in slots:
+            args[k] = aligned_copy(ins[k])
+        sets.append(args)
+    runs = [_runner(kernel, a, per_call) for a in sets]
+    state = [0]
+
+    def run() -> None:
+        i = state[0]
+        state[0] = (i + 1) % n
+        runs[i]()
 
     return run
 
