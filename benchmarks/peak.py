@@ -1,6 +1,8 @@
 """Print this machine's FMA ceiling, register-tile ceiling and memory bandwidth (superopt.measure.peak).
 
-    python benchmarks/peak.py [--threads 2] [--refresh] [--seconds 0.3] [--json]
+    python benchmarks/peak.py [--threads 2] [--refresh] [--seconds 0.3] [--json] [--tiles]
+
+--tiles also times every register tile that fills the register file against the FMA chains (not cached).
 
 Results are cached per target under the compiler cache directory; --refresh measures again.
 """
@@ -16,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops  # noqa: E402
+from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops, tile_sweep  # noqa: E402
 from superopt.runtime.target import host_target  # noqa: E402
 
 
@@ -26,17 +28,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=0.3, help="time budget of the FMA measurement")
     ap.add_argument("--refresh", action="store_true", help="measure again instead of reading the cache")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--tiles", action="store_true", help="also sweep the register tiles that fill the registers")
     args = ap.parse_args(argv)
     target = host_target(args.threads)
     peak = fma_peak_gflops(target, seconds=args.seconds, refresh=args.refresh)
     tile = tile_peak_gflops(target, refresh=args.refresh)
     bw = measure_bandwidth(target, refresh=args.refresh)
+    tiles = tile_sweep(target) if args.tiles else None
     if args.json:
         print(json.dumps({"target": target.to_dict(), "target_key": target.key(), "fma": peak.to_dict(),
                           "fma_from_cache": peak.from_cache,
                           "ceiling_gflops": peak.ceiling_gflops, "implied_ghz": peak.implied_ghz(target.fma_units),
                           "tile": tile.to_dict(), "tile_from_cache": tile.from_cache,
-                          "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache}, indent=1))
+                          "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache,
+                          "tiles": None if tiles is None else [{"rows": r, "vectors": v, "fma_fraction": f}
+                                                               for r, v, f in tiles]}, indent=1))
         return 0
     cached = lambda r: " (cached)" if r.from_cache else ""  # noqa: E731
     print(f"target: {target.describe()}")
@@ -51,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
           f"; measured {tile.measured_at}")
     print(f"memory bandwidth{cached(bw)}: triad {bw.triad_gbs:.1f} GB/s, copy {bw.copy_gbs:.1f} GB/s "
           f"({bw.threads} thread(s), 3 x {bw.array_bytes >> 20} MiB arrays); measured {bw.measured_at}")
+    if tiles is not None:
+        print("register tiles fed from L1, fraction of the FMA chains (alternating, median): "
+              + ", ".join(f"{r} x {v} {f:.2f}" for r, v, f in tiles))
     return 0
 
 

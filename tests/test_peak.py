@@ -109,3 +109,20 @@ def test_tile_ceiling_measured_against_the_fma_chains_and_cached(compiler):
     assert 0.05 < r.fma_fraction < 3
     again = peak.tile_peak_gflops(t, compiler)
     assert again.from_cache and again.to_dict() == r.to_dict()
+
+
+def test_the_tile_sweep_covers_every_width_that_fills_the_registers(compiler):
+    """Each shape fills the register file (one more row would not fit) with enough accumulators to keep the
+    FMA pipes busy; each swept tile computes its products like the default one."""
+    t = host_target(2)
+    shapes = peak.tile_shapes(replace(t, vector_registers=32))
+    assert (6, 4) in shapes and (14, 2) in shapes and (4, 6) in shapes
+    for r, v in shapes:
+        assert r * v + v + 1 <= 32 and (r == 16 or (r + 1) * v + v + 1 > 32) and r * v >= t.fma_chains
+    assert peak.tile_shapes(replace(t, vector_registers=16)) == [(14, 1), (6, 2), (4, 3), (2, 4), (2, 5)]
+    k = peak.TileKernel(t, compiler, steps=8, shape=(3, 2))
+    out, _ = k.run(2, threads=1)
+    want = 2 * np.einsum("kr,kvl->rvl", k.a.astype(np.float64), k.b.astype(np.float64))
+    np.testing.assert_allclose(out[0], want, rtol=1e-4, atol=1e-9)
+    sweep = peak.tile_sweep(replace(t, threads=1), compiler, rounds=1, seconds=0.002)
+    assert [(r, v) for r, v, _ in sweep] == peak.tile_shapes(t) and all(0.05 < f < 3 for _, _, f in sweep)

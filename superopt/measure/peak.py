@@ -337,9 +337,10 @@ class TilePeakResult(_Measured):
 class TileKernel:
     """The compiled register-tile kernel of one target, with its L1-resident operands."""
 
-    def __init__(self, target: Target, compiler: CompilerConfig | None = None, steps: int = TILE_STEPS) -> None:
+    def __init__(self, target: Target, compiler: CompilerConfig | None = None, steps: int = TILE_STEPS,
+                 shape: tuple[int, int] | None = None) -> None:
         self.lanes = target.lanes("float32")
-        self.rows, self.vectors = tile_shape(target)
+        self.rows, self.vectors = shape or tile_shape(target)
         self.steps = steps
         so = compile_library([tile_source(self.lanes, self.rows, self.vectors, steps)], compiler or CompilerConfig(),
                              target)
@@ -407,6 +408,36 @@ def tile_peak_gflops(target: Target, compiler: CompilerConfig | None = None, *, 
                          len(ratios), _now())
     _store(path, res)
     return res
+
+
+def tile_shapes(target: Target) -> list[tuple[int, int]]:
+    """For 1 to 6 vectors a row, the most rows (at most 16) whose accumulators, the row's vectors and a
+    broadcast fit the register file, where that makes at least ``Target.fma_chains`` accumulators."""
+    regs = target.vector_registers
+    shapes = [(min(16, (regs - v - 1) // v), v) for v in range(1, 7)]
+    return [(r, v) for r, v in shapes if r >= 1 and r * v >= target.fma_chains]
+
+
+def tile_sweep(target: Target, compiler: CompilerConfig | None = None, *, rounds: int = 5,
+               seconds: float = 0.03) -> list[tuple[int, int, float]]:
+    """(rows, vectors, median ratio to the FMA-chain kernel) of every tile of :func:`tile_shapes` that fills
+    the register file, each timed in alternation with the chains on all the target's threads: the most any
+    register-tiled kernel fed from L1 reaches here. Not cached."""
+    compiler = compiler or CompilerConfig()
+    fma = FmaKernel(target, compiler)
+    out = []
+    for shape in tile_shapes(target):
+        tile = TileKernel(target, compiler, shape=shape)
+        t_iters = tile.calibrate(seconds)
+        f_iters = max(1, int(t_iters * tile.flops_per_iteration / (fma.accumulators * fma.lanes * 2)))
+        ratios = []
+        for _ in range(max(rounds, 1)):
+            t0 = time.perf_counter()
+            _, ran = fma.run(f_iters, target.threads)
+            f = ran * f_iters * fma.accumulators * fma.lanes * 2 / (time.perf_counter() - t0) / 1e9
+            ratios.append(tile.gflops(target.threads, t_iters) / f)
+        out.append((*shape, float(np.median(ratios))))
+    return out
 
 
 # -- memory bandwidth -----------------------------------------------------------------------------------
