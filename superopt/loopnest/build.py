@@ -531,7 +531,9 @@ class _Builder:
         cv = self.var[s.name]
         k = names.index(at)
         inner = {cv[lp.name]: lp.extent for lp in s.loops[k + 1:]}
-        line_bytes = self.plan.target.cache_line_bytes
+        nxt = cv[at]
+        walked = set(inner) | {nxt}  # (div/mod atoms of fused loops outside ``at`` stay as they are)
+        elems = max(1, self.plan.target.cache_line_bytes // self.types[tensor].np_dtype.itemsize)  # per line
         out: list[Node] = []
         seen: set[FlatIndex] = set()
         for a in s.stmt.expr.accesses():
@@ -539,7 +541,6 @@ class _Builder:
                 continue
             acc = self.access(s, tensor, a.index)
             lin = acc.index.linear
-            walked = set(inner) | {cv[at]}  # (div/mod atoms of fused loops outside ``at`` stay as they are)
             if acc.index.wrapped or any(not isinstance(v, str) and v.var in walked for v, _ in lin.terms) \
                     or acc.index in seen:
                 continue
@@ -553,12 +554,10 @@ class _Builder:
                     run = max(run, c * (e - 1) + run)
                 else:
                     runs.append((c, e))
-            elems = max(1, line_bytes // self.types[tensor].np_dtype.itemsize)
             lines = math.ceil(run / elems)
-            if lines * math.prod(e for _, e in runs) * line_bytes > self.plan.target.l2_bytes:
+            if lines * math.prod(e for _, e in runs) * self.plan.target.cache_line_bytes > self.plan.target.l2_bytes:
                 continue  # more than L2 holds each iteration: nothing would still be cached when read
             q = math.ceil(lines / spread.extent)
-            nxt = cv[at]
             base = lin.substitute({nxt: Affine.of({nxt: 1}, 1)} | {u: Affine.of() for u in inner})
             line = Affine.of({cv[spread.name]: q * elems, "pf_l": elems})
             index = base + line + Affine.of({f"pf_{i}": c for i, (c, _) in enumerate(runs)})

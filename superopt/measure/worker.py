@@ -161,8 +161,7 @@ class Worker:
             return {"code": "OK", "times_s": [first], "msg": f"slow: one call timed ({first:.3g}s)"}
         if task.get("cold_bytes"):
             try:
-                run = _cold_runner(kernel, ins, outs, per_call, consts & set(compute.inputs) - {n for _, n, _ in per_call},
-                                   list(compute.inputs), task["cold_bytes"])
+                run = _cold_runner(kernel, ins, outs, per_call, consts, list(compute.inputs), task["cold_bytes"])
             except MemoryError:
                 return {"code": "OUT_OF_MEMORY", "times_s": [], "msg": "cold copies of the constants exceed the cap"}
         times = time_kernel(run, task["warmup"], task["min_repeat_s"], task["repeats"])

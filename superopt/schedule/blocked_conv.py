@@ -305,9 +305,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
         red = [f"{cib}_i"] + [d for d in red if d != cib]
         outer = fused + [f"{cib}_o"] + [d for d in outer if d not in fused]
         # the next reduction step's weights fetched while this one sweeps the image (knob <stage>.prefetch)
-        extents[red[0]] = red_block
-        after = [d for d in outer[len(fused) + 1:] if d is not None] + [red[0]]
-        spread = next((d for d in after if extents.get(d, 1) > 1), None)
+        after = {d: extents.get(d, 1) for d in outer[len(fused) + 1:]} | {red[0]: red_block}
+        spread = next((d for d, e in after.items() if e > 1), None)
         if spread is not None and kn.get(f"{s}.prefetch", default_prefetch(target, w_bytes * 4, window),
                                          (False, True)):
             prefetch_at = (f"{cib}_o", spread)
