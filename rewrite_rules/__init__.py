@@ -56,7 +56,10 @@ class RewriteReport:
 
 # families whose rules grow the graph or undo each other (a layout conversion and its inverse): moves
 # for the graph search only, never given to a greedy driver (which would not terminate or would undo itself)
-EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration")
+EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration", "algorithm")
+# families applied as passes of their own after the layout choice, not by the graph search (their sites, blocked
+# convs, exist only then): ``superopt.api.search_rewrites``
+PASS_FAMILIES: tuple[str, ...] = ("algorithm",)
 
 
 def fresh_name(base: str, used: set[str]) -> str:
@@ -95,10 +98,11 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion
+    from rewrite_rules import (algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion,
+                               winograd)
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *vertical_fusion.RULES]
+            *layout_choice.RULES, *vertical_fusion.RULES, *winograd.RULES]
 
 
 RULES: list[Rule] = _registry()
@@ -112,5 +116,5 @@ def __getattr__(name: str):  # ALL_RULES = RULES + GENERATED_RULES (rewrite_rule
         return globals()["ALL_RULES"]
     raise AttributeError(f"module 'rewrite_rules' has no attribute {name!r}")
 
-__all__ = ["EXPLORATION_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named",
+__all__ = ["EXPLORATION_FAMILIES", "PASS_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named",
            "rewrite_greedy"]

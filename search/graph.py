@@ -491,10 +491,12 @@ def _greedy(graph: Graph, usable: Sequence[Rule]) -> tuple[Graph, tuple[tuple[Ru
 
 
 def default_rules() -> list[Rule]:
-    """``rewrite_rules.ALL_RULES`` (hand-written and generated), or ``RULES`` where there is no ALL_RULES."""
+    """``rewrite_rules.ALL_RULES`` (hand-written and generated), or ``RULES`` where there is no ALL_RULES; not the
+    families applied as passes of their own (``rewrite_rules.PASS_FAMILIES``)."""
     import rewrite_rules
 
-    return list(getattr(rewrite_rules, "ALL_RULES", rewrite_rules.RULES))
+    return [r for r in getattr(rewrite_rules, "ALL_RULES", rewrite_rules.RULES)
+            if r.family not in rewrite_rules.PASS_FAMILIES]
 
 
 def search_graph(graph: Graph, cost: GraphCost | Callable[[], GraphCost | None] | None,

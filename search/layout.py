@@ -103,10 +103,12 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
 def blocked_kernels(graph: Graph) -> list[str]:
     """Compute nodes that read or write a blocked (NCHWc) tensor. The learned schedule model, trained on
     NCHW kernels, mispredicts them (it picked 4-row tiles for a blocked 3x3 conv, 1.6x slower than the
-    default's 7): the pipeline schedules them with the default heuristic."""
+    default's 7): the pipeline schedules them with the default heuristic. So are a Winograd conv's kernels
+    (``rewrite_rules.winograd``: rank 5 and 7 tensors of channel blocks), new to the model: it picked an
+    inlined, unroll-free output transform 8x slower than the default's."""
     def blocked(name: str) -> bool:
         t = graph.type_of[name]
-        return t.rank == 5 and t.shape[-1] in BLOCKS
+        return t.rank >= 5 and t.shape[-1] in BLOCKS
 
     return [n.name for n in graph.nodes if not n.is_extern and any(blocked(x) for x in n.inputs + n.outputs)]
 

@@ -60,6 +60,9 @@ class OptimizeConfig:
     # the global activation layout (search/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
     # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
     layout: str = "auto"
+    # blocked 3x3 stride-1 convs as Winograd F(4x4,3x3) where the rule fits them (rewrite_rules/winograd.py;
+    # after the layout choice, CPU targets)
+    winograd: bool = True
     # wall-clock budget of the whole pipeline (``superopt optimize --budget``) and the schedule search's
     # measurements (``--trials``). With either, the kernels the database lacks are tuned (records go to
     # ``database``, a temporary one when None) within half the budget; the cost model's picks stop at 80%
@@ -348,6 +351,10 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
+    if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_f4x4_3x3" in config.rules):
+        from rewrite_rules.winograd import winograd_all
+
+        graph = winograd_all(graph)
     from rewrite_rules.vertical_fusion import untie_all_keys
 
     return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)

@@ -217,7 +217,7 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     if any(lane in ix.dims for ix in x.index) or not all(ix.is_plain_dim for ix in w.index):
         return None
     n, cob, y, col = st.out_dims[:4]
-    if any(d in ix.dims for ix in w.index for d in (n, y, col)):
+    if any(d in ix.dims for ix in w.index for d in (y, col)):
         return None
     s = st.out
     vectors = math.ceil(ext[lane] / target.lanes("float32"))  # per output-channel block
@@ -263,11 +263,17 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
         y_o, y_i = y, None
     # weight panels outermost when the weights outweigh the image (deep layers): each panel then stays
     # in cache while the image streams past
-    w_bytes = math.prod(ext[d] for ix in w.index for d in ix.dims)
-    x_bytes = math.prod(ext[d] for d in {d for ix in x.index for d in ix.dims})
+    # (batched weights, indexed by the batch dim ``n`` as well, as a Winograd conv's transformed ones: one
+    # conv per batch index, the batch loop outermost and the sizes compared per batch index)
+    batched = any(n in ix.dims for ix in w.index)
+    w_bytes = math.prod(ext[d] for d in {d for ix in w.index for d in ix.dims} - {n})
+    x_bytes = math.prod(ext[d] for d in {d for ix in x.index for d in ix.dims} - ({n} if batched else set()))
     panel_outer = kn.get(f"{s}.panel_outer", w_bytes >= x_bytes, (False, True))
-    spatial = [n, y_o] + ([col_o] if col_o else [])
-    outer = [cob_o] + spatial if panel_outer else spatial[:2] + [cob_o] + spatial[2:]
+    spatial = [y_o] + ([col_o] if col_o else [])
+    if batched:
+        outer = [n] + ([cob_o] + spatial if panel_outer else spatial[:1] + [cob_o] + spatial[1:])
+    else:
+        outer = [cob_o, n] + spatial if panel_outer else [n] + spatial[:1] + [cob_o] + spatial[1:]
     image_rows = [y_i] if y_i else []
     if rows_outer:
         tile = image_rows + [col_i] + ([cob_i] if cob_i else []) + [lane]

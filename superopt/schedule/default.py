@@ -647,7 +647,9 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     # every temporary computed row by row inside the last stage's outermost loop(s)
     # (a sum of squares such as Q[i] += D[i,r] * D[i,r] is a row reduction, not a contraction)
     contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(product_accesses(t.expr) or [])) >= 2]
-    out = []
+    from superopt.schedule.tile_transform import TILE_TRANSFORM, applies
+
+    out = [TILE_TRANSFORM] if applies(compute) else []
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
@@ -687,6 +689,10 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         return trace
     if sketch == NAIVE:
         return []
+    if sketch == "tile-transform":
+        from superopt.schedule.tile_transform import tile_transform_schedule
+
+        return tile_transform_schedule(compute, target, kn)
     if sketch == ROWS_INTO_CONTRACTION:
         from superopt.schedule.rows_contraction import rows_into_contraction
 
