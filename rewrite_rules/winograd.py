@@ -92,17 +92,12 @@ def _match(graph: Graph, node: Node) -> _Match | None:
         return None
     pad, conv, epi = sts[0], sts[1], sts[2:]
     local = dict(zip(node.op.inputs, node.inputs))
-    # the pad stage: Xp[n,c,y,x,l] = X[n,c,y-1,x-1,l], zero outside
+    # the pad stage: Xp[n,c,y,x,l] = X[f(n,c,y,x,l)], zero outside X (f: the offsets, a layout conversion)
     if pad.reduce != "=" or not isinstance(pad.expr, Access) or pad.expr.tensor not in local \
             or dict(pad.padding) != {pad.expr.tensor: 0.0} or len(pad.out_dims) != 5:
         return None
-    want = tuple(Affine.of({d: 1}, off) for d, off in zip(pad.out_dims, (0, 0, -1, -1, 0)))
-    if pad.expr.index != want:
-        return None
-    x_shape = graph.type_of[local[pad.expr.tensor]].shape
-    n, cb, h, w_, lanes = x_shape
-    if tuple(pad.extent[d] for d in pad.out_dims) != (n, cb, h + 2, w_ + 2, lanes):
-        return None
+    n, cb, hp, wp, lanes = (pad.extent[d] for d in pad.out_dims)
+    h, w_ = hp - 2, wp - 2
     # the conv: P[n,cob,y,x,o] += Xp[n,cib,kh+y,kw+x,l] * W[cob,cib,kh,kw,l,o]
     e = conv.expr
     if conv.reduce != "+=" or conv.padding or not (isinstance(e, Binary) and e.op == "*"
@@ -122,7 +117,7 @@ def _match(graph: Graph, node: Node) -> _Match | None:
     if (ext[kh], ext[kw]) != (3, 3) or ext[ln] != lanes or ext[o] != lanes or ext[cib] != cb:
         return None
     want_x = (Affine.dim(on), Affine.dim(cib), Affine.of({kh: 1, y: 1}), Affine.of({kw: 1, x: 1}), Affine.dim(ln))
-    if xa.index != want_x or (ext[on], ext[y], ext[x]) != (n, h, w_):
+    if xa.index != want_x or (ext[on], ext[y], ext[x]) != (n, h, w_) or ext[cob] * lanes > 4096:
         return None
     if h % TILE or w_ % TILE or n * (h // TILE) * (w_ // TILE) < MIN_TILES:
         return None
@@ -137,7 +132,7 @@ def _match(graph: Graph, node: Node) -> _Match | None:
     last = epi[-1].out if epi else conv.out
     if node.op.outputs != (last,) or any(a.tensor == pad.out for st in epi for a in st.expr.accesses()):
         return None
-    return _Match(node, pad, conv, tuple(epi), local[pad.expr.tensor], local[wa.tensor], x_shape, ext[cob])
+    return _Match(node, pad, conv, tuple(epi), local[pad.expr.tensor], local[wa.tensor], (n, cb, h, w_, lanes), ext[cob])
 
 
 def transformed_weights(w: np.ndarray) -> np.ndarray:
@@ -147,15 +142,29 @@ def transformed_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(PATCH * PATCH, *w.shape[:2], *w.shape[4:]).astype(w.dtype))
 
 
-def input_transform(shape: tuple[int, ...], dtype: str = "float32") -> Compute:
-    """``X`` [N,CB,H,W,L] -> ``V`` [6,6,CB,N,H/4,W/4,L]: ``B^T d B`` per 6x6 patch ``d`` of X padded by one
-    (read in place, zero outside: a padded copy first ran the transform 1.4x slower)."""
+def input_transform(shape: tuple[int, ...], dtype: str = "float32", pad: Statement | None = None,
+                    source: TensorType | None = None) -> Compute:
+    """``X`` -> ``V`` [6,6,CB,N,H/4,W/4,L]: ``B^T d B`` per 6x6 patch ``d`` of the conv's padded input
+    [N,CB,H+2,W+2,L] (``shape`` is [N,CB,H,W,L]), read in place through the pad stage's index (``pad``:
+    ``Xp[..] = X[f(..)]``, zero outside X, of type ``source``; None: X blocked, padded by one), where a padded
+    copy first ran the transform 1.4x slower."""
     n, cb, h, w, lanes = shape
-    rows = select_rows("a", BT, [f"X[n,c,{TILE}*ty+{k - 1},{TILE}*tx+j-1,l]" for k in range(PATCH)])
+    if pad is None:
+        pad = compile_op("Xp[n,c,y,x,l] = X[n,c,y-1,x-1,l]", {"X": TensorType(shape, dtype)}, padding={"X": 0.0},
+                         extents={"y": h + 2, "x": w + 2}, dtype=dtype).statements[0]
+        source = TensorType(shape, dtype)
+
+    def tap(row: int) -> str:
+        at = dict(zip(pad.out_dims, (Affine.dim("n"), Affine.dim("c"), Affine.of({"ty": TILE}, row),
+                                     Affine.of({"tx": TILE, "j": 1}), Affine.dim("l"))))
+        return f"X[{','.join(str(ix.substitute(at)) for ix in pad.expr.index)}]"
+
+    rows = select_rows("a", BT, [tap(k) for k in range(PATCH)])
     cols = select_rows("b", BT, [f"T1[n,c,ty,tx,a,{k},l]" for k in range(PATCH)])
-    return compile_op(f"T1[n,c,ty,tx,a,j,l] = {rows}\nV[a,b,c,n,ty,tx,l] = {cols}", {"X": TensorType(shape, dtype)},
-                      padding={"X": 0.0}, outputs=["V"],
-                      extents={"ty": h // TILE, "tx": w // TILE, "a": PATCH, "b": PATCH, "j": PATCH}, dtype=dtype)
+    return compile_op(f"T1[n,c,ty,tx,a,j,l] = {rows}\nV[a,b,c,n,ty,tx,l] = {cols}", {"X": source},
+                      padding={"X": dict(pad.padding)[pad.expr.tensor]}, outputs=["V"],
+                      extents={"n": n, "c": cb, "ty": h // TILE, "tx": w // TILE, "a": PATCH, "b": PATCH, "j": PATCH,
+                               "l": lanes}, dtype=dtype)
 
 
 def batched_matmul(tiles: int, cb: int, kb: int, lanes: int, dtype: str = "float32") -> Compute:
@@ -245,7 +254,8 @@ def winograd_conv(graph: Graph, site: Site) -> Graph:
     out_c, out_inputs = _output_transform(m, graph)
     types[y7] = out_c.type_of[out_c.outputs[0]]
     new = [
-        Node(fresh_name(f"{node.name}_wino_in", used_n), input_transform(m.shape, dtype), (m.x,), (v6,)),
+        Node(fresh_name(f"{node.name}_wino_in", used_n), input_transform(m.shape, dtype, m.pad, graph.type_of[m.x]),
+             (m.x,), (v6,)),
         Node(fresh_name(f"{node.name}_wino_vr", used_n), Extern.of("reshape", shape=types[v5].shape), (v6,), (v5,)),
         Node(fresh_name(f"{node.name}_wino_mm", used_n), batched_matmul(t, cb, kb, lanes, dtype), (v5, u_name), (m5,)),
         Node(fresh_name(f"{node.name}_wino_mr", used_n), Extern.of("reshape", shape=types[m7].shape), (m5,), (m7,)),
@@ -267,8 +277,8 @@ def winograd_all(graph: Graph) -> Graph:
 
 
 def _examples() -> list[Graph]:
-    from rewrite_rules.layout_choice import block_node_in, cancel_all
     from rewrite_rules.layout import materialize_padding
+    from rewrite_rules.layout_choice import block_node_in, cancel_all
 
     out = []
     rng = np.random.default_rng(0)
