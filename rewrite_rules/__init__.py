@@ -98,8 +98,7 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import (algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion,
-                               winograd)
+    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion, winograd
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
             *layout_choice.RULES, *vertical_fusion.RULES, *winograd.RULES]
@@ -116,5 +115,5 @@ def __getattr__(name: str):  # ALL_RULES = RULES + GENERATED_RULES (rewrite_rule
         return globals()["ALL_RULES"]
     raise AttributeError(f"module 'rewrite_rules' has no attribute {name!r}")
 
-__all__ = ["EXPLORATION_FAMILIES", "PASS_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name", "node_named",
-           "rewrite_greedy"]
+__all__ = ["EXPLORATION_FAMILIES", "PASS_FAMILIES", "RULES", "Rule", "RuleNotApplicable", "RewriteReport", "Site", "fresh_name",
+           "node_named", "rewrite_greedy"]

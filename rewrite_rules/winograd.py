@@ -187,9 +187,8 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
                      | {"WinoM", "WinoO"})
     base = compile_op(f"WinoO[cob,n,ty,tx,p,b,o] = {rows}\n{out}[n,cob,ty,p,tx,q,o] = {cols}", {"WinoM": mt},
                       extents={"p": TILE, "q": TILE}, outputs=[out], dtype=dtype)
-    dims = base.statements[-1].out_dims
+    dims = base.statements[-1].out_dims  # n, cob, ty, p, tx, q, o: the epilogue's dims, its y = 4ty+p, x = 4tx+q
     extents = base.statements[-1].extents
-    new_dims = dims
     ty, p, tx, q = dims[2], dims[3], dims[4], dims[5]
     statements = list(base.statements)
     types = dict(base.types)
@@ -197,7 +196,7 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
     inputs = ["WinoM"]
     local = dict(zip(m.node.op.inputs, m.node.inputs))
     outer_inputs: dict[str, str] = {}
-    tile_type = TensorType(tuple(dict(extents)[d] for d in new_dims), dtype)
+    tile_type = TensorType(tuple(dict(extents)[d] for d in dims), dtype)
     for st in m.epilogue:
         n0, c0, y0, x0, l0 = st.out_dims
         sub = {n0: Affine.dim(dims[0]), c0: Affine.dim(dims[1]), y0: Affine.of({ty: TILE, p: 1}),
@@ -205,11 +204,11 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
 
         def own(e, st=st):
             if isinstance(e, Access) and e.tensor in renamed:
-                return Access(renamed[e.tensor], tuple(Affine.dim(d) for d in new_dims))
+                return Access(renamed[e.tensor], tuple(Affine.dim(d) for d in dims))
             return e
 
         expr = map_expr(substitute_dims(st.expr, sub), own)  # other reads re-indexed, then the chain's own reads
-        statements.append(Statement(st.out, new_dims, "=", expr, extents, st.padding))
+        statements.append(Statement(st.out, dims, "=", expr, extents, st.padding))
         types[st.out] = tile_type
         renamed[st.out] = st.out
         for a in st.expr.accesses():
