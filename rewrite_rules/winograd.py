@@ -1,25 +1,29 @@
 """Winograd convolution: a blocked 3x3 stride-1 conv as input transform, batched matmul, output transform.
 
-F(4x4, 3x3) (Lavin & Gray, 2015): each 4x4 tile of output pixels is ``A^T [(G g G^T) . (B^T d B)] A`` for
-the 6x6 input patch ``d`` around it and the 3x3 kernel ``g``; summed over input channels, the 36 products
-``.`` are 36 independent matmuls (output channels x input channels x tiles). It computes 36 products per
-16 output pixels where the direct conv computes 144: 4x fewer multiplies, plus two cheap transforms.
+F(m x m, 3x3) (Lavin & Gray, 2015): each m x m tile of output pixels is ``A^T [(G g G^T) . (B^T d B)] A``
+for the (m+2) x (m+2) input patch ``d`` around it and the 3x3 kernel ``g``; summed over input channels, the
+(m+2)^2 products ``.`` are independent matmuls (output channels x input channels x tiles). F(4x4) computes 36
+products per 16 output pixels where the direct conv computes 144 (4x fewer multiplies), F(2x2) 16 per 4
+(2.25x), plus two cheap transforms.
 
 On blocked (NCHWc) tensors a conv node ``Xp = pad(X); P[n,cob,y,x,o] += Xp[n,cib,y+kh,x+kw,l] *
 W[cob,cib,kh,kw,l,o]; epilogue(P)`` becomes three kernels, joined by reshape aliases:
 
-- ``V[a,b,cib,n,ty,tx,l] = (B^T Xp[.., 4ty.., 4tx.., l] B)[a,b]`` (two separable passes, as ``where`` on
-  the row: coefficients in the code, no matrix in memory),
+- ``V[a,b,cib,n,ty,tx,l] = (B^T Xp[.., m*ty.., m*tx.., l] B)[a,b]`` (two separable passes, as ``where`` on
+  the row: coefficients in the code, no matrix in memory; X read through the pad stage's index),
 - ``M[ab,cob,0,t,o] += V[ab,cib,0,t,l] * U[ab,cob,cib,l,o]`` (``U = G W G^T``, transformed once, ahead of
-  time: 36/9 = 4x the weights), a blocked conv with a batch of weights (``superopt.schedule.blocked_conv``),
-- ``Y[n,cob,ty,p,tx,q,o] = epilogue((A^T M A)[p,q])``: the output tiles, row-major ``[4ty+p, 4tx+q]``, so
-  that a reshape alias gives the conv's own output.
+  time: (m+2)^2/9 times the weights), a blocked conv with a batch of weights (``superopt.schedule.blocked_conv``),
+- ``Y[n,cob,ty,p,tx,q,o] = epilogue((A^T M A)[p,q])``: the output tiles, row-major ``[m*ty+p, m*tx+q]``, so
+  that a reshape alias gives the conv's own output. The transforms take the ``tile-transform`` sketch
+  (``superopt.schedule.tile_transform``).
 
 Where it pays: the matmuls read each transformed weight once per tile, so small images (few tiles) turn
-the conv into a stream of 4x the weights. Measured on a Xeon (AVX-512, 2 threads), the three kernels
-against the direct blocked conv: 64 channels at 56x56 1.8x faster, 128 at 28x28 1.37x; 256 at 14x14 (16
-tiles, 9.4 MiB of transformed weights) 0.7x. Hence the rule's bound on tiles per weight (``MIN_TILES``)
-and its image sizes (a multiple of 4: no padded output tiles to cut away).
+the conv into a stream of the transformed weights. Measured on a Xeon (AVX-512, 2 threads), the three
+kernels against the direct blocked conv: F(4x4) at 64 channels 56x56 1.8x faster, at 128 channels 28x28
+1.37x, but at 256 channels 14x14 (16 tiles, 9.4 MiB of transformed weights) 0.7x; F(2x2) there (49 tiles,
+4 MiB) about 1.3x (0.46 against 0.59-0.69 ms in the graph). Hence the schemes' order (F(4x4) first), the bound
+on tiles (``MIN_TILES``) and the image sizes (a multiple of the tile: no padded output tiles to cut away).
+ResNet-50 with the rule, default schedules, alternating: 1.15x over the direct convs.
 """
 
 from __future__ import annotations
@@ -39,16 +43,40 @@ from superopt.ir.types import TensorType
 from superopt.lang.parser import compile_op
 
 FAMILY = "algorithm"
-TILE = 4  # output pixels per tile side: F(4x4, 3x3)
-PATCH = TILE + 2
 MIN_TILES = 32  # tiles per image (times the batch): each transformed weight is used once per tile
 
-# F(4x4, 3x3): rows of B^T (input), G (weights), A^T (output)
-BT = ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
-      (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1))
-G = ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
-     (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1))
-AT = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
+
+@dataclass(frozen=True)
+class Scheme:
+    """F(m x m, 3x3): ``tile`` output pixels a side from a ``tile + 2`` patch; rows of B^T, G and A^T."""
+
+    tile: int
+    bt: tuple[tuple[int, ...], ...]
+    g: tuple[tuple[float, ...], ...]
+    at: tuple[tuple[int, ...], ...]
+
+    @property
+    def patch(self) -> int:
+        return self.tile + 2
+
+
+F4 = Scheme(4, ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+                (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1)),
+            ((1 / 4, 0, 0), (-1 / 6, -1 / 6, -1 / 6), (-1 / 6, 1 / 6, -1 / 6),
+             (1 / 24, 1 / 12, 1 / 6), (1 / 24, -1 / 12, 1 / 6), (0, 0, 1)),
+            ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1)))
+F2 = Scheme(2, ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)),
+            ((1, 0, 0), (1 / 2, 1 / 2, 1 / 2), (1 / 2, -1 / 2, 1 / 2), (0, 0, 1)),
+            ((1, 1, 1, 0), (0, 1, -1, -1)))
+SCHEMES = (F4, F2)  # the first that fits an image: F(4x4) has 16/36 of F(2x2)'s multiplies per output pixel
+
+
+def scheme_for(n: int, h: int, w: int) -> Scheme | None:
+    """The scheme whose tiles divide the image and number at least ``MIN_TILES``, larger tiles first."""
+    for sc in SCHEMES:
+        if h % sc.tile == 0 and w % sc.tile == 0 and n * (h // sc.tile) * (w // sc.tile) >= MIN_TILES:
+            return sc
+    return None
 
 
 def _combination(row: tuple[int, ...], taps: list[str]) -> str:
@@ -78,6 +106,7 @@ class _Match:
     w: str  # graph constant of the blocked weights
     shape: tuple[int, ...]  # N, CB, H, W, L of the input
     cout_blocks: int
+    scheme: Scheme
 
 
 def _plain(ix: tuple[Affine, ...]) -> tuple[str, ...] | None:
@@ -119,7 +148,8 @@ def _match(graph: Graph, node: Node) -> _Match | None:
     want_x = (Affine.dim(on), Affine.dim(cib), Affine.of({kh: 1, y: 1}), Affine.of({kw: 1, x: 1}), Affine.dim(ln))
     if xa.index != want_x or (ext[on], ext[y], ext[x]) != (n, h, w_) or ext[cob] * lanes > 4096:
         return None
-    if h % TILE or w_ % TILE or n * (h // TILE) * (w_ // TILE) < MIN_TILES:
+    scheme = scheme_for(n, h, w_)
+    if scheme is None:
         return None
     chain = {conv.out}
     for st in epi:
@@ -132,45 +162,47 @@ def _match(graph: Graph, node: Node) -> _Match | None:
     last = epi[-1].out if epi else conv.out
     if node.op.outputs != (last,) or any(a.tensor == pad.out for st in epi for a in st.expr.accesses()):
         return None
-    return _Match(node, pad, conv, tuple(epi), local[pad.expr.tensor], local[wa.tensor], (n, cb, h, w_, lanes), ext[cob])
+    return _Match(node, pad, conv, tuple(epi), local[pad.expr.tensor], local[wa.tensor], (n, cb, h, w_, lanes), ext[cob],
+                  scheme)
 
 
-def transformed_weights(w: np.ndarray) -> np.ndarray:
+def transformed_weights(w: np.ndarray, scheme: Scheme = F4) -> np.ndarray:
     """``U[ab, cob, cib, l, o] = (G W[cob,cib,:,:,l,o] G^T)[a, b]`` in float64, stored float32."""
-    g = np.array(G, np.float64)
+    g = np.array(scheme.g, np.float64)
     u = np.einsum("ai,kcijlo,bj->abkclo", g, w.astype(np.float64), g)
-    return np.ascontiguousarray(u.reshape(PATCH * PATCH, *w.shape[:2], *w.shape[4:]).astype(w.dtype))
+    return np.ascontiguousarray(u.reshape(scheme.patch ** 2, *w.shape[:2], *w.shape[4:]).astype(w.dtype))
 
 
 def input_transform(shape: tuple[int, ...], dtype: str = "float32", pad: Statement | None = None,
-                    source: TensorType | None = None) -> Compute:
+                    source: TensorType | None = None, scheme: Scheme = F4) -> Compute:
     """``X`` -> ``V`` [6,6,CB,N,H/4,W/4,L]: ``B^T d B`` per 6x6 patch ``d`` of the conv's padded input
     [N,CB,H+2,W+2,L] (``shape`` is [N,CB,H,W,L]), read in place through the pad stage's index (``pad``:
     ``Xp[..] = X[f(..)]``, zero outside X, of type ``source``; None: X blocked, padded by one), where a padded
     copy first ran the transform 1.4x slower."""
     n, cb, h, w, lanes = shape
+    tile, patch = scheme.tile, scheme.patch
     if pad is None:
         pad = compile_op("Xp[n,c,y,x,l] = X[n,c,y-1,x-1,l]", {"X": TensorType(shape, dtype)}, padding={"X": 0.0},
                          extents={"y": h + 2, "x": w + 2}, dtype=dtype).statements[0]
         source = TensorType(shape, dtype)
 
     def tap(row: int) -> str:
-        at = dict(zip(pad.out_dims, (Affine.dim("n"), Affine.dim("c"), Affine.of({"ty": TILE}, row),
-                                     Affine.of({"tx": TILE, "j": 1}), Affine.dim("l"))))
+        at = dict(zip(pad.out_dims, (Affine.dim("n"), Affine.dim("c"), Affine.of({"ty": tile}, row),
+                                     Affine.of({"tx": tile, "j": 1}), Affine.dim("l"))))
         return f"X[{','.join(str(ix.substitute(at)) for ix in pad.expr.index)}]"
 
-    rows = select_rows("a", BT, [tap(k) for k in range(PATCH)])
-    cols = select_rows("b", BT, [f"T1[n,c,ty,tx,a,{k},l]" for k in range(PATCH)])
+    rows = select_rows("a", scheme.bt, [tap(k) for k in range(patch)])
+    cols = select_rows("b", scheme.bt, [f"T1[n,c,ty,tx,a,{k},l]" for k in range(patch)])
     return compile_op(f"T1[n,c,ty,tx,a,j,l] = {rows}\nV[a,b,c,n,ty,tx,l] = {cols}", {"X": source},
                       padding={"X": dict(pad.padding)[pad.expr.tensor]}, outputs=["V"],
-                      extents={"n": n, "c": cb, "ty": h // TILE, "tx": w // TILE, "a": PATCH, "b": PATCH, "j": PATCH,
+                      extents={"n": n, "c": cb, "ty": h // tile, "tx": w // tile, "a": patch, "b": patch, "j": patch,
                                "l": lanes}, dtype=dtype)
 
 
-def batched_matmul(tiles: int, cb: int, kb: int, lanes: int, dtype: str = "float32") -> Compute:
-    """``M[ab,cob,z,t,o] += V[ab,cib,z,t,l] * U[ab,cob,cib,l,o]``: 36 blocked 1x1 convs, one per ``ab``."""
-    v = TensorType((PATCH * PATCH, cb, 1, tiles, lanes), dtype)
-    u = TensorType((PATCH * PATCH, kb, cb, lanes, lanes), dtype)
+def batched_matmul(tiles: int, cb: int, kb: int, lanes: int, dtype: str = "float32", scheme: Scheme = F4) -> Compute:
+    """``M[ab,cob,z,t,o] += V[ab,cib,z,t,l] * U[ab,cob,cib,l,o]``: 36 (16) blocked 1x1 convs, one per ``ab``."""
+    v = TensorType((scheme.patch ** 2, cb, 1, tiles, lanes), dtype)
+    u = TensorType((scheme.patch ** 2, kb, cb, lanes, lanes), dtype)
     return compile_op("M[ab,cob,z,t,o] += V[ab,cib,z,t,l] * U[ab,cob,cib,l,o]", {"V": v, "U": u}, dtype=dtype)
 
 
@@ -178,15 +210,15 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
     """``M`` [6,6,KB,N,T,T,L] -> the conv's epilogue applied to ``A^T M A`` as [N,KB,T,4,T',4,L], and the
     graph tensors of the epilogue's other inputs (by local name)."""
     n, _, h, w, lanes = m.shape
-    kb = m.cout_blocks
+    kb, tile, patch = m.cout_blocks, m.scheme.tile, m.scheme.patch
     dtype = graph.type_of[m.x].dtype
-    rows = select_rows("p", AT, [f"WinoM[{k},b,cob,n,ty,tx,o]" for k in range(PATCH)])
-    cols = select_rows("q", AT, [f"WinoO[cob,n,ty,tx,p,{k},o]" for k in range(PATCH)])
-    mt = TensorType((PATCH, PATCH, kb, n, h // TILE, w // TILE, lanes), dtype)
+    rows = select_rows("p", m.scheme.at, [f"WinoM[{k},b,cob,n,ty,tx,o]" for k in range(patch)])
+    cols = select_rows("q", m.scheme.at, [f"WinoO[cob,n,ty,tx,p,{k},o]" for k in range(patch)])
+    mt = TensorType((patch, patch, kb, n, h // tile, w // tile, lanes), dtype)
     out = fresh_name("S", {a.tensor for st in m.epilogue for a in st.expr.accesses()} | {st.out for st in m.epilogue}
                      | {"WinoM", "WinoO"})
     base = compile_op(f"WinoO[cob,n,ty,tx,p,b,o] = {rows}\n{out}[n,cob,ty,p,tx,q,o] = {cols}", {"WinoM": mt},
-                      extents={"p": TILE, "q": TILE}, outputs=[out], dtype=dtype)
+                      extents={"p": tile, "q": tile}, outputs=[out], dtype=dtype)
     dims = base.statements[-1].out_dims  # n, cob, ty, p, tx, q, o: the epilogue's dims, its y = 4ty+p, x = 4tx+q
     extents = base.statements[-1].extents
     ty, p, tx, q = dims[2], dims[3], dims[4], dims[5]
@@ -199,8 +231,8 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
     tile_type = TensorType(tuple(dict(extents)[d] for d in dims), dtype)
     for st in m.epilogue:
         n0, c0, y0, x0, l0 = st.out_dims
-        sub = {n0: Affine.dim(dims[0]), c0: Affine.dim(dims[1]), y0: Affine.of({ty: TILE, p: 1}),
-               x0: Affine.of({tx: TILE, q: 1}), l0: Affine.dim(dims[6])}
+        sub = {n0: Affine.dim(dims[0]), c0: Affine.dim(dims[1]), y0: Affine.of({ty: tile, p: 1}),
+               x0: Affine.of({tx: tile, q: 1}), l0: Affine.dim(dims[6])}
 
         def own(e, st=st):
             if isinstance(e, Access) and e.tensor in renamed:
@@ -233,30 +265,32 @@ def winograd_conv(graph: Graph, site: Site) -> Graph:
     if m is None:
         raise RuleNotApplicable(f"node {site[0]!r} is not a blocked 3x3 stride-1 conv this rule fits")
     n, cb, h, w, lanes = m.shape
-    kb, t = m.cout_blocks, n * (h // TILE) * (w // TILE)
+    sc = m.scheme
+    kb, t, th, tw, patch = m.cout_blocks, n * (h // sc.tile) * (w // sc.tile), h // sc.tile, w // sc.tile, sc.patch
     dtype = graph.type_of[m.x].dtype
     types = dict(graph.types)
     constants = dict(graph.constants)
     used_t = set(types) | {nd.name for nd in graph.nodes}
     used_n = {nd.name for nd in graph.nodes}
     u_name = fresh_name(f"{m.w}_winograd", used_t)
-    constants[u_name] = Constant(transformed_weights(graph.constant[m.w].array))
+    constants[u_name] = Constant(transformed_weights(graph.constant[m.w].array, sc))
     types[u_name] = constants[u_name].type
     v6, v5 = fresh_name(f"{node.name}_wino_v", used_t), fresh_name(f"{node.name}_wino_vt", used_t)
     m5, m7 = fresh_name(f"{node.name}_wino_m", used_t), fresh_name(f"{node.name}_wino_mt", used_t)
     y7 = fresh_name(f"{node.name}_wino_y", used_t)
-    types[v6] = TensorType((PATCH, PATCH, cb, n, h // TILE, w // TILE, lanes), dtype)
-    types[v5] = TensorType((PATCH * PATCH, cb, 1, t, lanes), dtype)
-    types[m5] = TensorType((PATCH * PATCH, kb, 1, t, lanes), dtype)
-    types[m7] = TensorType((PATCH, PATCH, kb, n, h // TILE, w // TILE, lanes), dtype)
+    types[v6] = TensorType((patch, patch, cb, n, th, tw, lanes), dtype)
+    types[v5] = TensorType((patch * patch, cb, 1, t, lanes), dtype)
+    types[m5] = TensorType((patch * patch, kb, 1, t, lanes), dtype)
+    types[m7] = TensorType((patch, patch, kb, n, th, tw, lanes), dtype)
     out_t = graph.type_of[node.outputs[0]]
     out_c, out_inputs = _output_transform(m, graph)
     types[y7] = out_c.type_of[out_c.outputs[0]]
     new = [
-        Node(fresh_name(f"{node.name}_wino_in", used_n), input_transform(m.shape, dtype, m.pad, graph.type_of[m.x]),
+        Node(fresh_name(f"{node.name}_wino_in", used_n), input_transform(m.shape, dtype, m.pad, graph.type_of[m.x], sc),
              (m.x,), (v6,)),
         Node(fresh_name(f"{node.name}_wino_vr", used_n), Extern.of("reshape", shape=types[v5].shape), (v6,), (v5,)),
-        Node(fresh_name(f"{node.name}_wino_mm", used_n), batched_matmul(t, cb, kb, lanes, dtype), (v5, u_name), (m5,)),
+        Node(fresh_name(f"{node.name}_wino_mm", used_n), batched_matmul(t, cb, kb, lanes, dtype, sc), (v5, u_name),
+             (m5,)),
         Node(fresh_name(f"{node.name}_wino_mr", used_n), Extern.of("reshape", shape=types[m7].shape), (m5,), (m7,)),
         Node(node.name, out_c, (m7, *out_inputs.values()), (y7,)),
         Node(fresh_name(f"{node.name}_wino_yr", used_n), Extern.of("reshape", shape=out_t.shape), (y7,), node.outputs),
@@ -295,9 +329,9 @@ def _examples() -> list[Graph]:
     return out
 
 
-# conv3x3(X, W) = A^T [ (G W G^T) . (B^T X B) ] A, tile by tile (F(4x4, 3x3); the 36 products summed over channels)
-WINOGRAD = Rule("winograd_f4x4_3x3", FAMILY,
-                "conv3x3(X, W) per 4x4 tile = A^T [sum_c (G W G^T) . (B^T X B)] A: 36 multiplies per 16 outputs, not 144",
+# conv3x3(X, W) = A^T [ (G W G^T) . (B^T X B) ] A, tile by tile (F(4x4, 3x3) or F(2x2, 3x3); products summed over channels)
+WINOGRAD = Rule("winograd_conv3x3", FAMILY,
+                "conv3x3(X, W) per m x m tile = A^T [sum_c (G W G^T) . (B^T X B)] A: (m+2)^2 products per m^2 outputs, not 9m^2",
                 winograd_sites, winograd_conv, _examples)
 
 RULES = [WINOGRAD]

@@ -60,7 +60,7 @@ class OptimizeConfig:
     # the global activation layout (search/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
     # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
     layout: str = "auto"
-    # blocked 3x3 stride-1 convs as Winograd F(4x4,3x3) where the rule fits them (rewrite_rules/winograd.py;
+    # blocked 3x3 stride-1 convs as Winograd F(4x4,3x3) or F(2x2,3x3) where the rule fits them (rewrite_rules/winograd.py;
     # after the layout choice, CPU targets)
     winograd: bool = True
     # wall-clock budget of the whole pipeline (``superopt optimize --budget``) and the schedule search's
@@ -351,7 +351,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
         from search.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
-    if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_f4x4_3x3" in config.rules):
+    if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
         from rewrite_rules.winograd import winograd_all
 
         graph = winograd_all(graph)

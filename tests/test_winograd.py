@@ -11,10 +11,9 @@ import pytest
 from rewrite_rules.layout import materialize_padding
 from rewrite_rules.layout_choice import block_node_in, cancel_all
 from rewrite_rules.winograd import (
-    AT,
-    BT,
+    F2,
+    F4,
     WINOGRAD,
-    G,
     batched_matmul,
     input_transform,
     select_rows,
@@ -52,13 +51,15 @@ def _conv_graph(c=8, k=16, hw=24, stride=1, block=8, seed=0, residual=False):
     return g, cancel_all(block_node_in(materialize_padding(g, ("conv",)), "conv", block))
 
 
-def test_transform_matrices_are_winograds_identity():
-    # A^T [(G g G^T) . (B^T d B)] A equals the 3x3 correlation of d with g, for any 6x6 d and 3x3 g
+@pytest.mark.parametrize("scheme", [F4, F2], ids=["F4", "F2"])
+def test_transform_matrices_are_winograds_identity(scheme):
+    # A^T [(G g G^T) . (B^T d B)] A equals the 3x3 correlation of d with g, for any patch d and 3x3 g
     rng = np.random.default_rng(0)
-    d, g = rng.standard_normal((6, 6)), rng.standard_normal((3, 3))
-    bt, gm, at = np.array(BT, float), np.array(G, float), np.array(AT, float)
+    m, p = scheme.tile, scheme.patch
+    d, g = rng.standard_normal((p, p)), rng.standard_normal((3, 3))
+    bt, gm, at = np.array(scheme.bt, float), np.array(scheme.g, float), np.array(scheme.at, float)
     y = at @ ((gm @ g @ gm.T) * (bt @ d @ bt.T)) @ at.T
-    want = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(4)] for i in range(4)])
+    want = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(m)] for i in range(m)])
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
 
 
@@ -66,11 +67,13 @@ def test_select_rows_states_each_row():
     assert select_rows("a", ((1, 0, -1), (0, 2, 1)), ["x0", "x1", "x2"]) == "where(a == 0, x0 - x2, (2*x1 + x2))"
 
 
-@pytest.mark.parametrize("residual", [False, True])
-def test_rewritten_conv_matches_the_reference(residual):
-    plain, blocked = _conv_graph(residual=residual)
+@pytest.mark.parametrize("residual,hw,patch", [(False, 24, 6), (True, 24, 6), (False, 14, 4)],
+                         ids=["F4", "F4_residual", "F2"])
+def test_rewritten_conv_matches_the_reference(residual, hw, patch):
+    plain, blocked = _conv_graph(residual=residual, hw=hw)
     new = winograd_all(blocked)
-    assert new is not blocked and any(n.name.endswith("_wino_mm") for n in new.nodes)
+    mm = [n for n in new.nodes if n.name.endswith("_wino_mm")]
+    assert len(mm) == 1 and new.type_of[mm[0].inputs[0]].shape[0] == patch * patch
     feed = random_inputs(plain, seed=1)
     want = evaluate(plain, feed, np.float64)
     got = evaluate(new, feed, np.float64)
@@ -78,8 +81,8 @@ def test_rewritten_conv_matches_the_reference(residual):
         np.testing.assert_allclose(got[o], want[o], rtol=0, atol=2e-6 * np.abs(want[o]).max())
 
 
-@pytest.mark.parametrize("case", [dict(stride=2, hw=48), dict(hw=26), dict(hw=20)],
-                         ids=["stride2", "not_a_multiple_of_4", "too_few_tiles"])
+@pytest.mark.parametrize("case", [dict(stride=2, hw=48), dict(hw=10), dict(hw=7)],
+                         ids=["stride2", "too_few_tiles", "odd_size"])
 def test_rule_leaves_convs_it_does_not_fit(case):
     _, blocked = _conv_graph(**case)
     assert WINOGRAD.sites(blocked) == []
@@ -152,5 +155,5 @@ def test_transformed_weights_shape_and_values():
     w = rng.standard_normal((2, 3, 3, 3, 8, 8)).astype(np.float32)
     u = transformed_weights(w)
     assert u.shape == (36, 2, 3, 8, 8) and u.dtype == np.float32
-    g = np.array(G)
+    g = np.array(F4.g)
     np.testing.assert_allclose(u[7, 1, 2, 3, 4], (g @ w[1, 2, :, :, 3, 4].astype(float) @ g.T)[1, 1], rtol=1e-6)
