@@ -157,3 +157,17 @@ def test_transformed_weights_shape_and_values():
     assert u.shape == (36, 2, 3, 8, 8) and u.dtype == np.float32
     g = np.array(F4.g)
     np.testing.assert_allclose(u[7, 1, 2, 3, 4], (g @ w[1, 2, :, :, 3, 4].astype(float) @ g.T)[1, 1], rtol=1e-6)
+
+
+def test_a_saved_winograd_program_loads_and_runs(tmp_path):
+    from superopt.api import load
+
+    plain, _ = _conv_graph(c=16, k=16, hw=24)
+    prog = optimize(plain, OptimizeConfig(threads=2, layout="nchw16c"))
+    assert any(n.name.endswith("_wino_mm") for n in prog.graph.nodes)
+    feed = random_inputs(plain, seed=4)
+    want = prog.executor(feed)
+    again = load(prog.save(tmp_path / "art"))
+    got = again.executor(feed)
+    for o in plain.outputs:
+        np.testing.assert_array_equal(got[o], want[o])
