@@ -482,8 +482,9 @@ def _check(plan: KernelPlan) -> None:
 
 
 def _check_prefetch(plan: KernelPlan, s: Stage, p: Prefetch) -> None:
-    """``p`` fetches a kernel input the stage reads, on a CPU, from a serial loop, spread over a loop inside
-    it that is not inside the accumulator's loop (which would issue the fetches once per reduction step)."""
+    """``p`` fetches a kernel input the stage reads, on a CPU, from a loop that is neither vectorized nor
+    unrolled (serial or parallel), spread over a loop inside it that is not inside the accumulator's loop
+    (which would issue the fetches once per reduction step)."""
     names = [lp.name for lp in s.loops]
     why = None
     if plan.target.kind != "cpu":
