@@ -171,3 +171,16 @@ def test_a_saved_winograd_program_loads_and_runs(tmp_path):
     got = again.executor(feed)
     for o in plain.outputs:
         np.testing.assert_array_equal(got[o], want[o])
+
+
+def test_tile_transform_applies_only_to_short_selected_dims():
+    from superopt.lang.parser import compile_op
+    from superopt.schedule.tile_transform import applies
+
+    def op(src, shape=(5, 4, 16)):
+        return compile_op(src, {"X": shape})
+
+    assert applies(op("Y[i,a,l] = where(a == 0, X[i,a,l], 2 * X[i,a,l])"))
+    assert not applies(op("Y[i,a,l] = where(l == 0, X[i,a,l], 2 * X[i,a,l])"))  # only the vector dim
+    assert not applies(op("Y[i,a,l] = where(a == 0, X[i,a,l], 2 * X[i,a,l])", (5, 40, 16)))  # extent 40 > 8
+    assert not applies(op("Y[i,a,l] = X[i,a,l] * 2"))

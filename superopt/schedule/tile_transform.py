@@ -18,6 +18,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Compare, Const, IndexValue, Where
 from superopt.ir.statement import Statement
 from superopt.runtime.target import Target
+from superopt.schedule.default import simple_schedule
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import ComputeAt, Fuse, Inline, Parallel, Primitive, Reorder, Unroll, Vectorize
 
@@ -73,12 +74,14 @@ def select_positions(compute: Compute) -> tuple[list[Statement], set[int]]:
 
 
 def applies(compute: Compute) -> bool:
+    """Elementwise stages only, one output, and a select dim besides the last (the vector) one."""
     if len(compute.outputs) != 1 or any(s.reduce != "=" for s in compute.statements):
         return False
-    return bool(select_positions(compute)[1])
+    return bool(select_positions(compute)[1] - {len(compute.statements[-1].out_dims) - 1})
 
 
 def tile_transform_schedule(compute: Compute, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+    """The sketch's trace (knobs ``<producer>.per_tile`` and ``<stage>.par``); ValueError where it does not apply."""
     kn = knobs or KnobRecorder()
     if not applies(compute):
         raise ValueError("no where-selected short output dims")
@@ -106,8 +109,6 @@ def tile_transform_schedule(compute: Compute, target: Target, knobs: KnobRecorde
         else:
             root_producers.append(s)
     for s in root_producers:
-        from superopt.schedule.default import simple_schedule
-
         prims += simple_schedule(s, target, knobs=kn)
     prims.append(Reorder(f, tuple(outer + select + [lane])))
     for s, a in tile_producers:
