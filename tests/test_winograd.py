@@ -67,8 +67,8 @@ def test_select_rows_states_each_row():
     assert select_rows("a", ((1, 0, -1), (0, 2, 1)), ["x0", "x1", "x2"]) == "where(a == 0, x0 - x2, (2*x1 + x2))"
 
 
-@pytest.mark.parametrize("residual,hw,patch", [(False, 24, 6), (True, 24, 6), (False, 14, 4)],
-                         ids=["F4", "F4_residual", "F2"])
+@pytest.mark.parametrize("residual,hw,patch", [(False, 24, 6), (True, 24, 6), (False, 14, 4), (True, 27, 6), (True, 13, 4)],
+                         ids=["F4", "F4_residual", "F2", "F4_cut_residual", "F2_cut_residual"])
 def test_rewritten_conv_matches_the_reference(residual, hw, patch):
     plain, blocked = _conv_graph(residual=residual, hw=hw)
     new = winograd_all(blocked)
