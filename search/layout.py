@@ -105,7 +105,7 @@ def blocked_kernels(graph: Graph) -> list[str]:
     NCHW kernels, mispredicts them (it picked 4-row tiles for a blocked 3x3 conv, 1.6x slower than the
     default's 7): the pipeline schedules them with the default heuristic. So are a Winograd conv's kernels
     (``rewrite_rules.winograd``: rank 5 and 7 tensors of channel blocks), new to the model: it picked an
-    inlined, unroll-free output transform 8x slower than the default's."""
+    inlined output transform without unrolling, 8x slower than the default's."""
     def blocked(name: str) -> bool:
         t = graph.type_of[name]
         return t.rank >= 5 and t.shape[-1] in BLOCKS

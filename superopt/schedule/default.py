@@ -689,9 +689,9 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         return trace
     if sketch == NAIVE:
         return []
-    if sketch == "tile-transform":
-        from superopt.schedule.tile_transform import tile_transform_schedule
+    from superopt.schedule.tile_transform import TILE_TRANSFORM, tile_transform_schedule  # (it imports this module)
 
+    if sketch == TILE_TRANSFORM:
         return tile_transform_schedule(compute, target, kn)
     if sketch == ROWS_INTO_CONTRACTION:
         from superopt.schedule.rows_contraction import rows_into_contraction
