@@ -82,7 +82,7 @@ def test_rewritten_conv_matches_the_reference(residual, hw, patch):
 
 
 @pytest.mark.parametrize("case", [dict(stride=2, hw=48), dict(hw=10), dict(hw=7)],
-                         ids=["stride2", "too_few_tiles", "odd_size"])
+                         ids=["stride2", "too_few_tiles_10x10", "too_few_tiles_7x7"])
 def test_rule_leaves_convs_it_does_not_fit(case):
     _, blocked = _conv_graph(**case)
     assert WINOGRAD.sites(blocked) == []
