@@ -254,10 +254,10 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
 
         expr = map_expr(substitute_dims(st.expr, sub), own)  # other reads re-indexed, then the chain's own reads
         # whole tiles past the image's edge read the epilogue's other tensors out of range: zero there (cut away)
-        edge = () if tile * tiles(h, tile) == h and tile * tiles(w, tile) == w else tuple(
-            (a.tensor, 0.0) for a in expr.accesses() if a.tensor in local and a.tensor not in dict(st.padding)
-            and any(ix.coeff(ty) or ix.coeff(tx) for ix in a.index))
-        statements.append(Statement(st.out, dims, "=", expr, extents, st.padding + tuple(dict(edge).items())))
+        edge = {} if tile * tiles(h, tile) == h and tile * tiles(w, tile) == w else {
+            a.tensor: 0.0 for a in expr.accesses() if a.tensor in local and a.tensor not in dict(st.padding)
+            and any(ix.coeff(ty) or ix.coeff(tx) for ix in a.index)}
+        statements.append(Statement(st.out, dims, "=", expr, extents, st.padding + tuple(edge.items())))
         types[st.out] = tile_type
         renamed[st.out] = st.out
         for a in st.expr.accesses():
@@ -265,9 +265,7 @@ def _output_transform(m: _Match, graph: Graph) -> tuple[Compute, dict[str, str]]
                 outer_inputs[a.tensor] = local[a.tensor]
                 inputs.append(a.tensor)
                 types[a.tensor] = graph.type_of[local[a.tensor]]
-    final = statements[-1].out
-    types[final] = tile_type
-    return Compute(tuple(inputs), (final,), tuple(statements), tuple(types.items())), outer_inputs
+    return Compute(tuple(inputs), (statements[-1].out,), tuple(statements), tuple(types.items())), outer_inputs
 
 
 def winograd_sites(graph: Graph) -> Iterator[Site]:
@@ -326,7 +324,7 @@ def winograd_conv(graph: Graph, site: Site) -> Graph:
                 Node(fresh_name(f"{node.name}_wino_crop", used_n), crop, (yp,), node.outputs)]
     k = graph.nodes.index(node)
     nodes = graph.nodes[:k] + tuple(new) + graph.nodes[k + 1:]
-    live = {t for nd in nodes for t in (*nd.inputs, *nd.outputs)} | set(graph.inputs) | set(graph.outputs)
+    live = {x for nd in nodes for x in (*nd.inputs, *nd.outputs)} | set(graph.inputs) | set(graph.outputs)
     return replace(graph, nodes=nodes, types=tuple((a, b) for a, b in types.items() if a in live),
                    constants=tuple((a, c) for a, c in constants.items() if a in live))
 
