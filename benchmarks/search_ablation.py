@@ -102,7 +102,7 @@ def run_workload(spec: WorkloadSpec, target, settings: dict) -> dict:
     variants = {"default": default, "zero-shot": default | zero,
                 "guided": schedules_from_kernels(graph, runs["guided"].kernels, default),
                 "random": schedules_from_kernels(graph, runs["random"].kernels, default)}
-    times, errors, status, same_as, _ = time_workload(w, graph, variants, target, settings["timing"])
+    times, errors, status, same_as, _, _ = time_workload(w, graph, variants, target, settings["timing"])
     med = {k: v["median_s"] for k, v in times.items()}
     random_best = curves["random"][-1][1] if curves["random"] else None
     reach = trials_to_reach(curves["guided"], WITHIN * random_best) if random_best else None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from superopt.measure import peak
-from superopt.measure.peak import FmaKernel, fma_peak_gflops, measure_bandwidth, memory_bandwidth_gbs
+from superopt.measure.peak import CopyKernel, FmaKernel, fma_peak_gflops, measure_bandwidth, memory_bandwidth_gbs
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.target import host_target
 
@@ -85,6 +85,15 @@ def test_bandwidth_streams_and_caches(compiler, monkeypatch):
     gbs = memory_bandwidth_gbs(t, compiler, refresh=True)
     cached = measure_bandwidth(t, compiler)
     assert cached.from_cache and cached.triad_gbs == gbs
+
+
+def test_copy_probe_copies_its_buffer(compiler):
+    """The footprint copy that the search benchmark times beside a memory-bound kernel really copies b into a
+    (every element, on the target's threads) and counts 8 bytes an element."""
+    copy = CopyKernel(host_target(2), 1 << 20, compiler)
+    assert copy.bytes_moved == 2 << 20 and not np.array_equal(copy.a, copy.b)
+    copy.run()
+    np.testing.assert_array_equal(copy.a, copy.b)
 
 
 def test_register_tile_computes_its_products_and_its_shape_fits_the_registers(compiler):

@@ -73,6 +73,8 @@ def test_roofline_fractions():
     assert r["gflops"] == pytest.approx(200.0) and r["fma_fraction"] == pytest.approx(0.5)
     assert r["dram_fraction"] == pytest.approx(0.5) and r["footprint_fraction"] == pytest.approx(0.25)
     assert "tile_fraction" not in r  # a memory-bound workload is not held to the register tile
+    r = bench.roofline(w, {"x": {"median_s": 0.01}}, 400.0, 20.0, 40.0, footprint_bestof_gbs=50.0)["x"]
+    assert r["footprint_fraction"] == pytest.approx(0.25) and r["footprint_bestof_fraction"] == pytest.approx(0.2)
     gemm = SimpleNamespace(flops=2e9, memory_bytes=int(1e7), memory_bound=False)
     r = bench.roofline(gemm, {"x": {"median_s": 0.01}}, 400.0, 20.0, None, tile_gflops=250.0)["x"]
     assert r["tile_fraction"] == pytest.approx(0.8) and "dram_fraction" not in r
@@ -123,3 +125,21 @@ def test_report_writer(tmp_path):
     assert "| softmax | 1 | 2.000 | 1.900 | 0.900 | - | 200 / 200 | TIMEOUT 2; TIMEOUT 2 | trial budget spent | 1.0e-07 |" in md
     assert "| attention | error: RuntimeError: boom |" in md
     assert "FMA 190 GFLOP/s" in md and "16.0 GB/s" in md
+
+
+def test_a_memory_bound_workload_is_timed_beside_its_footprint_copy():
+    """A memory-bound row times the copy of its own footprint in the same rounds as its kernels (its bound is
+    that copy's median), a compute-bound row does not; both time the FMA probe."""
+    from benchmarks import timing
+    from benchmarks.search_workloads import SEARCH_WORKLOADS_BY_NAME
+
+    cfg = timing.TimingConfig(warmup_calls=1, rounds=2, min_sample_s=0.001)
+    target = host_target(2)
+    for name, bound in (("softmax", True), ("sgemm", False)):
+        w = SEARCH_WORKLOADS_BY_NAME[name].tiny()
+        graph, _ = bench.prepare_graph(w)
+        times, errors, status, _, ceiling, copy_gbs = bench.time_workload(
+            w, graph, {"default": default_schedules(graph, target)}, target, cfg)
+        assert status["default"] == "ok" and errors["default"] < 1e-5 and times["default"]["median_s"] > 0
+        assert ceiling > 0 and bench.FMA_PROBE not in times and bench.COPY_PROBE not in times
+        assert (copy_gbs is not None and copy_gbs > 0) if bound else copy_gbs is None

@@ -458,6 +458,30 @@ def default_array_bytes(target: Target) -> int:
     return max(4 * target.l3_bytes, 64 << 20)
 
 
+class CopyKernel:
+    """The bandwidth library's copy ``a = b`` over two buffers of ``array_bytes`` each, on ``target.threads``
+    threads: a probe of the copy bound that a benchmark times as one more system of its alternating rounds,
+    so that a memory-bound kernel and its bound are measured alike (medians, under the same load)."""
+
+    def __init__(self, target: Target, array_bytes: int, compiler: CompilerConfig | None = None) -> None:
+        self.lib = _bandwidth_lib(target, compiler or CompilerConfig())
+        self.threads = target.threads
+        self.n = max(array_bytes // 4, 16)
+        self.a, self.b = (aligned_empty((self.n,), np.float32) for _ in range(2))
+        self.lib.so_set_threads(ctypes.c_int(self.threads))
+        for i, x in enumerate((self.a, self.b)):  # first touch by the threads that stream it
+            self.lib.so_fill(self.n, float(i), x.ctypes.data)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes one call reads and writes (4 per element each way; a write's read for ownership not counted)."""
+        return 8 * self.n
+
+    def run(self) -> None:
+        self.lib.so_set_threads(ctypes.c_int(self.threads))
+        self.lib.so_copy(self.n, self.a.ctypes.data, self.b.ctypes.data)
+
+
 def measure_bandwidth(target: Target, compiler: CompilerConfig | None = None, *, array_bytes: int | None = None,
                       repeats: int = 5, refresh: bool = False) -> BandwidthResult:
     """Streaming triad and copy bandwidth (best of ``repeats``) with ``target.threads`` threads, cached."""
@@ -491,6 +515,6 @@ def memory_bandwidth_gbs(target: Target, compiler: CompilerConfig | None = None,
     return measure_bandwidth(target, compiler, refresh=refresh).triad_gbs
 
 
-__all__ = ["PeakResult", "BandwidthResult", "TilePeakResult", "FmaKernel", "TileKernel", "fma_peak_gflops",
+__all__ = ["PeakResult", "BandwidthResult", "TilePeakResult", "FmaKernel", "TileKernel", "CopyKernel", "fma_peak_gflops",
            "tile_peak_gflops", "measure_bandwidth", "memory_bandwidth_gbs", "accumulator_count", "fma_source",
            "tile_shape", "tile_source"]
