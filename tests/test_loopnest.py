@@ -74,7 +74,7 @@ def test_tiled_matmul_tree():
     (scope,) = j_o.body
     assert isinstance(scope, Scope)
     tile, fill, k, wb_i = scope.body
-    assert tile == Alloc("register_tile", "acc", "float32", 128)  # 4 rows x 32 columns in registers
+    assert tile == Alloc("register_tile", "acc", "float32", 128, lanes=16)  # 4 rows x 32 columns, 16-lane vectors
     assert isinstance(fill, Fill) and fill.buffer == "acc" and fill.size == 128 and fill.value.value == 0.0
     assert (k.var, k.extent, k.kind, k.reduce) == ("k", 48, "serial", True)
     (i_i,) = k.body

@@ -226,9 +226,15 @@ class _CPrinter:
             self.line(f"/* {n.text} */")
             self.nodes(n.body)
         elif isinstance(n, Scope):
+            from superopt.codegen.c_vector_tile import vector_tile_lines  # (it imports this module's spellings)
+
             self.line("{")
             self.ind += 1
-            self.nodes(n.body)
+            vector_tile = vector_tile_lines(n)
+            if vector_tile is None:
+                self.nodes(n.body)
+            else:
+                self.lines += ["    " * (self.ind + depth) + text for depth, text in vector_tile]
             self.ind -= 1
             self.line("}")
         elif isinstance(n, Loop):

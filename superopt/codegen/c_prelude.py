@@ -24,10 +24,20 @@ def transpose_source(lanes: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-# register transposes of 16 and 8 floats (GCC vector extensions; vpermt2ps on AVX-512), where element-wise
-# copies make one side a gather or a scatter (a packed run-time operand: attention's keys, 0.049 -> 0.016 ms)
-TRANSPOSES = ("typedef float so_v16 __attribute__((vector_size(64)));\n"
-              "typedef float so_v8 __attribute__((vector_size(32)));\n" + transpose_source(16) + transpose_source(8))
+# float vectors of 16 and 8 lanes (GCC vector extensions), their int masks, unaligned loads and stores (through an
+# under-aligned vector type: one vmovups, where a memcpy became vmovdqu8), and ReLU as a bit mask (NaN kept: its
+# lanes compare false): the spelling of register tiles held as vectors (superopt.codegen.c_vector_tile); and
+# register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a gather
+# or a scatter (a packed run-time operand: attention's keys, 0.049 -> 0.016 ms)
+VECTOR_TYPES = "".join(
+    f"typedef float so_v{n} __attribute__((vector_size({4 * n})));\n"
+    f"typedef int so_vi{n} __attribute__((vector_size({4 * n})));\n"
+    f"typedef float so_v{n}u __attribute__((vector_size({4 * n}), aligned(4), may_alias));\n"
+    f"static inline so_v{n} so_ld{n}(const float *p) {{ return *(const so_v{n}u *)p; }}\n"
+    f"static inline void so_st{n}(float *p, so_v{n} v) {{ *(so_v{n}u *)p = v; }}\n"
+    f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
+    for n in (16, 8))
+TRANSPOSES = VECTOR_TYPES + transpose_source(16) + transpose_source(8)
 
 
 PRELUDE = r"""#include <math.h>

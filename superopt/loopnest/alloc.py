@@ -20,7 +20,9 @@ class Alloc:
     kinds: ``register`` (a scalar accumulator, starting at ``init``), ``register_tile`` (an
     accumulator tile, filled by a following :class:`Fill`), ``flag`` (an int NaN flag, starting at
     0; dtype int32), ``local`` (the buffer of a stage computed inside its consumer's loop), ``workspace`` (a
-    temporary tensor in caller-owned scratch memory, kernel argument ``arg_index``)."""
+    temporary tensor in caller-owned scratch memory, kernel argument ``arg_index``). ``lanes``: a register tile's
+    vector width on the target (its elements per vector register), where a printer may hold the tile as that
+    many-lane vectors."""
 
     kind: AllocKind
     name: str
@@ -28,6 +30,7 @@ class Alloc:
     size: int
     init: Literal | None = None
     arg_index: int | None = None
+    lanes: int | None = None
 
     @property
     def nbytes(self) -> int:

@@ -436,7 +436,8 @@ class _Builder:
         if is_acc:
             if tile:
                 size = math.prod(x.extent for x in tile)
-                scope.append(Alloc("register_tile", "acc", t.dtype, size))
+                lanes = self.plan.target.lanes(t.dtype) if self.plan.target.kind == "cpu" else None
+                scope.append(Alloc("register_tile", "acc", t.dtype, size, lanes=lanes))
                 scope.append(Fill("acc", size, ident, "so_i"))
             else:
                 scope.append(Alloc("register", "acc", t.dtype, 1, ident))

@@ -10,17 +10,18 @@ void conv_bias_relu_epilogue(void **args) {
         for (int x_o = 0; x_o < 2; ++x_o) {
             for (int n = 0; n < 1; ++n) {
                 {
-                    float acc[160] __attribute__((aligned(64)));
-                    for (int so_i = 0; so_i < 160; ++so_i) acc[so_i] = 0.0f;
+                    so_v16 acc_vec[10];
+                    for (int so_i = 0; so_i < 10; ++so_i) acc_vec[so_i] = (so_v16){0} + 0.0f;
                     for (int ci = 0; ci < 16; ++ci) {
                         for (int kh = 0; kh < 3; ++kh) {
                             #pragma GCC unroll 3
                             for (int kw = 0; kw < 3; ++kw) {
                                 #pragma GCC unroll 5
                                 for (int x_i = 0; x_i < 5; ++x_i) {
-                                    #pragma omp simd
-                                    for (int co = 0; co < 32; ++co) {
-                                        acc[co + 32*x_i] = acc[co + 32*x_i] + (((kh + y - 1) >= 0 && (kh + y - 1) < 10 && (kw + x_i + 5*x_o - 1) >= 0 && (kw + x_i + 5*x_o - 1) < 10 ? X[100*ci + 10*kh + kw + 1600*n + x_i + 5*x_o + 10*y - 11] : 0.0f) * W[288*ci + co + 96*kh + 32*kw]);
+                                    #pragma GCC unroll 2
+                                    for (int co_vec = 0; co_vec < 2; ++co_vec) {
+                                        const int co = 16 * co_vec;
+                                        acc_vec[co_vec + 2*x_i] = acc_vec[co_vec + 2*x_i] + (((kh + y - 1) >= 0 && (kh + y - 1) < 10 && (kw + x_i + 5*x_o - 1) >= 0 && (kw + x_i + 5*x_o - 1) < 10 ? X[100*ci + 10*kh + kw + 1600*n + x_i + 5*x_o + 10*y - 11] : 0.0f) * so_ld16(&W[288*ci + co + 96*kh + 32*kw]));
                                     }
                                 }
                             }
@@ -28,10 +29,18 @@ void conv_bias_relu_epilogue(void **args) {
                     }
                     #pragma GCC unroll 5
                     for (int x_i = 0; x_i < 5; ++x_i) {
-                        #pragma omp simd
-                        for (int co = 0; co < 32; ++co) {
+                        #pragma GCC unroll 2
+                        for (int co_vec = 0; co_vec < 2; ++co_vec) {
+                            const int co = 16 * co_vec;
                             /* epilogue: O[n,co,y,x] = relu((P[n,co,y,x] + B[co]))  over(n:1 co:32 y:10 x:10) */
-                            O[100*co + 3200*n + x_i + 5*x_o + 10*y] = (((acc[co + 32*x_i] + B[co])) < 0 ? 0 : ((acc[co + 32*x_i] + B[co])));
+                            {
+                                const so_v16 so_w = so_relu16((acc_vec[co_vec + 2*x_i] + so_ld16(&B[co])));
+                                const int so_c = co;
+                                for (int so_l = 0; so_l < 16; ++so_l) {
+                                    const int co = so_c + so_l;
+                                    O[100*co + 3200*n + x_i + 5*x_o + 10*y] = so_w[so_l];
+                                }
+                            }
                         }
                     }
                 }

@@ -8,22 +8,24 @@ void matmul_tiled(void **args) {
     for (int i_o = 0; i_o < 16; ++i_o) {
         for (int j_o = 0; j_o < 2; ++j_o) {
             {
-                float acc[128] __attribute__((aligned(64)));
-                for (int so_i = 0; so_i < 128; ++so_i) acc[so_i] = 0.0f;
+                so_v16 acc_vec[8];
+                for (int so_i = 0; so_i < 8; ++so_i) acc_vec[so_i] = (so_v16){0} + 0.0f;
                 for (int k = 0; k < 48; ++k) {
                     #pragma GCC unroll 4
                     for (int i_i = 0; i_i < 4; ++i_i) {
-                        #pragma omp simd
-                        for (int j_i = 0; j_i < 32; ++j_i) {
-                            acc[32*i_i + j_i] = acc[32*i_i + j_i] + (A[48*i_i + 192*i_o + k] * B[j_i + 1536*j_o + 32*k]);
+                        #pragma GCC unroll 2
+                        for (int j_i_vec = 0; j_i_vec < 2; ++j_i_vec) {
+                            const int j_i = 16 * j_i_vec;
+                            acc_vec[2*i_i + j_i_vec] = acc_vec[2*i_i + j_i_vec] + (A[48*i_i + 192*i_o + k] * so_ld16(&B[j_i + 1536*j_o + 32*k]));
                         }
                     }
                 }
                 #pragma GCC unroll 4
                 for (int i_i = 0; i_i < 4; ++i_i) {
-                    #pragma omp simd
-                    for (int j_i = 0; j_i < 32; ++j_i) {
-                        C[64*i_i + 256*i_o + j_i + 32*j_o] = acc[32*i_i + j_i];
+                    #pragma GCC unroll 2
+                    for (int j_i_vec = 0; j_i_vec < 2; ++j_i_vec) {
+                        const int j_i = 16 * j_i_vec;
+                        so_st16(&C[64*i_i + 256*i_o + j_i + 32*j_o], acc_vec[2*i_i + j_i_vec]);
                     }
                 }
             }
