@@ -60,9 +60,9 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
         return None
     printer = _TilePrinter(tile.name, tile.lanes)
     try:
-        lines = [(0, f"so_v{tile.lanes} {printer.vec}[{tile.size // tile.lanes}];"),
+        lines = [(0, f"{printer.t} {printer.vec}[{tile.size // tile.lanes}];"),
                  (0, f"for (int {fill.var} = 0; {fill.var} < {tile.size // tile.lanes}; ++{fill.var}) "
-                     f"{printer.vec}[{fill.var}] = (so_v{tile.lanes}){{0}} + {c_value(fill.value)};")]
+                     f"{printer.vec}[{fill.var}] = ({printer.t}){{0}} + {c_value(fill.value)};")]
         for n in body[2:]:
             lines += printer.node(n, 0, None)
     except _NotVector:
