@@ -2,7 +2,8 @@
 
     python benchmarks/peak.py [--threads 2] [--refresh] [--seconds 0.3] [--json] [--tiles]
 
---tiles also times every register tile that fills the register file against the FMA chains (not cached).
+--tiles also times every register tile that fills the register file against the FMA chains, and the default tile
+written back every 64, 256 and 1024 reduction steps as a contraction's tiles are (not cached).
 
 Results are cached per target under the compiler cache directory; --refresh measures again.
 """
@@ -18,7 +19,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops, tile_sweep  # noqa: E402
+from superopt.measure.peak import (  # noqa: E402
+    fma_peak_gflops,
+    measure_bandwidth,
+    tile_peak_gflops,
+    tile_sweep,
+    tile_write_back_sweep,
+)
 from superopt.runtime.target import host_target  # noqa: E402
 
 
@@ -35,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     tile = tile_peak_gflops(target, refresh=args.refresh)
     bw = measure_bandwidth(target, refresh=args.refresh)
     tiles = tile_sweep(target) if args.tiles else None
+    write_back = tile_write_back_sweep(target) if args.tiles else None
     if args.json:
         print(json.dumps({"target": target.to_dict(), "target_key": target.key(), "fma": peak.to_dict(),
                           "fma_from_cache": peak.from_cache,
@@ -42,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                           "tile": tile.to_dict(), "tile_from_cache": tile.from_cache,
                           "bandwidth": bw.to_dict(), "bandwidth_from_cache": bw.from_cache,
                           "tiles": None if tiles is None else [{"rows": r, "vectors": v, "fma_fraction": f}
-                                                               for r, v, f in tiles]}, indent=1))
+                                                               for r, v, f in tiles],
+                          "write_back": None if write_back is None else [
+                              {"steps": n, "alone_fma_fraction": a, "written_back_fma_fraction": w}
+                              for n, a, w in write_back]}, indent=1))
         return 0
     cached = lambda r: " (cached)" if r.from_cache else ""  # noqa: E731
     print(f"target: {target.describe()}")
@@ -60,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     if tiles is not None:
         print("register tiles fed from L1, fraction of the FMA chains (alternating, median): "
               + ", ".join(f"{r} x {v} {f:.2f}" for r, v, f in tiles))
+    if write_back is not None:
+        print(f"the {tile.rows} x {tile.vectors} tile written back every N reduction steps, as a contraction's tiles "
+              "are (alone -> written back, fraction of the FMA chains): "
+              + ", ".join(f"N={n} {a:.2f} -> {w:.2f}" for n, a, w in write_back))
     return 0
 
 

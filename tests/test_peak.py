@@ -139,3 +139,20 @@ def test_the_tile_sweep_covers_every_width_that_fills_the_registers(compiler):
     # 2 ms samples on a shared machine: the fractions are measured, not bounded (a loaded run read one outside
     # 0.05..3); the benchmark (benchmarks/peak.py --tiles) times them properly
     assert [(r, v) for r, v, _ in sweep] == peak.tile_shapes(t) and all(np.isfinite(f) and f > 0 for _, _, f in sweep)
+
+
+def test_the_written_back_tile_starts_every_sweep_from_zero_and_adds_its_tile_into_the_output(compiler):
+    """Each sweep is one tile of a contraction: 3 sweeps add 3 x A^T B into the zeroed output (accumulators
+    carried over would give 6 x, a write-back optimized away 0); the sweep over reduction lengths times the
+    default tile alone and written back at each length."""
+    t = host_target(2)
+    k = peak.TileKernel(t, compiler, steps=8, shape=(3, 2), write_back=True)
+    out, ran = k.run(3, threads=2)
+    want = 3 * np.einsum("kr,kvl->rvl", k.a.astype(np.float64), k.b.astype(np.float64))
+    assert ran == 2
+    np.testing.assert_allclose(out, np.broadcast_to(want, out.shape), rtol=1e-4, atol=1e-9)
+    src = peak.tile_source(16, 3, 2, 8, write_back=True)
+    assert src.count("o += c") == 6 and peak.tile_source(16, 3, 2, 8).count("o += c") == 0
+    sweep = peak.tile_write_back_sweep(replace(t, threads=1), compiler, steps=(8, 32), rounds=1, seconds=0.002)
+    assert [n for n, _, _ in sweep] == [8, 32]
+    assert all(np.isfinite(x) and x > 0 for _, a, w in sweep for x in (a, w))

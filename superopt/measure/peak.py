@@ -17,7 +17,9 @@ L1, each step broadcasting ``rows`` scalars and loading ``vectors`` vectors for 
 FMAs. A contraction kernel built on that tile cannot beat the loop with its operands in L1, so the gap
 between the two is what the kernel loses to the memory hierarchy; the loop's ratio to the FMA ceiling,
 taken in alternation with the FMA-chain kernel (median of per-round ratios, so a busy moment of a
-shared machine cancels), is what the tile itself costs.
+shared machine cancels), is what the tile itself costs. :func:`tile_write_back_sweep` times the same tile
+written back every N reduction steps, as a contraction's tiles are: the most a kernel whose tiles reduce over
+N steps can reach here (N = 1024 streams the vector operand from L2, as sgemm's packed panel does).
 
 All results are cached per :meth:`Target.key` as small JSON files under the compiler cache
 directory (``<cache_dir>/peak/``); ``refresh=True`` measures again.
@@ -164,18 +166,25 @@ def tile_shape(target: Target) -> tuple[int, int]:
 TILE_STEPS = 64  # reduction steps per sweep: 64 x (rows + vectors x lanes) floats stay in L1
 
 
-def tile_source(lanes: int, rows: int, vectors: int, steps: int = TILE_STEPS) -> str:
+def tile_source(lanes: int, rows: int, vectors: int, steps: int = TILE_STEPS, write_back: bool = False) -> str:
     """``so_tile_peak(iters, a, b, out)``: per thread, ``iters`` sweeps of the register tile over ``steps``
     reduction steps: ``c[r][v] += a[k*rows + r] * b[(k*vectors + v)*lanes : +lanes]``; thread ``t``'s
-    accumulators go to ``out[((t*rows + r)*vectors + v)*lanes + lane]``. Returns the threads that ran."""
+    accumulators go to ``out[((t*rows + r)*vectors + v)*lanes + lane]``. Returns the threads that ran.
+
+    With ``write_back`` every sweep is one tile of a contraction whose reduction is ``steps`` long: it starts
+    from zero accumulators and ends adding them into ``out`` (a load, an add and a store a vector, as a
+    kernel writes its tile back), so ``out`` must start at zero and ends at ``iters`` times the products."""
     acc = [[f"c{r}_{v}" for v in range(vectors)] for r in range(rows)]
     decl = "\n".join(f"        vf {', '.join(f'{c} = (vf){{0}}' for c in row)};" for row in acc)
+    reset = "".join(f"\n            {' '.join(f'{c} = (vf){{0}};' for c in row)}" for row in acc)
     loads = "\n".join(f"                vf b{v} = bk[{v}];" for v in range(vectors))
     splat = lambda r: "(vf){" + ", ".join([f"ak[{r}]"] * lanes) + "}"  # noqa: E731  (a broadcast load; 0 + s is not)
     fmas = "\n".join(f"                {{ vf x = {splat(r)}; "
                       + " ".join(f"{acc[r][v]} += x * b{v};" for v in range(vectors)) + " }" for r in range(rows))
-    store = "\n".join(f"        memcpy(out + (((long)t * {rows} + {r}) * {vectors} + {v}) * {lanes}, &{acc[r][v]}, sizeof(vf));"
-                       for r in range(rows) for v in range(vectors))
+    slot = lambda r, v: f"out + (((long)t * {rows} + {r}) * {vectors} + {v}) * {lanes}"  # noqa: E731
+    store = "\n".join(f"        memcpy({slot(r, v)}, &{acc[r][v]}, sizeof(vf));" for r in range(rows) for v in range(vectors))
+    add_back = "".join(f"\n            {{ vf o; memcpy(&o, {slot(r, v)}, sizeof o); o += {acc[r][v]}; "
+                          f"memcpy({slot(r, v)}, &o, sizeof o); }}" for r in range(rows) for v in range(vectors))
     return f"""
 typedef float vf __attribute__((vector_size({lanes * 4})));
 int so_tile_peak(long iters, const float *a, const float *b, float *out) {{
@@ -186,15 +195,14 @@ int so_tile_peak(long iters, const float *a, const float *b, float *out) {{
         #pragma omp single
         nthreads = omp_get_num_threads();
 {decl}
-        for (long i = 0; i < iters; i++) {{
+        for (long i = 0; i < iters; i++) {{{reset if write_back else ""}
             for (int k = 0; k < {steps}; k++) {{
                 const float *ak = a + k * {rows};
                 const vf *bk = (const vf *)(b + (long)k * {vectors * lanes});
 {loads}
 {fmas}
-            }}
-        }}
-{store}
+            }}{add_back if write_back else ""}
+        }}{"" if write_back else chr(10) + store}
     }}
     return nthreads;
 }}
@@ -335,15 +343,18 @@ class TilePeakResult(_Measured):
 
 
 class TileKernel:
-    """The compiled register-tile kernel of one target, with its L1-resident operands."""
+    """The compiled register-tile kernel of one target, with its operands (in L1 at the default ``steps``; the
+    vector operand is ``steps`` x the tile's width, 256 KiB at 1024 steps of 4 x 16 lanes: in L2, as sgemm's
+    packed panel). ``write_back``: every sweep writes its tile back (:func:`tile_source`)."""
 
     def __init__(self, target: Target, compiler: CompilerConfig | None = None, steps: int = TILE_STEPS,
-                 shape: tuple[int, int] | None = None) -> None:
+                 shape: tuple[int, int] | None = None, write_back: bool = False) -> None:
         self.lanes = target.lanes("float32")
         self.rows, self.vectors = shape or tile_shape(target)
         self.steps = steps
-        so = compile_library([tile_source(self.lanes, self.rows, self.vectors, steps)], compiler or CompilerConfig(),
-                             target)
+        self.write_back = write_back
+        so = compile_library([tile_source(self.lanes, self.rows, self.vectors, steps, write_back)],
+                             compiler or CompilerConfig(), target)
         self.lib = load_library(so)
         self.lib.so_tile_peak.restype = ctypes.c_int
         self.lib.so_tile_peak.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -361,7 +372,7 @@ class TileKernel:
         """Run once; returns the accumulators (threads, rows, vectors, lanes) and the threads that ran."""
         self.lib.so_set_threads(ctypes.c_int(threads))
         out = aligned_empty((threads, self.rows, self.vectors, self.lanes), np.float32)
-        out.fill(np.nan)
+        out.fill(0.0 if self.write_back else np.nan)
         ran = self.lib.so_tile_peak(iterations, self.a.ctypes.data, self.b.ctypes.data, out.ctypes.data)
         return out[:ran], ran
 
@@ -425,19 +436,39 @@ def tile_sweep(target: Target, compiler: CompilerConfig | None = None, *, rounds
     register-tiled kernel fed from L1 reaches here. Not cached."""
     compiler = compiler or CompilerConfig()
     fma = FmaKernel(target, compiler)
-    out = []
-    for shape in tile_shapes(target):
-        tile = TileKernel(target, compiler, shape=shape)
-        t_iters = tile.calibrate(seconds)
-        f_iters = max(1, int(t_iters * tile.flops_per_iteration / (fma.accumulators * fma.lanes * 2)))
-        ratios = []
-        for _ in range(max(rounds, 1)):
-            t0 = time.perf_counter()
-            _, ran = fma.run(f_iters, target.threads)
-            f = ran * f_iters * fma.accumulators * fma.lanes * 2 / (time.perf_counter() - t0) / 1e9
-            ratios.append(tile.gflops(target.threads, t_iters) / f)
-        out.append((*shape, float(np.median(ratios))))
-    return out
+    return [(*shape, _median_ratio(TileKernel(target, compiler, shape=shape), fma, target.threads, rounds, seconds))
+            for shape in tile_shapes(target)]
+
+
+WRITE_BACK_STEPS = (64, 256, 1024)  # attention's head dimension; a blocked reduction; sgemm's whole reduction
+
+
+def tile_write_back_sweep(target: Target, compiler: CompilerConfig | None = None, *,
+                          steps: tuple[int, ...] = WRITE_BACK_STEPS, rounds: int = 5,
+                          seconds: float = 0.03) -> list[tuple[int, float, float]]:
+    """(steps, tile alone, tile written back): for each reduction length, the default tile's median ratio to the
+    FMA chains without and with a write-back every ``steps`` steps (zeroed accumulators, then a load, add and
+    store a vector), each timed in alternation with the chains on all the target's threads. The second is the
+    most a contraction whose tiles reduce over ``steps`` can reach here: attention's 64-long reductions pay the
+    write-back every 64 steps; at 1024 steps the vector operand (256 KiB on AVX-512) streams from L2, as
+    sgemm's packed panel does. Not cached."""
+    compiler = compiler or CompilerConfig()
+    fma = FmaKernel(target, compiler)
+    return [(n, *(_median_ratio(TileKernel(target, compiler, steps=n, write_back=wb), fma, target.threads, rounds,
+                                seconds) for wb in (False, True))) for n in steps]
+
+
+def _median_ratio(tile: TileKernel, fma: FmaKernel, threads: int, rounds: int, seconds: float) -> float:
+    """Median over ``rounds`` alternating rounds of ``tile``'s GFLOP/s over the FMA chains', on ``threads``."""
+    t_iters = tile.calibrate(seconds)
+    f_iters = max(1, int(t_iters * tile.flops_per_iteration / (fma.accumulators * fma.lanes * 2)))
+    ratios = []
+    for _ in range(max(rounds, 1)):
+        t0 = time.perf_counter()
+        _, ran = fma.run(f_iters, threads)
+        f = ran * f_iters * fma.accumulators * fma.lanes * 2 / (time.perf_counter() - t0) / 1e9
+        ratios.append(tile.gflops(threads, t_iters) / f)
+    return float(np.median(ratios))
 
 
 # -- memory bandwidth -----------------------------------------------------------------------------------
