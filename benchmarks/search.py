@@ -422,6 +422,10 @@ def _header(report: dict) -> list[str]:
         + (f"; register tile ({m['tile']['rows']} x {m['tile']['vectors']} vectors fed from L1) "
            f"{m['tile']['fma_fraction']:.2f} of the FMA chains in alternation, {m['tile']['ceiling_gflops']:.0f} GFLOP/s"
            if "tile" in m else "")
+        + ("; the same tile written back every N reduction steps, as a contraction's tiles are (at 1024 its vector "
+           "operand streams from L2, as sgemm's packed panel does): "
+           + ", ".join(f"N={x['steps']} {x['written_back_fma_fraction']:.2f}" for x in m["tile_write_back"])
+           + " of the chains" if m.get("tile_write_back") else "")
         + "; memory bandwidth (triad, "
         f"{bw['array_bytes'] >> 20} MiB arrays) {bw['triad_gbs']:.1f} GB/s.",
     ]
@@ -552,11 +556,14 @@ def write_report(out_dir: Path, report: dict) -> None:
 
 def machine_facts(target: Target, refresh: bool) -> dict:
     from benchmarks.run import cpu_model
-    from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops
+    from superopt.measure.peak import fma_peak_gflops, measure_bandwidth, tile_peak_gflops, tile_write_back_sweep
 
     peak = fma_peak_gflops(target, refresh=refresh)
     tile = tile_peak_gflops(target, refresh=refresh)
     bw = measure_bandwidth(target, refresh=refresh)
+    # what a contraction's tiles reach: the tile written back after 64 (attention's) and 1024 (sgemm's) steps
+    write_back = [{"steps": n, "alone_fma_fraction": a, "written_back_fma_fraction": w}
+                  for n, a, w in tile_write_back_sweep(target, steps=(64, 1024))]
     # the tile's ceiling on the roofline's scale: its alternating ratio to the FMA chains times that ceiling
     tile_ceiling = tile.fma_fraction * peak.ceiling_gflops
     log(f"FMA ceiling {peak.gflops:.1f} GFLOP/s ({peak.gflops_1t:.1f} one thread), roofline ceiling "
@@ -565,7 +572,7 @@ def machine_facts(target: Target, refresh: bool) -> dict:
     return {"cpu": cpu_model(), "threads": target.threads, "target": target.to_dict(), "target_key": target.key(),
             "fma": {**peak.to_dict(), "ceiling_gflops": peak.ceiling_gflops, "from_cache": peak.from_cache},
             "tile": {**tile.to_dict(), "ceiling_gflops": tile_ceiling, "from_cache": tile.from_cache},
-            "bandwidth": {**bw.to_dict(), "from_cache": bw.from_cache}, "load_start": _load()}
+            "tile_write_back": write_back, "bandwidth": {**bw.to_dict(), "from_cache": bw.from_cache}, "load_start": _load()}
 
 
 def _load() -> str:

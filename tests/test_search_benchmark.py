@@ -106,7 +106,9 @@ def _synthetic_report() -> dict:
     machine = {"cpu": "Test CPU", "threads": 2, "load_start": "0.50", "load_end": "0.70",
                "fma": {"gflops": 190.0, "gflops_1t": 100.0, "ceiling_gflops": 200.0, "threads": 2,
                        "vector_bits": 256, "accumulators": 12},
-               "bandwidth": {"triad_gbs": 16.0, "array_bytes": 128 << 20}}
+               "bandwidth": {"triad_gbs": 16.0, "array_bytes": 128 << 20},
+               "tile_write_back": [{"steps": 64, "alone_fma_fraction": 0.97, "written_back_fma_fraction": 0.92},
+                                   {"steps": 1024, "alone_fma_fraction": 0.86, "written_back_fma_fraction": 0.84}]}
     settings = {"quick": False, "trials": 200, "early": 64, "seed": 0, "rounds": 15, "min_sample_s": 0.1}
     return {"date": "2026-01-01 00:00 UTC", "settings": settings, "machine": machine,
             "workloads": [row, {"workload": "attention", "error": "RuntimeError: boom"}]}
@@ -125,6 +127,7 @@ def test_report_writer(tmp_path):
     assert "| softmax | 1 | 2.000 | 1.900 | 0.900 | - | 200 / 200 | TIMEOUT 2; TIMEOUT 2 | trial budget spent | 1.0e-07 |" in md
     assert "| attention | error: RuntimeError: boom |" in md
     assert "FMA 190 GFLOP/s" in md and "16.0 GB/s" in md
+    assert "written back every N reduction steps" in md and "N=64 0.92, N=1024 0.84 of the chains" in md
 
 
 def test_a_memory_bound_workload_is_timed_beside_its_footprint_copy():
