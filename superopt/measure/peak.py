@@ -484,6 +484,15 @@ def _bandwidth_lib(target: Target, compiler: CompilerConfig) -> ctypes.CDLL:
     return lib
 
 
+def _first_touched(lib: ctypes.CDLL, n: int, count: int) -> list[np.ndarray]:
+    """``count`` aligned float32 buffers of ``n`` elements, first touched (filled) by the threads that will
+    stream them (``lib``'s thread count), so their pages sit where those threads run."""
+    bufs = [aligned_empty((n,), np.float32) for _ in range(count)]
+    for i, x in enumerate(bufs):
+        lib.so_fill(n, float(i), x.ctypes.data)
+    return bufs
+
+
 def default_array_bytes(target: Target) -> int:
     """Each of the three arrays: 4x the last-level cache, at least 64 MiB."""
     return max(4 * target.l3_bytes, 64 << 20)
@@ -498,10 +507,8 @@ class CopyKernel:
         self.lib = _bandwidth_lib(target, compiler or CompilerConfig())
         self.threads = target.threads
         self.n = max(array_bytes // 4, 16)
-        self.a, self.b = (aligned_empty((self.n,), np.float32) for _ in range(2))
         self.lib.so_set_threads(ctypes.c_int(self.threads))
-        for i, x in enumerate((self.a, self.b)):  # first touch by the threads that stream it
-            self.lib.so_fill(self.n, float(i), x.ctypes.data)
+        self.a, self.b = _first_touched(self.lib, self.n, 2)
 
     @property
     def bytes_moved(self) -> int:
@@ -524,9 +531,7 @@ def measure_bandwidth(target: Target, compiler: CompilerConfig | None = None, *,
     n = nbytes // 4
     lib = _bandwidth_lib(target, compiler)
     lib.so_set_threads(ctypes.c_int(target.threads))
-    a, b, c = (aligned_empty((n,), np.float32) for _ in range(3))
-    for i, x in enumerate((a, b, c)):  # first touch by the threads that stream it
-        lib.so_fill(n, float(i), x.ctypes.data)
+    a, b, c = _first_touched(lib, n, 3)
     triad = copy = 0.0
     for _ in range(max(repeats, 1)):
         t0 = time.perf_counter()
