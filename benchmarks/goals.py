@@ -1,4 +1,4 @@
-"""The performance goals of issues 3 and 4, evaluated on one benchmark report (same run, same machine)."""
+"""The performance goals of the benchmark suite, evaluated on one benchmark report (same run, same machine)."""
 
 from __future__ import annotations
 
@@ -27,20 +27,20 @@ def evaluate_goals(report: dict) -> list[dict]:
                      "met": value is not None and value >= target})
 
     for w in MODELS + BLOCKS:
-        ratio("issue 4: >= 1.0x onnxruntime on each model and block", w, "onnxruntime", 1.0)
+        ratio(">= 1.0x onnxruntime on each model and block", w, "onnxruntime", 1.0)
     for w in FUSED_BLOCKS:
-        ratio("issue 4: >= torch.compile on each fused block", w, "torch.compile", 1.0)
-    ratio("issue 4: capsule votes >= the expert PyTorch formulation", "capsule_votes", "eager", 1.0)
+        ratio(">= torch.compile on each fused block", w, "torch.compile", 1.0)
+    ratio("capsule votes >= the expert PyTorch formulation", "capsule_votes", "eager", 1.0)
     for w in ("layernorm", "softmax"):
-        ratio("issue 3: default heuristic >= torch eager", w, "eager", 1.0)
-    ratio("issue 3: sgemm >= 50% of torch.matmul", "sgemm", "eager", 0.5)
+        ratio("default heuristic >= torch eager", w, "eager", 1.0)
+    ratio("sgemm >= 50% of torch.matmul", "sgemm", "eager", 0.5)
     cap = next((w for w in report["workloads"] if w["workload"] == "capsule_votes"), None)
     if cap is None or "superopt" not in cap["systems"]:
         return rows
     ours = cap["systems"]["superopt"].get("gflops")
     machine = report["machine"]["sgemm"]["median_gflops"]
     value = ours / machine if ours and machine else None
-    rows.append({"goal": "issue 3: capsule votes >= 50% of the machine's sgemm GFLOP/s", "workload": "capsule_votes",
+    rows.append({"goal": "capsule votes >= 50% of the machine's sgemm GFLOP/s", "workload": "capsule_votes",
                  "baseline": "torch.matmul 2048^3", "ratio": value, "target": 0.5,
                  "met": value is not None and value >= 0.5})
     return rows

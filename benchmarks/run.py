@@ -1,4 +1,4 @@
-"""Run the issue-4 benchmark suite.
+"""Run the benchmark suite (benchmarks/workloads.py against PyTorch eager, torch.compile and onnxruntime).
 
     python benchmarks/run.py [--quick] [--only name,...] [--systems name,...] [--out benchmarks/results]
 
@@ -158,7 +158,7 @@ def fmt(v, spec: str, none: str = "-") -> str:
 def write_markdown(path: str, report: dict) -> None:
     m = report["machine"]
     lines = [
-        "# superopt benchmark results (issue 4)",
+        "# superopt benchmark results",
         "",
         f"- date: {report['date']}",
         f"- mode: {'quick' if report['quick'] else 'full'}; timing: {report['timing']}",
