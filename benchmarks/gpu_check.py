@@ -1,4 +1,4 @@
-"""The GPU check of issue 13: tests, a small search on the GPU, torch next to it, a GPU dataset, one JSON file.
+"""The GPU check: tests, a small search on the GPU, torch next to it, a GPU dataset, one JSON file.
 
     python benchmarks/gpu_check.py [OUT.json] [--budget 8] [--deadline 420] [--binding NAME] [--no-tests] [--quick]
                                    [--in-process] [--collect-seconds 50] [--collect-workloads 24] [--collect-per-workload 6]

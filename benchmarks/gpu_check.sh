@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 13 (see benchmarks/gpu_check.py): GPU tests, capsule votes / sgemm 4096^3 /
+# The GPU check (see benchmarks/gpu_check.py): GPU tests, capsule votes / sgemm 4096^3 /
 # softmax [8192,4096] searched on the GPU and timed next to torch, a small GPU dataset (the variants, and
 # `superopt dataset collect --target cuda` for --collect-seconds, default 50 s, into OUT.collect/), one JSON file.
 # Runs on a GPU machine with no network in under 8 minutes, installing nothing.

@@ -2,7 +2,7 @@
 
     python benchmarks/layout.py [--only resnet50,squeezenet,inception_v1,conv_bn_relu] [--threads 2] [--rounds 9]
 
-For every workload (the issue-4 workloads of ``benchmarks/workloads.py``, exported to ONNX) it builds
+For every workload (the suite's workloads of ``benchmarks/workloads.py``, exported to ONNX) it builds
 the graph once, rewrites it as the pipeline does, then compiles two programs: the rewritten graph as it
 is (NCHW) and the graph after ``search.layout.choose_layouts`` (layout ``--layout``, "auto" by default).
 Both are checked against the float64 reference interpreter, then timed in alternation with
@@ -91,7 +91,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
 def write(rows: list[dict], out: Path, meta: dict, stem: str = "layout") -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = ["# Global layout choice (issue 10): superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
+    lines = ["# Global layout choice: superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
              f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}; "
              f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs); "
              f"schedules: cost model {meta.get('cost_model', 'pretrained')}",

@@ -272,9 +272,8 @@ def fma_probe(target: Target, call_s: float = 0.002) -> tuple[Callable[[], objec
     ``call_s`` a call), and a function giving the flops of a call on ``target.threads`` threads: the ceiling
     measured in the same minutes as the kernels (a shared host's ceiling moves by 10-15% with its
     neighbours' load, a cached one may be from a quieter or a busier hour). Each thread runs the same chains
-    however many run, so a call's time is the ceiling's time even where OpenMP gave it fewer threads; the
-    flops had counted the threads of the calibration call, and one that got one thread of two halved two
-    rows' ceilings (fifteenth session)."""
+    however many run, so a call's time is the ceiling's time even where OpenMP gave it fewer threads; counting
+    the calibration call's threads instead would halve a row's ceiling whenever that call got one thread of two."""
     from superopt.measure.peak import FmaKernel
 
     k = FmaKernel(target)
@@ -329,9 +328,9 @@ def footprint_bandwidth(w: SearchWorkload, target: Target) -> float | None:
 
 def footprint_copy(w: SearchWorkload, target: Target) -> CopyKernel | None:
     """The footprint's copy as one more system of the workload's alternating rounds (memory-bound workloads):
-    its median is the bound a kernel's median is held to. Until the eighteenth session the bound was the
-    copy's best of 50 calls measured apart, 7-10% above its median on this shared host (softmax: 0.576 against
-    0.62-0.63 ms), against the kernels' medians."""
+    its median is the bound a kernel's median is held to: a best of 50 calls measured apart runs faster than a
+    median on a shared host, so it would hold the kernels' medians to a bound no median reaches (it is still
+    reported, in brackets)."""
     if not w.memory_bound:
         return None
     from superopt.measure.peak import CopyKernel
@@ -350,8 +349,8 @@ def run_workload(spec: WorkloadSpec, target: Target, settings: dict, machine: di
     times, errors, status, same_as, ceiling, copy_gbs = time_workload(w, graph, variants, target, settings["timing"])
     fastest = max((w.flops / t["median_s"] / 1e9 for t in times.values() if t.get("median_s")), default=0.0)
     if ceiling < fastest:
-        # no kernel outruns the FMA chains: the probe's calls were slowed in this row's rounds (sixteenth
-        # session: the sgemm row read 226 GFLOP/s with sgemm at 424, every call on two threads); the row
+        # no kernel outruns the FMA chains: the probe's calls were slowed in this row's rounds (a neighbour's
+        # threads can take a core from the probe alone, even with every call on two threads); the row
         # falls back to the ceiling measured at the start of the run
         log(f"  (FMA probe read {ceiling:.0f} GFLOP/s, below the fastest system's {fastest:.0f}: the start-of-run "
             f"ceiling {machine['fma']['ceiling_gflops']:.0f} is used for this row)")
@@ -471,7 +470,7 @@ def _roofline_table(report: dict) -> list[str]:
              "buffers of the workload's own size, as a fraction of the measured time (repeated calls keep a working "
              "set that fits the caches there: above 100% of the DRAM bound means it did). That copy is timed as one "
              "more system of the workload's rounds (its median); in brackets, against its best of 50 calls timed "
-             "apart (the bound until the eighteenth session).", "",
+             "apart.", "",
              "The FMA ceiling of each row is the FMA-chain kernel timed as one more system in that workload's "
              "alternating rounds (its median, like every time here), so a kernel and its ceiling share the host's "
              "load; the register-tile ceiling is that times the tile's ratio to the chains.", "",

@@ -1,4 +1,4 @@
-"""Benchmark workloads of issue 4 (float32).
+"""Workloads of the benchmark suite, ``benchmarks/run.py`` (float32).
 
 Each workload builds a :class:`WorkloadInstance` with
   * ``module``: the PyTorch eager module (for capsule_votes: the fastest torch formulation found),

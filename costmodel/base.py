@@ -1,7 +1,7 @@
 """The cost model interface the searches use: ``update`` with measurements, ``predict`` scores.
 
 A higher score means a faster candidate expected. Search code only ever calls these two methods, so
-the random model below, the XGBoost model (next issue) or any other plugs in without touching it.
+the random model below, the XGBoost model (``costmodel/xgb.py``) or any other plugs in without touching it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The global layout choice (issue 10): NCHWc blocking as index notation, conversions that cancel, the
+"""The global layout choice: NCHWc blocking as index notation, conversions that cancel, the
 whole-graph pass, and the blocked conv compiled by the default schedule."""
 
 from dataclasses import replace

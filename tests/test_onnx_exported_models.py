@@ -13,7 +13,7 @@ from superopt.api import OptimizeConfig, OptimizedModel, optimize  # noqa: E402
 from superopt.frontends.onnx_fallback import KIND  # noqa: E402
 from superopt.testing.exported_models import EXPORT_OPSET, export_model, max_rel_error, ort_session  # noqa: E402
 
-# ops each model must contain, so the test covers what the issue names
+# ops each model must contain, so the test covers the ops these models are exported for
 MUST_HAVE = {
     "unet": {"ConvTranspose", "Resize", "GroupNormalization", "Concat"},
     "gpt_block": {"Where", "Concat", "Softmax", "MatMul", "ReduceMean"},  # causal mask, KV-cache, RMSNorm

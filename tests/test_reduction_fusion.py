@@ -164,7 +164,7 @@ def test_memory_plan_reports_kernel_workspace_per_node_and_tensor(kernel_cache):
 
 
 def test_full_size_moments_never_store_t(kernel_cache):
-    """The issue's size: T would be 256*256*800 floats (210 MB); the memory plan holds no buffer of it
+    """The benchmark's size: T would be 256*256*800 floats (210 MB); the memory plan holds no buffer of it
     and nothing near its size. Rows of the result are checked against numpy in float64."""
     i, j, k, r = 256, 256, 800, 32
     graph, names = _graph(MOMENTS, {"A": (i, k, r), "B": (r, j)}, ["S", "Q"])

@@ -1,5 +1,5 @@
 """A search in which planted candidates segfault, hang, compute wrong answers and exceed the workers' memory cap
-still returns a verified program (issue 12): each failure is recorded by kind, the batch carries on, and the
+still returns a verified program: each failure is recorded by kind, the batch carries on, and the
 best schedule found is one that measured correct."""
 
 from __future__ import annotations

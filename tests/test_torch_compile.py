@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_torch_modules import TopkCumsum  # the module, defined once with the table
+from test_torch_modules import TopkCumsum  # Linear, ReLU, topk and cumsum, defined once with the table
 from torch import nn
 
 import superopt

@@ -244,7 +244,7 @@ class IndexArithmetic(nn.Module):
 
 
 class TopkCumsum(nn.Module):
-    """The issue's module: Linear, ReLU, topk and cumsum."""
+    """Linear, ReLU, topk and cumsum: a contraction followed by sorting and scan ops."""
 
     def __init__(self) -> None:
         super().__init__()

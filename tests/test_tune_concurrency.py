@@ -1,4 +1,4 @@
-"""Durable shared state (issue 12): two `superopt tune` runs sharing one compile cache and one tuning database
+"""Durable shared state: two `superopt tune` runs sharing one compile cache and one tuning database
 both complete and every record is readable; a run killed with SIGKILL mid-way leaves a database and cache the
 next run uses."""
 
