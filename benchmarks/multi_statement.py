@@ -89,7 +89,7 @@ def main() -> None:
         "buffers_holding_T": [repr(x) for x in stored_t], "executor_bytes_held": ex.memory.total_bytes,
         "compile_s": compile_s, "results": rows,
         "speedup_vs_eager": by["eager"] / by["superopt"], "speedup_vs_torch_compile": by["torch.compile"] / by["superopt"],
-        "note": "measured on a busy shared 2-core machine (other engineers' jobs running): medians of alternated samples",
+        "note": "medians of alternated samples",
     }
     lines = [f"# Multi-statement op: {report['workload']}", "",
              f"i={i} j={j} k={k} r={r}: T would be {t_bytes / 1e6:.0f} MB. superopt folds {folded} into the "

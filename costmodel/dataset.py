@@ -186,8 +186,8 @@ def _seconds(error_code: str, median_s: object) -> float:
 
 # A CPU measurement whose median repeat is this much slower than its fastest was pre-empted in most repeats
 # (another process, or the hypervisor, took a core from one of its threads, and every parallel region then
-# waits for that thread): its median says more about the machine's load than about the schedule. On the
-# shared Xeon, a kernel of 0.15 ms was recorded at 8 ms (repeats 8.0, 8.0, 7.0, 8.0, 2.1 ms). Each CPU
+# waits for that thread): its median says more about the machine's load than about the schedule (a kernel
+# of a fraction of a millisecond can read as several milliseconds in most of its repeats). Each CPU
 # repeat averages at least 20 ms of calls, so its own jitter is far below this. (GPU records are left
 # alone: their repeats are a few timed launches, and no OpenMP thread waits on a pre-empted one.)
 PREEMPTED_RATIO = 1.5

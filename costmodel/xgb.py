@@ -130,9 +130,9 @@ class XGBModel:
 
     def knows(self, target: Target) -> bool:
         """Whether the training data holds a machine of ``target``'s class (kind, vector width, register
-        file): a ranking learned on one vector ISA does not transfer to another (the AVX2-trained shipped
-        model's zero-measurement picks ran ResNet-50 1.75x slower than the default heuristic on an
-        AVX-512 core). A model with no recorded targets (learning online) knows every target."""
+        file): a ranking learned on one vector ISA does not transfer to another (a model trained on AVX2
+        alone picked tiles sized for 16 registers on a 32-register core, slower than the default heuristic).
+        A model with no recorded targets (learning online) knows every target."""
         if not self.targets:
             return True
         return any(t.get("kind", "cpu") == target.kind and t.get("vector_bits") == target.vector_bits

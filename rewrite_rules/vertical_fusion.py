@@ -165,7 +165,7 @@ def untie_keys(node: Node) -> Node:
     local is also read elsewhere (Q, K and V as column slices of one fused projection:
     ``X[b,i,64*h+e] * X[b,j,64*h+e+256]``). The key operand is packed for the score tile's vector run
     over keys; a pack re-lays out a whole local, so a shared one stays unpacked (a strided gather per
-    key: 3.5x slower attention on the torch.compile encoder). The new local is bound to the same tensor."""
+    key in the score tile's inner loop). The new local is bound to the same tensor."""
     c = node.op
     contractions = [x for x in c.statements if _is_contraction(x)]
     st = contractions[0] if len(contractions) >= 2 else None  # scores ... weighted sum

@@ -18,14 +18,11 @@ W[cob,cib,kh,kw,l,o]; epilogue(P)`` becomes three kernels, joined by reshape ali
   (``superopt.schedule.tile_transform``).
 
 Where it pays: the matmuls read each transformed weight once per tile, so small images (few tiles) turn
-the conv into a stream of the transformed weights. Measured on a Xeon (AVX-512, 2 threads), the three
-kernels against the direct blocked conv: F(4x4) at 64 channels 56x56 1.8x faster, at 128 channels 28x28
-1.37x, but at 256 channels 14x14 (16 tiles, 9.4 MiB of transformed weights) 0.7x; F(2x2) there (49 tiles,
-4 MiB) about 1.3x (0.46 against 0.59-0.69 ms in the graph). Hence the schemes' order (F(4x4) first), the bound
-on tiles (``MIN_TILES``). Where the tile does not divide the image, whole tiles are computed (at most
-``MAX_PADDED`` times the pixels: 27 x 27 as 28 x 28 with F(4x4), 13 x 13 as 14 x 14 with F(2x2)) and a copy
-cuts the image out. Default schedules, alternating, with the rule against without: ResNet-50 1.15x,
-inception_v1 1.18x, squeezenet 1.08x.
+the conv into a stream of the transformed weights: at 256 channels and 14x14 F(4x4) has 16 tiles for
+9.4 MiB of transformed weights and loses to the direct conv, where F(2x2) (49 tiles, 4 MiB) still gains.
+Hence the schemes' order (F(4x4) first) and the bound on tiles (``MIN_TILES``). Where the tile does not
+divide the image, whole tiles are computed (at most ``MAX_PADDED`` times the pixels: 27 x 27 as 28 x 28 with
+F(4x4), 13 x 13 as 14 x 14 with F(2x2)) and a copy cuts the image out.
 """
 
 from __future__ import annotations
@@ -190,8 +187,8 @@ def input_transform(shape: tuple[int, ...], dtype: str = "float32", pad: Stateme
                     source: TensorType | None = None, scheme: Scheme = F4) -> Compute:
     """``X`` -> ``V`` [6,6,CB,N,H/4,W/4,L]: ``B^T d B`` per 6x6 patch ``d`` of the conv's padded input
     [N,CB,H+2,W+2,L] (``shape`` is [N,CB,H,W,L]), read in place through the pad stage's index (``pad``:
-    ``Xp[..] = X[f(..)]``, zero outside X, of type ``source``; None: X blocked, padded by one), where a padded
-    copy first ran the transform 1.4x slower."""
+    ``Xp[..] = X[f(..)]``, zero outside X, of type ``source``; None: X blocked, padded by one), which saves
+    writing and reading back a padded copy of the image."""
     n, cb, h, w, lanes = shape
     tile, patch = scheme.tile, scheme.patch
     if pad is None:

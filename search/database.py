@@ -115,8 +115,7 @@ def _target_key(target: Target | str) -> str:
 
 # the least gain (1 - median paired ratio) for which a schedule confirmed next to the default replaces it:
 # ratios are medians of a few alternating rounds on a shared machine, within 1-3% of 1 for a schedule no
-# faster (seventh search benchmark of the Xeon: picks confirmed 1.005x and 1.016x faster re-timed 0.98x and
-# 0.97x of their defaults, ones confirmed 1.03x and 1.3x held)
+# faster, so a smaller confirmed gain is as likely noise as a real one
 MIN_GAIN = 0.02
 
 

@@ -2,8 +2,8 @@
 
 Timed alone, a kernel runs again and again on the same operands, so its constants stay in the core's caches;
 inside a model each kernel finds its weights wherever the 50 kernels before it left them, and its inputs
-just written by its producer. On resnet50 (Intel Xeon, 2 cores) the tuner's picks ran 1.05x their
-defaults alone and 1.02x inside the model, some faster alone and slower in the graph.
+just written by its producer. A pick can be faster alone and slower in the graph, and the gains of the
+rest shrink there.
 
 So after the kernel search, the graph is built twice, once with the database's best schedule for every
 kernel (the picks) and once with the default heuristic's, and both run on the per-node path in alternation,

@@ -102,10 +102,10 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
 
 def blocked_kernels(graph: Graph) -> list[str]:
     """Compute nodes that read or write a blocked (NCHWc) tensor. The learned schedule model, trained on
-    NCHW kernels, mispredicts them (it picked 4-row tiles for a blocked 3x3 conv, 1.6x slower than the
-    default's 7): the pipeline schedules them with the default heuristic. So are a Winograd conv's kernels
-    (``rewrite_rules.winograd``: rank 5 and 7 tensors of channel blocks), new to the model: it picked an
-    inlined output transform without unrolling, 8x slower than the default's."""
+    NCHW kernels, mispredicts them (it picked 4-row tiles for a blocked 3x3 conv, too few FMA chains, where
+    the default takes 7): the pipeline schedules them with the default heuristic. So are a Winograd conv's
+    kernels (``rewrite_rules.winograd``: rank 5 and 7 tensors of channel blocks), new to the model: it picked
+    an inlined output transform without unrolling, which recomputes the transform for every output."""
     def blocked(name: str) -> bool:
         t = graph.type_of[name]
         return t.rank >= 5 and t.shape[-1] in BLOCKS
@@ -129,13 +129,11 @@ def layout_cost(target: Target, bandwidth: float = 20e9, peak: float | None = No
     A conv on blocked tensors whose register tile is two vectors wide reaches the ceiling (its vector loop
     over output-channel lanes loads and stores contiguously, each broadcast feeds two FMAs); with one vector
     half of it (a broadcast per FMA): :func:`superopt.schedule.blocked_conv.conv_efficiency`; on NCHW
-    ``nchw_conv_efficiency`` of it (the output tile is stored transposed, with a stride of H*W; measured on
-    this 2-core Zen 3, one thread, default schedules: a 64->64 3x3 conv at 56x56 with its epilogue, 5.68 ms
-    NCHW vs 4.29 ms NCHW16c; whole resnet50 1.18x; in the pipeline, where the learned model tunes the NCHW
-    kernels, 1.05-1.11x: hence 0.85). A pooling window on NCHW vectorizes along a strided row:
-    ``nchw_window_slowdown`` times its memory time (measured 3.28 ms vs 0.41 ms for resnet50's 3x3/2 max pool).
-    A conversion costs its bytes at ``bandwidth`` (64 channels at 56 x 56, in and out 1.6 MB: 75 us measured on
-    two threads; counted twice while conversions ran on one thread). A conversion that a conv's pad stage
+    ``nchw_conv_efficiency`` of it (the output tile is stored transposed, with a stride of H*W, so its stores
+    scatter; benchmarks/layout.py measures the two layouts side by side). A pooling window on NCHW vectorizes
+    along a strided row: ``nchw_window_slowdown`` times its memory time (each vector load gathers across rows).
+    A conversion costs its bytes at ``bandwidth`` (64 channels at 56 x 56 move 1.6 MB in and out). A
+    conversion that a conv's pad stage
     absorbs (``absorb_conversion``) is no longer a node and costs nothing. ``peak`` defaults to the
     target's FMA pipes x lanes x 2 flops x 3 GHz per thread."""
     lanes = target.lanes("float32")

@@ -92,9 +92,8 @@ def _breed(space: ScheduleSpace, rng: random.Random, parents: list[Point], add: 
 
 
 # sketches newer than the shipped model's training data (costmodel/pretrained: datasets/zen3-2t-v1): for a
-# kernel whose default is one of them, the zero-measurement pick keeps the default (on the fused attention
-# block [1,12,256,64] the model's pick ran 9.1 ms against the default's 7.4 ms); the measured search still
-# explores them
+# kernel whose default is one of them, the zero-measurement pick keeps the default (the model has never seen
+# their loop nests, so its ranking of them is a guess); the measured search still explores them
 UNTRAINED_SKETCHES = frozenset({FOLD_REDUCTIONS, ROWS_INTO_CONTRACTION})
 
 
@@ -110,10 +109,9 @@ class ModelPick:
 
 
 # the model's predicted gain (in its score units: normalized speed, best time / time) a pick needs over the
-# default. On the Xeon (one run, alternating), picks the model scored +0.004 (sgemm 1024^3), +0.067 (a 1x1
-# conv; softmax, turning off the exp's vectorization) ran 1.27-2.1x slower than the default; with 0.1 the
-# resnet50, softmax and inception_v1 programs ran 1.05x, 1.01x and 1.07x the default, against 0.93x,
-# 0.48x and 1.06x with no margin
+# default: the model's error is larger than its smallest predicted gains, and picks it scored only a few
+# hundredths above the default (a 1x1 conv; softmax with the exp's vectorization turned off) ran slower than
+# the default. The ablation (benchmarks/search.py --ablation) measures the picks against the default
 PICK_MARGIN = 0.1
 
 
@@ -150,14 +148,14 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
     ``keep_partition``: only candidates that split the work among threads as the default does
     (:func:`thread_partition`). The model learned from kernels timed alone, whose inputs sit in the
     caches of the threads that read them; in a graph, a kernel reads what the one before it wrote,
-    and the default heuristic splits consecutive kernels alike. On the Xeon, a resnet50 whose tuned
-    convs split output channels where their neighbours split rows ran 0.95x the default, and a conv
-    with an unchanged schedule ran 1.33x slower after a producer with another split.
+    and the default heuristic splits consecutive kernels alike. A kernel that splits output channels
+    where its neighbours split rows reads its inputs from other cores' caches, and slows the kernel after
+    it too, whatever it gains alone.
 
     A candidate whose register tile holds fewer independent FMA chains than the default's, and fewer
     than the core needs (:attr:`Target.fma_chains`), is not picked: each of its FMAs waits for the one
-    before it, which the model has not learned. The depthwise conv's pick, one output row of 56 columns
-    (4 accumulators), ran 1.15x slower than the default's 8 x 32 tile."""
+    before it, which the model has not learned (a depthwise conv's row of 56 columns in 4 accumulators
+    against the default's 8 x 32 tile)."""
     space = ScheduleSpace(compute, target, constant_inputs)
     default = space.default_point()
     default_trace = space.trace(default)

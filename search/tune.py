@@ -60,10 +60,9 @@ class TuneConfig:
     # (search/graph_confirm.py), and the database keeps it only where it is faster there
     in_graph_rounds: int = 21  # 0: no in-graph confirmation
     # a graph's kernels are timed with their constants out of cache (MeasureInput.cold_bytes): copies spanning
-    # this many bytes, used in turn. Inside resnet50 (Xeon, 2 threads) a 1x1 conv with 4 MiB of weights ran
-    # 0.323 ms where alone it ran 0.283 hot, 0.300 over 64 MiB of copies and 0.341 over 256 MiB; its fully
-    # connected layer 0.24-0.33 against 0.17 hot, 0.19 and 0.29: the weights come from L3 or memory there,
-    # and a schedule that hides that (schedule.Prefetch) gains only where the search sees it. 0: hot
+    # this many bytes, used in turn. Inside a model a kernel's weights come from L3 or memory, not from the
+    # caches a kernel timed alone keeps them in, so a large layer runs slower in the graph than hot; a schedule
+    # that hides that (schedule.Prefetch) gains only where the search sees it. 0: hot
     cold_bytes: int = 128 << 20
 
 
@@ -204,7 +203,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     or a Ray runner from ``superopt.measure.runner``); the caller closes a runner it passes. In a graph
     of several kernels every candidate splits the work among threads as the default does
     (``SearchConfig.keep_partition``): kernels are timed alone, where no neighbour's threads wrote
-    their inputs (resnet50 tuned without this rule ran 0.95x its default on the Xeon)."""
+    their inputs (a kernel that splits the work differently reads its inputs from other cores' caches)."""
     started = time.perf_counter()
     tasks = graph_tasks(graph)
     todo = []

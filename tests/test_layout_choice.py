@@ -206,7 +206,7 @@ def test_the_blocked_conv_tile_walks_its_pixels_outside_its_vectors_with_32_regi
 
 def test_the_wide_tile_takes_four_blocks_by_six_rows_where_the_blocks_divide_by_four():
     """ONNX runtime's NCHWc tile (4 output-channel blocks x 6 columns: 10 loads per 24 FMAs): taken on any row
-    of at least 6 columns, padded or not (14 and 7 columns too: 1.01-1.05x end to end on ResNet-50)."""
+    of at least 6 columns, padded or not (14 and 7 columns too: the load ratio pays for the padding)."""
     from superopt.schedule.blocked_conv import wide_tile_rows
 
     avx512 = replace(TARGET, vector_bits=512, vector_registers=32)
@@ -260,8 +260,8 @@ def test_every_output_channel_block_tile_compiles_and_matches_the_reference(cob_
 @pytest.mark.parametrize("unroll", [1, 2, 4])
 def test_the_blocked_conv_unrolls_its_channel_lanes_and_every_setting_matches_the_reference(unroll):
     """The reduction over the input block's 16 lanes (one broadcast each) runs in unrolled steps of
-    ``unroll_lanes`` (4 by default): rolled, ResNet-50's blocked convs ran 1.01-1.16x slower (gcc does not
-    unroll at -O3); all 16 were no faster than 4 and took twice the compile time."""
+    ``unroll_lanes`` (4 by default): gcc does not unroll at -O3, and a rolled loop keeps its pointer updates
+    and spills per step; all 16 gain nothing over 4 and multiply the compile time."""
     from superopt.schedule.blocked_conv import UNROLL_LANES
 
     g, conv, consts, p = _blocked_conv(TARGET)
@@ -397,7 +397,7 @@ def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
 def test_constants_are_private_read_only_copies_on_a_cache_line():
     """The layout pass re-lays out conv weights into new constants that kernels read in place with whole
     vector loads: each must start on a 64-byte boundary (numpy gives 16; a misaligned vector load straddles
-    two cache lines, and ResNet-50 ran 1.06x faster aligned), and stay so through a pickle round trip."""
+    two cache lines), and stay so through a pickle round trip."""
     import pickle
 
     from superopt.ir.graph import Constant
@@ -424,8 +424,8 @@ def test_constants_are_private_read_only_copies_on_a_cache_line():
 @pytest.mark.parametrize("y_rows", [1, 2, 3])
 def test_two_d_tiles_where_the_columns_alone_pad_and_every_setting_matches_the_reference(y_rows):
     """The 4 x 6 tile computes 18 columns of a 14-wide image; 2 image rows x 3 columns compute 15 with the
-    same 24 accumulators (ResNet-50's 14 x 14 convs 1.00-1.10x in the graph). Not where the image rows
-    would have a tail (7 x 7: 0.80-0.84x) nor where the columns pad little (56: 60 -> 57 columns)."""
+    same 24 accumulators. Not where the image rows would have a tail (7 x 7: 8 computed rows of 7) nor
+    where the columns pad little (56: 60 -> 57 columns)."""
     from superopt.schedule.blocked_conv import two_d_tile_rows
 
     assert [two_d_tile_rows(h, h, 6) for h in (14, 7, 56, 28, 15)] == [2, 1, 1, 1, 3]
@@ -446,8 +446,8 @@ def test_two_d_tiles_where_the_columns_alone_pad_and_every_setting_matches_the_r
 
 
 def test_a_one_row_tile_that_pads_much_takes_fewer_columns_and_matches_the_reference():
-    """7 columns: 4 x 4 computes 8 where 4 x 6 computes 12 (ResNet-50's 7 x 7 convs 1.045x in the graph,
-    resnet50 1.012x and squeezenet 1.03x end to end); columns that pad little keep the full tile."""
+    """7 columns: 4 x 4 computes 8 where 4 x 6 computes 12 (a third fewer FMAs for the same loads); columns
+    that pad little keep the full tile."""
     from superopt.schedule.blocked_conv import tile_columns
 
     assert [tile_columns(w, 6, 1) for w in (7, 13, 28, 56, 112, 6)] == [4, 5, 6, 6, 6, 6]

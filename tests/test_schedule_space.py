@@ -137,8 +137,8 @@ def test_random_points_of_capsule_votes(seed, kernel_cache):
 def test_few_rows_take_a_second_row_dim_and_every_setting_matches_the_reference(knobs, kernel_cache):
     """Capsule votes' 4 matrix rows (p) are too few for a register tile: with 32 registers the default adds
     2 of the batch (the first outer dim that 2 divides) and takes 3 vectors of columns (2 x 4 x 3 = 24
-    accumulators), the column panels inside the batch loop (330 GFLOP/s against 4 x 8 vectors' 190 on a
-    Xeon); 16 registers keep one row dim. Every setting of the new knobs matches the reference."""
+    accumulators, where 4 x 8 vectors would spill), the column panels inside the batch loop; 16 registers
+    keep one row dim. Every setting of the new knobs matches the reference."""
     from superopt.interp import evaluate_compute
     from superopt.runtime.kernel import build_kernels
 

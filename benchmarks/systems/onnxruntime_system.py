@@ -29,9 +29,8 @@ class OnnxRuntime(System):
 
         data = instance.onnx_bytes()  # export time is not part of the session-creation time
         # the side-by-side onnxruntime session (superopt.cli_artifact): workers spin within a run and stop when it returns.
-        # Left spinning after a run, a worker halves whoever is timed next on 2 cores (superopt and torch
-        # measured 2x slower with a live session); with spinning off altogether onnxruntime ran resnet50 6%
-        # and squeezenet 34% slower than alone on its defaults; this way it runs within 1-2% of that
+        # Left spinning after a run, a worker takes a core from whoever is timed next; with spinning off
+        # altogether onnxruntime itself runs slower than on its defaults, so it spins only within a run
         t0 = time.perf_counter()
         sess = _ort_session(data, THREADS)
         dt = time.perf_counter() - t0

@@ -50,10 +50,9 @@ from superopt.loopnest.walk import allocations
 
 # OpenMP's iteration schedule for every parallel loop. Guided (chunks of what is left over the thread
 # count, shrinking) rather than static: a thread that starts late (a worker waking from its futex on a
-# shared host) or runs slower finds fewer iterations left, where static makes the region wait for it.
-# Measured end to end on a 2-core Xeon against static, alternating in one process: inception_v1
-# 1.10-1.12x (68 kernels, most small), squeezenet 1.06-1.09x, resnet50 0.97-1.01x; dynamic,1 ran
-# conv_bn_relu's 56 rows 1.3x slower than guided.
+# shared host) or runs slower finds fewer iterations left, where static makes the region wait for it;
+# models of many small kernels gain most. dynamic,1 hands out one iteration at a time, which costs a
+# shared counter per row of a short parallel loop.
 OMP_SCHEDULE = "guided"
 PARALLEL_FOR = f"#pragma omp parallel for schedule({OMP_SCHEDULE}) num_threads(SO_THREADS)"
 PARALLEL_FILL = f"#pragma omp parallel for simd schedule({OMP_SCHEDULE}) num_threads(SO_THREADS)"

@@ -28,7 +28,7 @@ def transpose_source(lanes: int) -> str:
 # under-aligned vector type: one vmovups, where a memcpy became vmovdqu8), and ReLU as a bit mask (NaN kept: its
 # lanes compare false): the spelling of register tiles held as vectors (superopt.codegen.c_vector_tile); and
 # register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a gather
-# or a scatter (a packed run-time operand: attention's keys, 0.049 -> 0.016 ms)
+# or a scatter (a packed run-time operand, such as attention's keys, packed on every call)
 VECTOR_TYPES = "".join(
     f"typedef float so_v{n} __attribute__((vector_size({4 * n})));\n"
     f"typedef int so_vi{n} __attribute__((vector_size({4 * n})));\n"
@@ -59,11 +59,10 @@ static inline double so_min(double a, double b) { return a != a ? a : (a < b ? a
    vectorization): the sum's low mantissa bits are then n + 126, so its bits shifted up by 23 are 2^(n-1), the
    exponent field and nothing else (memcpy, as a union pun blocks vectorization); the polynomial approximates
    2 e^r (a fit of least relative error, rounded to float) to make up the 2. 15 vector operations against the
-   cvt-add-shift and 1 + r + r^2 P(r) form's 19: softmax [4096,1024] ran 1.09x faster (Xeon, AVX-512, 2 threads).
+   cvt-add-shift and 1 + r + r^2 P(r) form's 19, which matters where exp bounds a kernel (softmax).
    The range is fixed on the result, not on x: below -87 the result is 0 (exp(-87) = 1.6e-38, at the edge of
    the normal floats), above ln(FLT_MAX) it is +inf, and NaN flows through both tests. A clamp of x instead
-   (x < -87 ? -87 : x) let GCC thread the constant paths: four compares and three blends per vector, and a
-   softmax kernel 1.09x slower. */
+   (x < -87 ? -87 : x) let GCC thread the constant paths: four compares and three blends per vector. */
 static inline float so_expf(float x) {
     float t = x * 1.44269504088896341f + 12583038.0f;
     float n = t - 12583038.0f;

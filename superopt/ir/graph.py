@@ -51,8 +51,7 @@ class Constant:
     The array is a private read-only copy on a 64-byte boundary: kernels read constants in place (a
     blocked conv's re-laid-out weights with whole-vector loads), and a vector load from an address
     that is not a multiple of 64 straddles two cache lines. With numpy's 16-byte alignment three
-    quarters of ResNet-50's weight bytes were misaligned; aligned, the model ran 1.06x faster end to end
-    (Xeon, 2 threads, alternating in one process)."""
+    quarters of ResNet-50's weight bytes would be misaligned, each weight vector costing two loads."""
 
     array: np.ndarray = field(repr=False)
 

@@ -47,12 +47,11 @@ class ExecutorConfig:
     chain: bool = True  # run consecutive compiled nodes with one native call (runtime/chain.py)
     native_externs: bool = True  # C implementations of common externs (runtime/native_externs.py), in chains
     # kernels of less work (runtime.kernel.kernel_work: iteration points, plus a weight per element written)
-    # are compiled without OpenMP parallel regions. A region costs 1-2 us on a quiet 2-core machine, but when
-    # another process holds the other core each one waits up to a scheduler time slice (milliseconds) for its
-    # second thread: measured on benchmarks/exported_models.py's U-Net under a load of 3, a median of 6-60 ms
-    # per call with the regions of its 55k-300k-point convolutions, 121-126 us without (54 us with them on a
-    # quiet machine; onnxruntime 200 us either way, its small ops run on the caller's thread). Below 1M (well
-    # under a millisecond on one core) a kernel runs on one thread; 0 keeps every parallel loop
+    # are compiled without OpenMP parallel regions. A region costs microseconds on a quiet machine, but when
+    # another process holds the other cores each one waits up to a scheduler time slice (milliseconds) for its
+    # threads, which turns a small model's microseconds into milliseconds (onnxruntime runs its small ops on
+    # the caller's thread for the same reason). Below 1M (well under a millisecond on one core) a kernel runs
+    # on one thread; 0 keeps every parallel loop
     serial_below: int = 1_000_000
     # a concatenation whose inputs' producers can write its slices is never run (runtime/concat_slices.py)
     elide_concats: bool = True

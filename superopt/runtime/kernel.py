@@ -124,8 +124,8 @@ def pack_caller_source(source: KernelSource) -> str:
 
 # what one output element costs next to one iteration point: an iteration point is a lane of a vector FMA (about
 # 1/32 of a cycle); an element written, with what it reads, moves 8 bytes or more through the caches (about a
-# cycle). Weighted so, a layout conversion of 64 x 56 x 56 floats (200k points, 75 us on one core of the Xeon,
-# 39 us on two) counts as the work it is, where by points alone it ranked with a 0.2 ms-flop conv
+# cycle). Weighted so, a layout conversion of 64 x 56 x 56 floats (200k points, all of them memory traffic)
+# counts as the work it is, where by points alone it ranked with a conv of a few hundred kiloflops
 WRITE_WEIGHT = 8
 
 

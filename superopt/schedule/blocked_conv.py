@@ -6,18 +6,17 @@ tile's vector columns and a run of ``rows`` output columns ``x`` its rows; the i
 broadcast per row and reduction step, each weight block as contiguous vectors (no packing: ``W_c`` is
 already laid out panel by panel). One block of 16 lanes is one AVX-512 vector: with one vector per row
 each broadcast feeds one FMA and the loads outnumber them; two blocks (two vectors a row) halve the
-loads per FMA. Measured on a Xeon (AVX-512, one core) on ResNet-50's blocked convs: 2 blocks x 7-8 rows
-ran at 110-142 GFLOP/s where 1 block x 7 rows ran at 92-123 (+15-30%, every layer).
+loads per FMA, which is what lets the tile approach the FMA ceiling instead of the load ports' limit
+(benchmarks/peak.py --tiles times every tile shape against the FMA chains).
 
 Rows come from the register file. The tile walks its rows (pixels) outside its vectors, so a row's
 broadcast feeds all the vectors and dies: a tile of ``rows`` x ``vectors`` needs ``(rows + 1) * vectors
 + 2`` registers (4 x 6 and 2 x 12 with 32). With the vectors outside (knob ``rows_outer`` off; AVX2's
-default, as measured there) gcc keeps every row's broadcast in a register, ``rows * (vectors + 1) + 1``,
-and spilled at 4 x 6: that order ran ResNet-50's convs 1.01-1.06x slower. With 16 registers, 7 rows of
-2 vectors (``rows * vectors + 1``) did not spill.
+default, where it did not spill) gcc keeps every row's broadcast in a register, ``rows * (vectors + 1) + 1``,
+and spills at 4 x 6. With 16 registers, 7 rows of 2 vectors (``rows * vectors + 1``) do not spill.
 Fewer rows are no better: a tile needs ``Target.fma_chains`` accumulators (FMA pipes x latency) or each
 FMA waits for the one before it, so the rows that waste fewest padded columns are chosen among those that
-have enough (squeezenet's stem, 111 columns: 2 x 8 ran 1.75x faster than the 2 x 3 that divides 111).
+have enough (squeezenet's stem, 111 columns, takes 2 x 8 with one padded row, not the 2 x 3 that divides 111).
 
 The reduction can run in steps of ``red_block`` input-channel blocks outside the image loops, so that
 one step's weights stay in L1 while a thread sweeps its rows (the partial sums live in the output, the
@@ -51,10 +50,9 @@ from superopt.schedule.primitives import (
 
 LANE_BLOCKS = (8, 16)
 UNROLL_LANES = 4  # input lanes per unrolled reduction step (knob <stage>.unroll_lanes)
-# the share of L1 one reduction step's weights may fill (default_red_block). A tune of resnet50 picked 8-block
-# steps (32 KiB of weights, 2/3 of a 48 KiB L1) on four 1x1 convs, 1.08-1.16x faster alone; as the default
-# (0.7 of L1) the model ran 0.984x end to end (Xeon, 2 threads, alternating): the kernels alone run with
-# their weights cached, in the graph they stream them
+# the share of L1 one reduction step's weights may fill (default_red_block). Larger steps win when a kernel
+# is timed alone, with its weights cached; in the graph the weights stream from L2 or memory and compete
+# with the image for L1, so half of it is the default
 RED_BLOCK_L1_SHARE = 0.5
 WIDE_COB_TILE = 4  # output-channel blocks of the wide tile (see wide_tile_rows; knob <stage>.cob_tile)
 
@@ -69,8 +67,8 @@ def _operands(st: Statement) -> tuple[Access, Access] | None:
 def _row_block(n: int, most: int, least: int = 2) -> int:
     """Rows per tile: the largest of most..least that wastes fewest padded rows (least: the fewest rows
     whose tile has enough independent FMA chains, see :attr:`Target.fma_chains`; 2 when none of the
-    allowed row counts has). Without the floor, 111 output columns took 3 rows (111 = 3 x 37, no waste):
-    squeezenet's stem conv with 2 x 3 accumulators ran 1.75x slower than with 2 x 8 (one padded row)."""
+    allowed row counts has). Without the floor, 111 output columns would take 3 rows (111 = 3 x 37, no waste):
+    2 x 3 accumulators are too few chains to hide the FMA latency, which costs more than one padded row."""
     if n <= most:
         return n
     least = least if least <= most else 2
@@ -90,10 +88,9 @@ def _most_rows(target: Target, tile_vectors: int, rows_outer: bool | None = None
     """The most rows a tile of ``tile_vectors`` accumulators a row holds without spilling. With the rows
     (pixels) outside the tile's vectors (``rows_outer``, the default on 32 registers) a row's broadcast
     dies after its FMAs: the accumulators, the tile's weight vectors, a broadcast and a spare count (4 x 6
-    and 2 x 12 on AVX-512; 2 x 12 against the 2 x 10 the other order allows ran squeezenet 1.08-1.2x and
-    inception_v1 1.01-1.04x end to end, Xeon, 2 threads, alternating). With the vectors outside, gcc keeps
-    every row's broadcast in a register (measured); with 16 registers it interleaves them (AVX2's 7 x 2
-    did not spill there), so only the accumulators and a weight vector count."""
+    and 2 x 12 on AVX-512, against the 2 x 10 the other order allows). With the vectors outside, gcc keeps
+    every row's broadcast in a register (seen in its output); with 16 registers it interleaves them (AVX2's
+    7 x 2 does not spill), so only the accumulators and a weight vector count."""
     regs = target.vector_registers
     if rows_outer is None:
         rows_outer = regs >= 32
@@ -110,13 +107,10 @@ def wide_tile_rows(target: Target, lane_block: int, cob_blocks: int, cols: int) 
     """Rows of the wide tile (``WIDE_COB_TILE`` output-channel blocks, one vector each, the most rows the
     registers hold: 4 x 6 = 24 accumulators on AVX-512, 10 loads per 24 FMAs where 2 x 8 takes 10 per 16),
     or 0 where it does not apply: it needs the block count divisible by 4 and at least as many columns
-    as rows. It is taken even where 6-column tiles pad rows (14 columns compute 18, 7 compute 12): with
-    the weights on a cache line (``superopt.ir.graph.Constant``), 4 x 6 everywhere ran ResNet-50 1.01-1.05x
-    (three runs), inception_v1 1.02x and squeezenet 1.02x end to end against 4 x 6 only where it padded
-    at most an eighth of the columns (Xeon, 2 threads, alternating). Against that old rule in the same
-    runs, 4 x 7 wherever 7 divides the columns ran 0.87x (it spills), 4 x 5 at 14 and 7 columns 0.99x, and
-    4 x 6 with 4 x 4 at 7 columns 0.995x (4 x 6 everywhere: 1.014x and 1.023x in those runs). (With
-    misaligned weights, each weight vector on two cache lines, 4 x 6 had run 0.80-0.86x at 14 and 7 columns.)"""
+    as rows. It is taken even where 6-column tiles pad rows (14 columns compute 18, 7 compute 12): the
+    better ratio of loads to FMAs pays for the padded columns once the weights sit on a cache line
+    (``superopt.ir.graph.Constant``; a weight vector split over two lines costs more than the padding saves).
+    4 x 7 spills, and narrower tiles at 14 and 7 columns give back the load ratio they were meant to save."""
     if target.vector_registers < 32 or lane_block != target.lanes("float32") \
             or cob_blocks % WIDE_COB_TILE:
         return 0
@@ -137,10 +131,9 @@ def two_d_tile_rows(height: int, width: int, rows: int) -> int:
     """Image rows of the register tile by default (knob ``<stage>.y_rows``; each of ``rows // y_rows``
     columns): 2 or 3 where that divides the image's height and computes fewer padded output pixels than
     the 1-D tile of ``rows`` columns, when that one pads at least ``TWO_D_MIN_WASTE`` of them; else 1.
-    Measured on the new Xeon (2 FMA pipes; resnet50, in-graph per-node times, 15 alternating rounds):
-    2 x 3 tiles against 1 x 6 ran ResNet-50's 14 x 14 convs 1.00-1.10x (14 columns: 18 computed -> 15),
-    its 7 x 7 convs 0.80-0.84x (the image rows' tail: 8 computed rows of 7) and its 56 x 56 ones 0.92-1.03x
-    (60 computed columns -> 57: too little padding to gain); everywhere it ran the model 0.95x."""
+    A 2-D tile saves padded columns (14 columns: 18 computed -> 15 with 2 x 3 against 1 x 6) but adds a tail
+    of image rows where the height is odd (7 x 7: 8 computed rows of 7), and where the 1-D tile pads little
+    (56 columns: 60 -> 57) the shorter rows cost more than the padding saved; hence the waste threshold."""
     if not _pads_much(width, rows):
         return 1
 
@@ -155,8 +148,7 @@ def two_d_tile_rows(height: int, width: int, rows: int) -> int:
 def tile_columns(width: int, rows: int, y_rows: int) -> int:
     """Output columns per register tile: ``rows // y_rows`` for a 2-D tile; for a 1-D tile that pads at least
     ``TWO_D_MIN_WASTE`` of the columns, the count among ``rows`` down to two thirds of it that pads fewest
-    (7 columns: 4 x 4 computes 8 where 4 x 6 computes 12; ResNet-50's 7 x 7 convs ran 1.045x in the graph,
-    per node, on the new Xeon); else ``rows``."""
+    (7 columns: 4 x 4 computes 8 where 4 x 6 computes 12, a third fewer FMAs for the same loads); else ``rows``."""
     if y_rows > 1:
         return max(1, rows // y_rows)
     if not _pads_much(width, rows):
@@ -167,10 +159,9 @@ def tile_columns(width: int, rows: int, y_rows: int) -> int:
 
 def default_red_block(target: Target, blocks: int, splits: tuple[int, ...], step_bytes: int) -> int:
     """Input-channel blocks per reduction step: all of them (one step) when a tile's weights fit in half
-    of L1, else the most whose weights do (at least one). Measured on a Xeon (AVX-512, one core) on
-    ResNet-50's blocked convs, against the one step: 3x3 convs 1.09-1.28x at one block a step (18 KiB
-    of weights), 1x1 convs of 16-64 blocks 1.02-1.25x at eight; 1x1 convs whose weights fit ran
-    0.93-1.01x when split, so they are not."""
+    of L1, else the most whose weights do (at least one): a step whose weights stay in L1 while a thread
+    sweeps its rows reads them from L1 at every row instead of from L2. Convs whose weights fit already get
+    that in one step, and splitting them only adds passes over the partial sums, so they are not split."""
     budget = int(target.l1_bytes * RED_BLOCK_L1_SHARE)
     if blocks * step_bytes <= budget:
         return blocks
@@ -180,11 +171,9 @@ def default_red_block(target: Target, blocks: int, splits: tuple[int, ...], step
 def default_prefetch(target: Target, weight_bytes: int, window: bool) -> bool:
     """Whether the next reduction step's weights are fetched while a step computes (knob ``<stage>.prefetch``):
     for 1x1 convs whose weights do not fit in a core's L2, which stream them from L3 or memory in the graph.
-    Measured in ResNet-50 (Xeon, 2 threads, per-node times in the graph, two runs each, against none): its
-    1x1 convs at 7x7 (4-8 MiB of weights) ran 1.07-1.14x, 1024 -> 512 at 14x14 (2 MiB) 1.055x; where the
-    weights fit in L2 it ran 0.92-1.03x (0.92-0.95 at 28x28), and 3x3 convs ran 0.90-0.98x at 14x14 to 56x56
-    and 0.97-1.03x at 7x7 (a step's weights of a 3x3 window do not stay in L1: the fetches compete with
-    the step's own L2 reads)."""
+    Where the weights fit in L2 the hardware prefetchers already keep up and the extra fetches only take
+    load slots; for 3x3 convs a step's weights of the window do not stay in L1, so the fetches compete with
+    the step's own L2 reads."""
     return target.kind == "cpu" and not window and weight_bytes >= target.l2_bytes
 
 
@@ -228,10 +217,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
     tile_vectors = cob_tile * vectors
     # the tile's pixels outside its output-channel blocks: each pixel's broadcast feeds all the tile's
     # vectors at once and dies, the weight vectors stay in registers (24 accumulators + 4 weights + 1
-    # broadcast of 32). Blocks outside (the order before) made gcc hoist every pixel's broadcast and spill
-    # accumulators: ResNet-50's blocked convs ran 1.01-1.06x faster with pixels outside (all 8 shapes
-    # measured, Xeon, 2 threads, alternating), the model 1.02-1.03x. AVX2's 16 registers keep the order
-    # measured there
+    # broadcast of 32). Blocks outside make gcc hoist every pixel's broadcast and spill accumulators.
+    # AVX2's 16 registers keep the other order, which does not spill there
     rows_outer = kn.get(f"{s}.rows_outer", target.vector_registers >= 32, (False, True))
     most = _most_rows(target, tile_vectors, rows_outer)
     rows_default = wide if wide and cob_tile == WIDE_COB_TILE else \
@@ -318,9 +305,8 @@ def blocked_conv_schedule(st: Statement, target: Target, consts: frozenset[str] 
             prefetch_at = (f"{cib}_o", spread)
     # the input lanes (one broadcast each) unrolled by ``unroll_lanes``: an inner loop of that many steps,
     # unrolled whole (gcc does not unroll at -O3; partial-unroll pragmas are ignored on loops that hold the
-    # tile's loops). ResNet-50's 24 blocked convs ran 1.01-1.16x faster with 4 than rolled, and all 16 were
-    # within 3% of 4 at six times the compile time (one 3x3 conv: 0.7 s rolled, 1.5 s with 4, 9 s with 16:
-    # gcc's alias walks over 224 tile loops)
+    # tile's loops). Rolled, the loop keeps pointer updates and spills per step; unrolling all 16 lanes gains
+    # nothing over 4 and multiplies the compile time (gcc's alias walks over hundreds of tile loops)
     lanes_red = inner_red[0] if inner_red else None
     unroll = kn.get(f"{s}.unroll_lanes", min(UNROLL_LANES, ext[lanes_red]) if lanes_red else 1,
                     tuple(u for u in (1, 2, 4, 8, 16) if lanes_red and ext[lanes_red] % u == 0) or (1,))

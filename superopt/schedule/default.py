@@ -42,7 +42,8 @@ EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoi
                            "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"})
 EXPENSIVE_OPS = frozenset({"/", "pow", "mod", "fmod"})
 # the longest innermost reduction loop of a register tile that is fully unrolled (a conv window's columns);
-# 16 blocked-input lanes under a 5 x 64 tile ran 1.18x slower unrolled (squeezenet's classifier conv)
+# longer ones (16 blocked-input lanes under a 5 x 64 tile) only grow the code: under a tile that large the
+# loop's own counter and pointer updates are already a small share of its FMAs
 UNROLL_REDUCTION = 8
 
 
@@ -209,13 +210,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         col = f"{col}_{d}"
     ncol = extents[col]
     # vectors per tile row: 4 on a 32-register file (4 rows x 4 vectors: 4 loads + 4 broadcasts per 16 FMAs;
-    # sgemm 1024^3 on one AVX-512 core 71% -> 86% of the FMA ceiling, a 3x3 conv 51% -> 70%), else 2
+    # 4 x 2 takes 2 + 4 per 8, so the load ports rather than the FMA pipes would bound it), else 2
     wide = 4 if target.vector_registers >= 32 else 2
     width = next((v * VECTOR for v in (wide, 2) if ncol >= v * VECTOR), VECTOR if ncol >= VECTOR else ncol)
     # few rows (capsule's 4x4 p): a second row dim, an outer output dim split by ``rows2`` with its inner part
     # in the register tile too, so each vector of the column operand feeds more rows. 2 x 4 rows x 3 vectors
-    # (24 accumulators) ran capsule votes at 330-341 GFLOP/s against 4 x 8 vectors' 176-201 (32 accumulators,
-    # spilled) and 4 x 4's 300 (Xeon, AVX-512, 2 threads); without a second row dim the tile widens instead
+    # (24 accumulators) leaves registers for the operands where 4 x 8 vectors (32 accumulators) spills and
+    # 4 x 4 loads a vector per 4 FMAs; without a second row dim the tile widens instead
     rows2_dims = [d for d in m_dims[:-1] if ext[d] >= 2] if keep is None else []
     few_rows = bool(m_dims) and ext[m_dims[-1]] <= 4 and ncol >= 3 * VECTOR
     rows2_dim, rows2 = None, 1
@@ -226,15 +227,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         rows2 = kn.get(f"{s}.rows2", 2 if few_rows and wide == 4 else 1,
                        [r for r in (1, 2, 3, 4) if r <= ext[rows2_dim]])
     if few_rows and rows2 == 1 and ncol >= 4 * VECTOR:
-        # 4 rows x 8 vectors (capsule votes on an EPYC: 345 -> 383 GFLOP/s) beats 4 x 4
+        # 4 rows x 8 vectors: each broadcast feeds 8 FMAs instead of 4 (fits 16 registers with the rows rolled)
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
     elif few_rows and rows2 > 1:
         width = min(4, max(1, (target.vector_registers - 8) // (ext[m_dims[-1]] * rows2))) * VECTOR
     if window and ncol > width and 0 < ncol % width < VECTOR and math.ceil(ncol / VECTOR) <= wide:
         # a window's row of few columns in one tile (its last vector partial) rather than a last tile
-        # narrower than a vector: that tile's vector loop runs whole in gcc's scalar remainder. Measured on
-        # a Xeon (2 threads), depthwise convs of 19, 26, 34, 44 and 45 columns: 1.65-3.8x. A tail of a
-        # vector or more stays (56 columns as 32 + 24 ran 1.13x faster than 56 in one tile)
+        # narrower than a vector: that tile's vector loop runs whole in gcc's scalar remainder (depthwise
+        # convs of 19-45 columns). A tail of a vector or more stays (56 columns as 32 + 24): a tile of 56
+        # columns would need more accumulators than the registers hold
         width = ncol
     # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
     # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
@@ -297,9 +298,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
     if panel_outer:
         # (outside the row loops but inside a batch's loops, the output dims both operands walk: a panel is not
-        # reused from one batch to the next. 16 GEMMs of 49 x 256 x 256 with a constant 256 KB operand each
-        # (Winograd's at a 14 x 14 x 256 conv) ran 1.28x faster, batched matmuls of 16 x 96 x 256 x 256 and
-        # 4 x 64 x 512 x 512 1.00-1.05x)
+        # reused from one batch to the next, so each batch's panel is read while it is still in cache: this
+        # matters most for many small GEMMs with a large constant operand each, as Winograd's batched matmuls)
         batch = _batch_dims(a, b, st)
         if rows2_i and rows2_dim in batch:  # (its outer loop walks the batch too)
             batch |= {f"{rows2_dim}_o"}
@@ -309,8 +309,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         outer = outer_m + ([rows_o] if rows_o else [])
         if col_o:
             # the panels between the row loops: each panel stays in cache across the inner row loops
-            # (capsule votes with 2 x 4 x 3-vector tiles: the panel loop inside the batch loop ran 1.05x
-            # faster than innermost, 1.7x faster than outermost)
+            # (innermost, a panel is reloaded for every row block; outermost, the rows' operand leaves the
+            # cache between panels)
             pos = kn.get(f"{s}.panel_pos", 1 if rows2_i else len(outer), tuple(range(1, len(outer) + 1))) \
                 if len(outer) > 1 else len(outer)
             outer = outer[:pos] + [col_o] + outer[pos:]
@@ -340,9 +340,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if row_i and kn.get(f"{s}.unroll", True, (True, False)):
         prims.append(Unroll(s, row_i))
     # the innermost reduction, when short (a conv window's columns), fully unrolled: gcc leaves loops rolled
-    # at -O3, and a 3-step loop around the tile's FMAs ran 1.04-1.09x slower (64-channel 3x3 conv, NCHW)
-    # (a window loop: it indexes an operand together with an output dim; capsule votes' 4-step matrix
-    # reduction ran 1.04x slower unrolled)
+    # at -O3, and a short loop around the tile's FMAs costs its counter and pointer updates at every step
+    # (only a window loop, which indexes an operand together with an output dim: unrolling a short matrix
+    # reduction such as capsule votes' 4 steps only grows the code)
     red_in = reduce_dims[-1]
     windowed = any(red_in in ix.vars() and set(ix.vars()) & set(st.out_dims) for acc in accs for ix in acc.index)
     if windowed and ext[red_in] <= UNROLL_REDUCTION and kn.get(f"{s}.unroll_red", True, (True, False)):
@@ -385,8 +385,8 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     """A pure copy whose input's contiguous axis is not the output's: square blocks (``<stage>.block``,
     a vector by default, half a vector where both sides divide by that and not by a vector; the last block
     of a side that is not a multiple of it is partial), so both the strided side and the contiguous side
-    stay in L1 (attention's K transpose: 0.072 -> 0.033 ms; NCHW16c back to NCHW at 56 x 56, 64 channels,
-    alone: 0.096 -> 0.058 ms). Whole blocks of 8 or 16 are copied by register shuffles."""
+    stay in L1 (attention's K transpose; NCHW16c back to NCHW), where a row-by-row copy walks the strided side
+    through memory. Whole blocks of 8 or 16 are copied by register shuffles."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
@@ -438,8 +438,8 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False,
                   CacheWrite(s, st.reduce_dims[0])]
         inner = last
     # a padded copy whose bounds test moves with the vector loop (X[c, y-1, x-1] over x) is left to the
-    # compiler: an explicit simd loop turns the test into masked gathers (Xeon, 2 threads: a
-    # depthwise conv's kernel 0.600 -> 0.265 ms, conv_bn_relu end to end 1.085x, alternating)
+    # compiler: an explicit simd loop turns the test into masked gathers, where gcc's own vectorizer
+    # peels the edges and keeps contiguous loads
     checked = st.reduce == "=" and any(
         a.tensor in st.pad_value and any(inner in ix.vars() and ix.bounds(ext)[0] < 0 for ix in a.index)
         for a in st.expr.accesses())
@@ -558,9 +558,9 @@ def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fol
     loops = [d for d, _ in final.extents]
     par = loops[0]
     pairs = _row_ahead_pairs(compute, trace, rows, depth) if fold and ahead and target.kind == "cpu" else []
-    # on by default into an elementwise stage (softmax's exp: 1.11-1.19x in the executor, alternating), off
-    # into another reduction (layernorm's sum of squares: 0.88-0.90x, its vector sum then combines the
-    # next row's lanes every 64 elements), a knob either way
+    # on by default into an elementwise stage (softmax's exp: the next row's memory-bound read overlaps the
+    # compute-bound exponentials), off into another reduction (layernorm's sum of squares: its vector sum
+    # then combines the next row's lanes every 64 elements), a knob either way
     ahead_pairs = [(m, e) for m, e in pairs if kn.get(f"{m}.next_row", e in rows, (True, False))]
     n_rows = final.extent[loops[0]]
     block = max((b for b in range(2, n_rows + 1) if n_rows % b == 0 and n_rows // b >= 2 * target.threads),
