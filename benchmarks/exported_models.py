@@ -22,6 +22,7 @@ REPO = str(Path(__file__).resolve().parents[1])
 if sys.path[0] != REPO:  # first: this script's folder holds a search.py that would hide the search package
     sys.path.insert(0, REPO)
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
 from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -50,7 +51,7 @@ def write(rows: list[dict], meta: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "exported_models.json").write_text(json.dumps({**meta, "models": rows}, indent=1))
     lines = [f"# Exported PyTorch models vs onnxruntime ({meta['when_utc']}, {meta['threads']} threads, cost model "
-             f"{meta['cost_model']}, database {meta['database']})", "",
+             f"{meta['cost_model']}, database {meta['database']})", "", machine_line(meta["machine"]), "",
              "| model | superopt ms | onnxruntime ms | speed vs onnxruntime | max rel. error | kernels | fallback nodes |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -79,7 +80,7 @@ def main() -> None:
         rows.append(compare(name, args.threads, cost_model, args.db, args.quick))
         print(f"{name}: {rows[-1]['ms']} ({rows[-1]['fallbacks']})", flush=True)
     write(rows, {"when_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
-                 "cost_model": args.cost_model, "database": args.db})
+                 "cost_model": args.cost_model, "database": args.db, "machine": describe_machine(args.threads)})
 
 
 if __name__ == "__main__":

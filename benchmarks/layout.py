@@ -24,6 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
+
 DEFAULT = ("conv_bn_relu", "squeezenet", "inception_v1", "resnet50")
 
 
@@ -92,11 +94,12 @@ def write(rows: list[dict], out: Path, meta: dict, stem: str = "layout") -> None
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["# Global layout choice: superopt NCHW vs superopt with choose_layouts vs onnxruntime", "",
+             machine_line(meta["machine"]) if "machine" in meta else "", "",
              f"- date: {meta['date']}; threads {meta['threads']}; rounds {meta['rounds']}; layout {meta['layout']}; "
              f"rewrite pass {meta['graph_search']} (the same rewritten graph for both superopt programs); "
              f"schedules: cost model {meta.get('cost_model', 'pretrained')}",
-             f"- load average at start {meta['load_start']}, at end {meta['load_end']} (2 cores shared with other "
-             "engineers' jobs: a busy machine, so the numbers are noisy; every system is timed in alternation, medians)",
+             f"- load average at start {meta['load_start']}, at end {meta['load_end']} (every system is timed in "
+             "alternation, medians)",
              f"- command: `{meta['command']}`", "",
              "| workload | onnxruntime ms | superopt NCHW ms | superopt layout ms | NCHW vs ort | layout vs ort |"
              " layout vs NCHW | min ms (ort / NCHW / layout) | chosen | blocked nodes | conversions left |"
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cost-model", default="pretrained", help="pretrained, a model file, or none (default schedules)")
     ap.add_argument("--stem", default="layout", help="file names: STEM.md and STEM.json")
     a = ap.parse_args(argv)
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads,
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": a.threads, "machine": describe_machine(a.threads),
             "graph_search": a.graph_search, "cost_model": a.cost_model, "rounds": a.rounds, "layout": a.layout,
             "load_start": [round(v, 2) for v in os.getloadavg()], "cpu": platform.processor() or platform.machine(),
             "command": "python benchmarks/layout.py " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
+if sys.path[0] != str(REPO):  # first: this folder's search.py would hide the search package
     sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
 from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 from superopt.api import OptimizeConfig, compile_graph  # noqa: E402
 from superopt.builder import GraphBuilder  # noqa: E402
@@ -32,7 +33,6 @@ from superopt.schedule.primitives import ReduceEpilogue  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SRC = "T[i,j,k] += A[i,k,r] * B[r,j]\nS[i,j] += T[i,j,k]\nQ[i,j] += T[i,j,k] * T[i,j,k]"
-FMA_CEILING_GFLOPS = 200.0  # this 2-core AVX2 machine's FMA peak (benchmarks/peak.py), for the fraction column
 
 
 def moments(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,11 +77,15 @@ def main() -> None:
                     raise SystemExit(f"{name}: wrong result on row {row}")
         timing = time_alternating(results, QUICK if args.quick else FULL)
     flops = 2 * i * j * k * r
+    from superopt.measure.peak import fma_peak_gflops  # this machine's FMA ceiling (cached), for the fraction column
+    from superopt.runtime.target import host_target
+
+    ceiling = fma_peak_gflops(host_target(args.threads)).ceiling_gflops
     rows = []
     for name, t in timing.items():
         gflops = flops / t.median_s / 1e9
         rows.append({"system": name, "median_ms": t.median_s * 1e3, "min_ms": t.min_s * 1e3, "gflops": gflops,
-                     "fma_fraction": gflops / FMA_CEILING_GFLOPS})
+                     "fma_fraction": gflops / ceiling})
     by = {row["system"]: row["median_ms"] for row in rows}
     report = {
         "workload": SRC.replace("\n", "; "), "shape": {"i": i, "j": j, "k": k, "r": r}, "t_bytes": t_bytes,
@@ -89,9 +93,9 @@ def main() -> None:
         "buffers_holding_T": [repr(x) for x in stored_t], "executor_bytes_held": ex.memory.total_bytes,
         "compile_s": compile_s, "results": rows,
         "speedup_vs_eager": by["eager"] / by["superopt"], "speedup_vs_torch_compile": by["torch.compile"] / by["superopt"],
-        "note": "medians of alternated samples",
+        "note": "medians of alternated samples", "machine": describe_machine(args.threads),
     }
-    lines = [f"# Multi-statement op: {report['workload']}", "",
+    lines = [f"# Multi-statement op: {report['workload']}", "", machine_line(report["machine"]), "",
              f"i={i} j={j} k={k} r={r}: T would be {t_bytes / 1e6:.0f} MB. superopt folds {folded} into the "
              f"contraction's write-back; buffers holding T: {len(stored_t)}; executor memory held: "
              f"{ex.memory.total_bytes:,d} bytes. {args.threads} threads. {report['note']}.", "",

@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-for p in (str(REPO), str(REPO / "tests")):
-    if p not in sys.path:
+for p in (str(REPO / "tests"), str(REPO)):  # the root first: this folder's search.py would hide the search package
+    if sys.path[0] != p:
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
 from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -105,6 +106,7 @@ def compare(name: str, model: nn.Module, inputs: tuple, quick: bool) -> dict:
 
 def markdown(rows: list[dict], threads: int) -> str:
     lines = [f"# torch.compile backends ({threads} threads, inference, medians of alternating samples)", "",
+             machine_line(describe_machine(threads)), "",
              "| model | eager ms | Inductor ms | superopt ms | superopt speed vs Inductor | vs eager | fallbacks |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -136,7 +138,8 @@ def main() -> None:
     if not args.quick:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "torch_compile.md").write_text(md)
-        (RESULTS / "torch_compile.json").write_text(json.dumps(rows, indent=2))
+        (RESULTS / "torch_compile.json").write_text(json.dumps({"machine": describe_machine(args.threads), "models": rows},
+                                                               indent=2))
 
 
 if __name__ == "__main__":

@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 
 REPO = str(Path(__file__).resolve().parents[1])
-if REPO not in sys.path:
+if sys.path[0] != REPO:  # first: this folder's search.py would hide the search package
     sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
 from benchmarks.timing import FULL, QUICK, TimingConfig, time_alternating  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -64,6 +65,7 @@ def compare(model_path: str, db: str, threads: int, quick: bool) -> dict:
     ms = {k: v.median_s * 1e3 for k, v in timings.items()}
     return {
         "model": Path(model_path).stem, "threads": threads, "when_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": describe_machine(threads),
         "ms": ms, "tuned_vs_onnxruntime": ms["onnxruntime"] / ms["superopt_tuned"],
         "default_vs_onnxruntime": ms["onnxruntime"] / ms["superopt_default"],
         "tuned_vs_default": ms["superopt_default"] / ms["superopt_tuned"],
@@ -142,6 +144,7 @@ def write(res: dict) -> None:
     (RESULTS / f"tuned_{name}.json").write_text(json.dumps(res, indent=1))
     ms = res["ms"]
     lines = [f"# {name}: tuned vs default vs onnxruntime ({res['when_utc']}, {res['threads']} threads)", "",
+             machine_line(res["machine"]), "",
              "| system | median ms | vs onnxruntime |", "|---|---:|---:|"]
     for k in ("superopt_tuned", "superopt_default", "onnxruntime"):
         lines.append(f"| {k} | {ms[k]:.2f} | {ms['onnxruntime'] / ms[k]:.2f}x |")

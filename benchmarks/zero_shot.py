@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 REPO = str(Path(__file__).resolve().parents[1])
-if REPO not in sys.path:
+if sys.path[0] != REPO:  # first: this folder's search.py would hide the search package
     sys.path.insert(0, REPO)
 
+from benchmarks.machine import describe_machine, machine_line  # noqa: E402
 from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -74,7 +75,7 @@ def write(rows: list[dict], meta: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "zero_shot.json").write_text(json.dumps({**meta, "models": rows}, indent=1))
     lines = [f"# Zero measurements: cost-model picks vs default schedules ({meta['when_utc']}, {meta['threads']} "
-             f"threads, model {meta['cost_model']})", "",
+             f"threads, model {meta['cost_model']})", "", machine_line(meta["machine"]), "",
              "| model | default ms | zero-shot ms | onnxruntime ms | zero-shot vs default | zero-shot vs onnxruntime | "
              "kernels picked by the model | optimize s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -102,7 +103,7 @@ def main() -> None:
         rows.append(compare(name, args.cost_model, args.threads, args.quick, block))
         print(f"{name}: {rows[-1]['ms']}", flush=True)
     write(rows, {"when_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
-                 "cost_model": args.cost_model})
+                 "cost_model": args.cost_model, "machine": describe_machine(args.threads)})
 
 
 if __name__ == "__main__":

@@ -32,9 +32,13 @@ def test_per_process_rounds_time_every_system_alone_and_check_its_output(tmp_pat
     assert res["max_abs_diff_vs_onnxruntime"]["superopt_default"] < 1e-4
     assert res["vs_onnxruntime"]["superopt_default"] == res["ms"]["onnxruntime"] / res["ms"]["superopt_default"]
     monkeypatch.setattr(tuned_model, "RESULTS", tmp_path / "results")
+    from benchmarks.machine import describe_machine
+
     tuned_model.write({"model": "tiny", "when_utc": "now", "threads": 1, "kernels_from_database": "0 of 1",
+                       "machine": describe_machine(1),
                        "tuned_vs_default": 1.0, "max_rel_error_vs_reference": 0.0, "max_abs_diff_vs_onnxruntime": 0.0,
                        "ms": {"superopt_tuned": 1.0, "superopt_default": 1.0, "onnxruntime": 1.0},
                        "per_process": res})
     md = (tmp_path / "results" / "tuned_tiny.md").read_text()
+    assert "Machine: " in md and "1 thread(s)" in md  # the machine it ran on, in the header
     assert "alone in its own process" in md and "| superopt_default |" in md.split("own process")[1]

@@ -1,0 +1,25 @@
+"""The machine a benchmark ran on, for its results file: a figure means nothing without it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+
+def describe_machine(threads: int) -> dict:
+    """CPU model, vector ISA and registers, cores and threads (``Target.describe``), logical CPUs, platform,
+    the date and the load average (1 minute) when it is called."""
+    from superopt.runtime.target import host_target
+
+    target = host_target(threads)
+    return {"cpu_model": target.cpu_model, "target": target.describe(), "logical_cpus": os.cpu_count(),
+            "threads": threads, "platform": platform.platform(),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "loadavg": [round(v, 2) for v in os.getloadavg()]}
+
+
+def machine_line(machine: dict) -> str:
+    """One line for a results file's header."""
+    return (f"Machine: {machine['target']}; {machine['logical_cpus']} logical CPUs; {machine['platform']}; "
+            f"{machine['date_utc']}, load average {machine['loadavg'][0]:.2f}.")
