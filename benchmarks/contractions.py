@@ -228,28 +228,35 @@ def run_case(case: Case, ceilings: Ceilings, probes: Probes, args, database: Pat
         res.probe = {"kind": "copy", "gbs": probes.copy_bytes / probe_s / 1e9}
     else:
         res.probe = {"kind": "fma chains", "gflops": probes.fma_flops / probe_s / 1e9}
-    line = roofline(case.flops, case.bytes_moved, ceilings, case.reduction_steps) if not case.memory_bound else None
+    res.ms = {name: t.median_s * 1e3 for name, t in times.items()}
+    derive(res, ceilings)
+    return res
+
+
+def derive(res: CaseResult, ceilings: Ceilings) -> None:
+    """The rates, the rooflines and the fractions of a case from its median times (``res.ms``) and probe."""
+    c = res.case
+    flops, nbytes, steps = c["flops"], c["bytes"], c["reduction_steps"]
+    line = roofline(flops, nbytes, ceilings, steps) if c["kind"] == "contraction" else None
     if line is not None:
-        same_round = roofline(case.flops, case.bytes_moved,
-                              Ceilings(res.probe["gflops"], ceilings.bandwidth_gbs, ceilings.write_back),
-                              case.reduction_steps)
-        fma_only = roofline(case.flops, case.bytes_moved, Ceilings(ceilings.fma_gflops, ceilings.bandwidth_gbs))
+        same_round = roofline(flops, nbytes, Ceilings(res.probe["gflops"], ceilings.bandwidth_gbs, ceilings.write_back),
+                              steps)
+        fma_only = roofline(flops, nbytes, Ceilings(ceilings.fma_gflops, ceilings.bandwidth_gbs))
         res.roofline = {"gflops": line.gflops, "limit": line.limit, "intensity": line.intensity,
                         "fma_only_gflops": fma_only.gflops, "same_round_gflops": same_round.gflops}
     else:
         res.roofline = {"gbs": ceilings.bandwidth_gbs, "limit": "bandwidth"}
-    for name, t in times.items():
-        s = t.median_s
-        res.ms[name] = s * 1e3
-        res.gbs[name] = case.bytes_moved / s / 1e9
+    res.gflops, res.gbs, res.fraction, res.fraction_probe = {}, {}, {}, {}
+    for name, ms in res.ms.items():
+        sec = ms / 1e3
+        res.gbs[name] = nbytes / sec / 1e9
         if line is not None:
-            res.gflops[name] = case.flops / s / 1e9
+            res.gflops[name] = flops / sec / 1e9
             res.fraction[name] = line.fraction(res.gflops[name])
             res.fraction_probe[name] = res.gflops[name] / res.roofline["same_round_gflops"]
         else:
-            res.fraction[name] = bandwidth_fraction(case.bytes_moved, s, ceilings.bandwidth_gbs)
+            res.fraction[name] = bandwidth_fraction(nbytes, sec, ceilings.bandwidth_gbs)
             res.fraction_probe[name] = res.gbs[name] / res.probe["gbs"]
-    return res
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -266,6 +273,10 @@ def summary(results: list[CaseResult]) -> dict:
             s[f"geomean {sys_}/{p} (memory-bound)"] = geomean([r.ratio(sys_, p) for r in mem])
         s[f"geomean {sys_} of roofline"] = geomean([r.fraction.get(sys_, math.nan) for r in comp])
         s[f"geomean {sys_} of bandwidth (memory-bound)"] = geomean([r.fraction.get(sys_, math.nan) for r in mem])
+        s[f"geomean {sys_} of the same-round probe roofline"] = geomean([r.fraction_probe.get(sys_, math.nan)
+                                                                        for r in comp])
+        s[f"geomean {sys_} of the same-round copy probe (memory-bound)"] = geomean(
+            [r.fraction_probe.get(sys_, math.nan) for r in mem])
     for p in PEERS:
         s[f"geomean {p} of roofline"] = geomean([r.fraction.get(p, math.nan) for r in comp])
 
@@ -308,8 +319,9 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
              f"- command: `{meta['command']}`", "",
              "## Contractions (GFLOP/s; fraction of the roofline; speed ratio of superopt to each peer)", "",
              "| case | equation | GFLOP | limit | roofline | default | tuned | torch | numpy | TBLIS | "
-             "default/torch | tuned/torch | tuned/numpy | tuned/TBLIS | probe GFLOP/s | tuned of probe roofline |",
-             "|---|---|---:|---|---:|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "default/torch | tuned/torch | tuned/numpy | tuned/TBLIS | probe GFLOP/s | default of probe roofline | "
+             "tuned of probe roofline |",
+             "|---|---|---:|---|---:|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
     def cell(r: CaseResult, k: str, unit: str) -> str:
         if k not in r.ms:
@@ -328,7 +340,8 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
                      + " | ".join(_f(r.ratio(a, b), ".2f", "x") for a, b in (("superopt", "torch"),
                                   ("superopt_tuned", "torch"), ("superopt_tuned", "numpy"),
                                   ("superopt_tuned", "tblis")))
-                     + f" | {r.probe['gflops']:.1f} | {_f(r.fraction_probe.get('superopt_tuned'), '.0%')} |")
+                     + f" | {r.probe['gflops']:.1f} | {_f(r.fraction_probe.get('superopt'), '.0%')} | "
+                       f"{_f(r.fraction_probe.get('superopt_tuned'), '.0%')} |")
     lines += ["", "## Memory-bound cases (GB/s of compulsory traffic; fraction of the bandwidth)", "",
               "| case | equation | MiB moved | default | tuned | torch | numpy | TBLIS | default/torch | tuned/torch | "
               "tuned/numpy | tuned/TBLIS | copy probe GB/s | default of probe | tuned of probe |",
@@ -394,6 +407,21 @@ def select(args) -> list[Case]:
     return cases
 
 
+def render(path: Path, out: Path, stem: str) -> None:
+    """The rooflines, fractions, summary and markdown of a results JSON again from its times and ceilings."""
+    d = json.loads(path.read_text())
+    cl = d["meta"]["ceilings"]
+    ceilings = Ceilings(cl["fma_gflops"], cl["bandwidth_gbs"], tuple(tuple(p) for p in cl["write_back"]))
+    results = [CaseResult(**{k: v for k, v in c.items() if k != "ratios"}) for c in d["cases"]]
+    for r in results:
+        derive(r, ceilings)
+    s = summary(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"meta": d["meta"], "summary": s,
+                                                  "cases": [x.to_dict() for x in results]}, indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown(results, d["meta"], s))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a few small cases (a smoke test)")
@@ -415,7 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--database", default=None, help="a tuning database to keep (default: a fresh one per run)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--stem", default="contractions")
+    ap.add_argument("--render", default=None, help="write the markdown again from a results JSON (no run)")
     args = ap.parse_args(argv)
+    if args.render:
+        render(Path(args.render), Path(args.out), args.stem)
+        return 0
     if args.threads < 1:
         raise SystemExit(f"--threads must be at least 1, got {args.threads}")
     cases = select(args)

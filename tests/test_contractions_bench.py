@@ -77,6 +77,8 @@ def test_roofline_arithmetic_on_a_known_input():
     assert line.fraction(40.0) == pytest.approx(0.8)
     assert roofline(2e9, 12e6, c, reduction_steps=100).limit == "tile written back every 64"
     assert roofline(2e9, 12e6, Ceilings(100.0, 10.0)).gflops == pytest.approx(100.0)  # no sweep: the FMA chains
+    noisy = Ceilings(100.0, 10.0, ((256, 1.07),))  # a sweep reading above the chains is capped at them
+    assert roofline(2e9, 12e6, noisy, reduction_steps=300).gflops == pytest.approx(100.0)
     low = roofline(1e8, 1e8, c, reduction_steps=64)  # intensity 1: 10 GFLOP/s from the bandwidth
     assert (low.gflops, low.limit) == (pytest.approx(10.0), "bandwidth")
     assert bandwidth_fraction(8e9, 1.0, 10.0) == pytest.approx(0.8)
