@@ -150,13 +150,15 @@ class Probes:
     copy_bytes: int
 
 
-def make_probes(target, seconds: float = 0.05) -> Probes:
+def make_probes(target, seconds: float = 0.05, copy_bytes: int = 64 << 20) -> Probes:
+    """The FMA chains calibrated to about ``seconds`` a call; a copy of ``copy_bytes`` (beyond the caches by
+    default)."""
     from superopt.measure.peak import CopyKernel, FmaKernel
 
     fma = FmaKernel(target)
     iters, dt, ran = fma.calibrate(target.threads, 0.01)
     iters = max(1, int(iters * seconds / max(dt, 1e-6)))
-    copy = CopyKernel(target, 64 << 20)
+    copy = CopyKernel(target, copy_bytes)
     return Probes(lambda: fma.run(iters, target.threads), fma.flops(iters, target.threads), copy.run, copy.bytes_moved)
 
 

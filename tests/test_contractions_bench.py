@@ -119,7 +119,7 @@ def test_harness_runs_and_reports_a_case(tmp_path):
 
     target = host_target(1)
     ceilings = Ceilings(100.0, 10.0)
-    probes = bench.make_probes(target, seconds=0.001)
+    probes = bench.make_probes(target, seconds=0.001, copy_bytes=1 << 20)
     cases = [contraction("kil_tiny", "kil,lkj->ij", {"k": 5, "i": 7, "l": 6, "j": 17}),
              contraction("sum_tiny", "ijk->ik", {"i": 3, "j": 9, "k": 17})]
     results = [bench.run_case(c, ceilings, probes, _args(), tmp_path / "db.jsonl") for c in cases]
@@ -137,3 +137,12 @@ def test_harness_runs_and_reports_a_case(tmp_path):
                                   "omp_wait_policy": "default", "load_start": [0], "command": "c",
                                   "ceilings": {"fma_gflops": 100.0, "bandwidth_gbs": 10.0, "write_back": []}}, s)
     assert "| kil_tiny |" in md and "| sum_tiny |" in md
+
+
+def test_tuned_superopt_matches_the_reference(tmp_path):
+    case = contraction("kil_tune", "kil,lkj->ij", {"k": 3, "i": 5, "l": 4, "j": 19})
+    x = case.inputs(2)
+    prog, info = bench.superopt_tuned(case, 1, trials=3, tune_seconds=None, database=tmp_path / "db.jsonl", seed=0)
+    assert info["tune"]["measured"] >= 1
+    got = prog.executor(dict(zip(prog.graph.inputs, x, strict=True)))[prog.graph.outputs[0]]
+    assert bench.check(got, bench.reference(case, x), case)["ok"]
