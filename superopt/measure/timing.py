@@ -25,6 +25,10 @@ class TimingConfig:
     # spinning thread pool) keeps its workers busy-waiting for a while after its last call; on a 2-core
     # machine that steals a core from whoever is timed next
     settle_calls: int = 1
+    # a pause before every sample, after its settle calls' predecessor: a pool that spins while it waits (OpenBLAS's
+    # threads spin for about 0.1 s after a call, an OpenMP pool under OMP_WAIT_POLICY=active for a while) goes to
+    # sleep before another system's threads need its cores
+    settle_s: float = 0.0
 
 
 QUICK = TimingConfig(warmup_calls=2, rounds=7, min_sample_s=0.04)
@@ -59,6 +63,8 @@ def time_alternating(fns: dict[str, Callable[[], object]], cfg: TimingConfig) ->
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             fn, k = fns[name], ks[name]
+            if cfg.settle_s > 0:
+                time.sleep(cfg.settle_s)
             for _ in range(cfg.settle_calls):
                 fn()
             t0 = time.perf_counter()
