@@ -129,7 +129,7 @@ def _run(cmd: list[str], timeout: float) -> str:
 
 def environment(binding: str | None) -> dict:
     from superopt.runtime.gpu import gpu_status, require_gpu
-    from superopt.runtime.target import nvcc_version
+    from superopt.target import nvcc_version
 
     env: dict = {"python": sys.version.split()[0], "platform": platform.platform(), "nvcc": nvcc_version(),
                  "nvidia_smi": _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",

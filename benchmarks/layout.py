@@ -52,7 +52,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
     from superopt.cli_artifact import _ort_session
     from superopt.interp import evaluate
     from superopt.measure.timing import TimingConfig, time_alternating
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     inst = WORKLOADS_BY_NAME[name].build()
     data = inst.onnx_bytes()

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from search.tune import GraphTuneReport, KernelTuneResult
     from superopt.ir.graph import Graph
     from superopt.measure.peak import CopyKernel
-    from superopt.runtime.target import Target
+    from superopt.target import Target
 
 SUPEROPT_VARIANTS = ("default", "search@early", "search@final", "random@final")
 PEERS = ("eager", "onnxruntime")
@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import search_ablation
 
         return search_ablation.run(args)
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     settings = settings_from(args)
     target = host_target(THREADS)

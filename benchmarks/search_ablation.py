@@ -195,7 +195,7 @@ def plot(report: dict, path: Path) -> None:
 
 def run(args) -> int:
     from benchmarks.systems.base import THREADS
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     target = host_target(THREADS)
     only = args.only.split(",") if args.only else [w.name for w in SEARCH_WORKLOADS]

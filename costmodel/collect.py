@@ -38,9 +38,9 @@ from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
 from superopt.measure.runner import make_runner
 from superopt.measure.service import MeasureConfig, MeasureInput, build_records
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import Target, host_target
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1

@@ -7,7 +7,7 @@ distinct candidate, with its measured time (``inf`` when it failed), its group (
 target, :func:`costmodel.base.candidate_group`: what times are compared within) and its workload key.
 
 Reading is tolerant: a line that is not a record, a workload text that no longer parses, a target
-dict that is not a :class:`~superopt.runtime.target.Target` or a trace that no longer reads costs
+dict that is not a :class:`~superopt.target.Target` or a trace that no longer reads costs
 that record only; one warning per :func:`load_dataset` call counts them. A candidate measured more
 than once (same compute text, constant inputs, target and trace) becomes one row whose time is the
 median of its successful measurements (``inf`` if none succeeded).
@@ -31,8 +31,8 @@ from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.lang import parse_compute
 from superopt.measure.records import RECORDS_FILE, MeasureRecord
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import Primitive, trace_from_json
+from superopt.target import Target
 
 __all__ = ["Dataset", "RawRecord", "load_dataset", "parse_line"]
 

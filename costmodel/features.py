@@ -66,8 +66,8 @@ from superopt.loopnest import (
     statement_ops,
     walk,
 )
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import trace_to_json
+from superopt.target import Target
 
 FEATURE_VERSION = 2
 BUFFERS = 3  # per-buffer feature groups (the buffers with the most bytes accessed)

@@ -29,8 +29,8 @@ from costmodel.base import Candidate
 from costmodel.features import FEATURE_NAMES, FeatureVersionError, nest_features
 from superopt.codegen.lower import ScheduleError, lower
 from superopt.loopnest import build_loopnest
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import trace_to_json
+from superopt.target import Target
 
 GPU_FEATURE_VERSION = 1
 

@@ -38,9 +38,9 @@ from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import Target, host_target
 
 SOURCES = ("op", "model", "random", "transformer", "conv")
 # the light models of the onnx wheel (superopt.testing.light_models.LIGHT_MODELS), the smaller first

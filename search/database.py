@@ -30,9 +30,9 @@ import numpy as np
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.graph import Graph
-from superopt.runtime.target import Target
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.primitives import Primitive, trace_from_json, trace_to_json
+from superopt.target import Target
 
 DATABASE_VERSION = 1
 

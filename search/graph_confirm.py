@@ -32,8 +32,8 @@ from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target
 from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.target import Target
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import numpy as np
 from costmodel.base import Candidate, CostModel
 from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
-from superopt.runtime.target import Target
 from superopt.schedule.default import FOLD_REDUCTIONS, ROWS_INTO_CONTRACTION
 from superopt.schedule.primitives import Fuse, Parallel, Primitive, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import Target
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.measure import MeasureConfig, MeasureService
 from superopt.runtime.compiler import CompileError
-from superopt.runtime.target import Target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import constant_inputs
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 # the share of a time budget the search leaves to the confirmation rounds
 CONFIRM_TIME_SHARE = 0.15

@@ -26,8 +26,8 @@ from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.graph import default_schedules
+from superopt.target import Target, host_target
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,7 @@ def _onnx_shapes(args: argparse.Namespace, path: str) -> dict[str, tuple[int, ..
 def _optimize_target(args: argparse.Namespace):
     """--target cpu (this machine, --threads threads) or cuda (the GPU backend; a clear error without a GPU)."""
     from superopt.runtime.compiler import CompilerConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")
@@ -393,7 +393,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from superopt.ir.canonical import canonicalize_kernels
     from superopt.measure import MeasureConfig
     from superopt.runtime.compiler import CompilerConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     time_s = parse_time(args.time) if args.time is not None else None
     if args.trials is None:  # a time budget alone is the budget; neither given: 200 trials

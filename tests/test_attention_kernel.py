@@ -17,11 +17,11 @@ from superopt.interp import evaluate
 from superopt.ir.prune import prune_graph
 from superopt.ops.attention import scaled_dot_product_attention
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.default import ROWS_INTO_CONTRACTION, default_schedule, sketch_names
 from superopt.schedule.graph import default_schedules
 from superopt.schedule.primitives import ComputeAt
 from superopt.schedule.rows_contraction import ROW_BLOCK
+from superopt.target import host_target
 
 
 def _compile(graph, kernel_cache) -> GraphExecutor:

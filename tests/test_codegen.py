@@ -13,7 +13,6 @@ from superopt.lang import compile_op
 from superopt.loopnest import Loop, build_loopnest
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import avx512_target, h200_target, host_target
 from superopt.schedule import (
     CacheWrite,
     ComputeAt,
@@ -31,6 +30,7 @@ from superopt.schedule import (
 )
 from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import default_schedules
+from superopt.target import avx512_target, h200_target, host_target
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

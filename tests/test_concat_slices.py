@@ -11,8 +11,8 @@ from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.runtime.concat_slices import concat_slices
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.graph import default_schedules
+from superopt.target import host_target
 
 
 def _executor(graph, cache, **kw) -> GraphExecutor:

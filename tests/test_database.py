@@ -16,9 +16,9 @@ from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize, canonicalize_kernels, workload_key
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target, host_target
 from superopt.schedule import Reorder, Split, Vectorize
 from superopt.schedule.graph import default_schedules
+from superopt.target import Target, host_target
 
 MM_A = "C[i,j] += A[i,k] * B[k,j]"
 MM_B = "Out[row,col] += Lhs[row,red] * Rhs[red,col]"

@@ -158,8 +158,8 @@ def test_measure_gpu_gives_the_cpu_error_codes_from_worker_processes():
     blocks, every candidate RUNTIME_ERROR naming GpuUnavailable when the worker cannot open the GPU, and
     TIMEOUT (a fresh worker per candidate) when a worker outlives its limit."""
     from superopt.runtime.gpu.measure import GpuMeasureConfig, measure_gpu
-    from superopt.runtime.target import h200_target
     from superopt.schedule.primitives import Bind
+    from superopt.target import h200_target
 
     mm = compile_op(MATMUL, {"A": (33, 20), "B": (20, 40)})
     items = [(mm, gpu_default_schedule(mm, h200_target())), (mm, [Bind("C", "k", "block_x")])]

@@ -10,9 +10,9 @@ from superopt.builder import GraphBuilder
 from superopt.ir.canonical import canonicalize_kernels, workload_key
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.graph import constant_inputs, default_schedules
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 # the suite's thread count: building a library sets the process's OpenMP thread count, which torch shares
 # (a test on 1 thread made a later torch.compile test in the same worker fail dynamo's global-state check)

@@ -372,7 +372,7 @@ def test_a_model_with_absolute_kernel_times_replaces_the_roofline():
         def kernel_seconds(self, compute, target, constant_inputs):
             return 1e-3 * len(compute.statements) if len(compute.statements) > 1 else None
 
-    from superopt.runtime.target import avx512_target
+    from superopt.target import avx512_target
 
     g = small_cnn()
     c = GraphCost(CEILINGS, avx512_target(), PerStatement())

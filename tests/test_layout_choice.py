@@ -13,11 +13,11 @@ from superopt.api import OptimizeConfig, load_graph, random_inputs, rewrite_grap
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph import default_schedules
 from superopt.schedule.primitives import Epilogue, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 TARGET = host_target(1)
 
@@ -145,7 +145,7 @@ def test_with_32_registers_16_lane_blocks_cost_the_full_ceiling_and_auto_blocks_
 
 
 def test_auto_layout_runs_on_cpu_targets_only_and_a_forced_block_everywhere():
-    from superopt.runtime.target import h200_target
+    from superopt.target import h200_target
 
     g = small_net(c=64, hw=16)
     assert _blocked_tensors(rewrite_graph(g, OptimizeConfig(target=replace(TARGET, vector_bits=512, vector_registers=32)))[0])

@@ -33,7 +33,6 @@ from superopt.loopnest import (
     walk,
 )
 from superopt.loopnest.values import loads
-from superopt.runtime.target import avx512_target, host_target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -50,6 +49,7 @@ from superopt.schedule.primitives import (
 from superopt.schedule.primitives import (
     Epilogue as EpiloguePrim,
 )
+from superopt.target import avx512_target, host_target
 from superopt.testing.op_table import CASES, case_graph
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"

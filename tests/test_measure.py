@@ -25,8 +25,8 @@ from superopt.measure import (
 )
 from superopt.measure.records import append_records
 from superopt.runtime.compiler import CompilerConfig
-from superopt.runtime.target import host_target
 from superopt.schedule import CacheWrite, Pack, Parallel, Reorder, Split, Unroll, Vectorize
+from superopt.target import host_target
 
 N = 64
 

@@ -15,8 +15,8 @@ from superopt.loopnest.alloc import Fill
 from superopt.loopnest.build import build_loopnest
 from superopt.loopnest.walk import walk
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Vectorize
+from superopt.target import host_target
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 ROW_MAX = "M[i,u] max= X[i,k]"

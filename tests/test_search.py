@@ -14,9 +14,9 @@ from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.flops import flop_count
 from superopt.lang import compile_op
 from superopt.measure import ErrorCode, MeasureConfig, MeasureResult, MeasureService
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.primitives import CacheWrite, Pack, Split
+from superopt.target import host_target
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 TARGET = host_target(2)

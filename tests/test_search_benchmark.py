@@ -13,8 +13,8 @@ import pytest
 from benchmarks import search as bench
 from benchmarks.search_workloads import SEARCH_WORKLOADS, build_sgemm
 from superopt.interp import evaluate
-from superopt.runtime.target import host_target
 from superopt.schedule.graph import default_schedules
+from superopt.target import host_target
 
 
 @pytest.mark.parametrize("spec", SEARCH_WORKLOADS, ids=lambda s: s.name)

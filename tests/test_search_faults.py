@@ -16,7 +16,7 @@ from superopt.lang import compile_op
 from superopt.measure import MeasureConfig, MeasureService
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
+from superopt.target import host_target
 
 N = 48
 

@@ -10,7 +10,7 @@ interpreter on seeded random inputs before its timing counts.
 Timing matches how the graph executor runs a kernel: inputs named constant (graph constants) that
 the kernel packs are packed once before timing; run-time inputs the kernel packs are packed on
 every call inside the timed function. Everything is lowered, compiled and timed for one explicit
-:class:`~superopt.runtime.target.Target` (``MeasureConfig.target``), which the records carry.
+:class:`~superopt.target.Target` (``MeasureConfig.target``), which the records carry.
 
 Use :class:`MeasureService` directly to keep workers (and the reference cache) alive across calls.
 """
@@ -42,8 +42,8 @@ from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.worker import recv_frame, send_frame
 from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
 from superopt.runtime.kernel import kernel_name
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 class ErrorCode(Enum):

@@ -35,8 +35,8 @@ from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import ConcatSlices, concat_slices
 from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
 from superopt.runtime.native_externs import NativeExtern, native_extern
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.buffers import aligned_copy, aligned_empty, is_aligned
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 class CompiledKernel:

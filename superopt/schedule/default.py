@@ -17,7 +17,6 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -36,6 +35,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target, host_target
 
 # functions worth computing once into a row buffer rather than recomputing at every use
 EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal", "tan",

@@ -25,7 +25,6 @@ import math
 from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
-from superopt.runtime.target import Target
 from superopt.schedule.default import _is_cheap, _is_contraction, final_contraction, simple_schedule
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -42,6 +41,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target
 
 ROW_BLOCK = 32  # query rows per block: a block's scores (32 x keys floats) stay in L1/L2
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from superopt.codegen.lower import ScheduleError, lower
 from superopt.ir.compute import Compute
-from superopt.runtime.target import Target
 from superopt.schedule.default import build_sketch, sketch_names
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from superopt.schedule.primitives import Primitive
 if TYPE_CHECKING:
     from superopt.measure.records import MeasureRecord
     from superopt.measure.service import MeasureInput, MeasureResult
-    from superopt.runtime.target import Target
+    from superopt.target import Target
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class GpuRunner:
         if any(inp.source is not None for inp in inputs):
             raise ValueError("GpuRunner measures generated CUDA only (a MeasureInput has a hand-written source)")
         results = _run_workers(items, self.config) if items else {}
-        from superopt.runtime.target import Target
+        from superopt.target import Target
 
         want = self.target.key()
         out = []
