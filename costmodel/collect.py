@@ -34,10 +34,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from costmodel.workloads import DEFAULT_MIX, DEFAULT_MODELS, Workload, WorkloadSizes, generate_workloads
-from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
 from superopt.measure.runner import make_runner
 from superopt.measure.service import MeasureConfig, MeasureInput, build_records
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import ScheduleSpace
 from superopt.target import Target, host_target

@@ -51,7 +51,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel.base import Candidate
-from superopt.codegen.lower import KernelPlan, ScheduleError, lower
 from superopt.loopnest import (
     Accumulate,
     Alloc,
@@ -66,6 +65,7 @@ from superopt.loopnest import (
     statement_ops,
     walk,
 )
+from superopt.schedule.plan import KernelPlan, ScheduleError, lower
 from superopt.schedule.primitives import trace_to_json
 from superopt.target import Target
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from costmodel.base import Candidate
 from costmodel.features import FEATURE_NAMES, FeatureVersionError, nest_features
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.loopnest import build_loopnest
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import trace_to_json
 from superopt.target import Target
 

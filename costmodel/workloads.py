@@ -32,13 +32,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from superopt.codegen.lower import ScheduleError
 from superopt.ir.canonical import canonical_constants, canonicalize, canonicalize_kernels, workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
 from superopt.schedule.graph import constant_inputs
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.space import ScheduleSpace
 from superopt.target import Target, host_target
 

@@ -294,7 +294,7 @@ def schedules_from_database(graph: Graph, target: Target, db: TuningDatabase, ch
     With ``check``, a recorded trace that no longer lowers (the code generator changed since it was
     measured) is passed over with a warning rather than returned.
     """
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     out: dict[str, list[Primitive]] = {}
     hits: list[str] = []

@@ -173,7 +173,7 @@ def _runner_ups(graph: Graph, target: Target, database: TuningDatabase, lost: li
                 picks: dict[str, list], defaults: dict[str, list]) -> dict[str, tuple]:
     """Workload key -> the fastest schedule, other than the default and the pick that lost, that the tuner
     confirmed faster than the default alone (and that still lowers); none where there is no such one."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     nodes = {n.name: n for n in graph.nodes}
     out: dict[str, tuple] = {}

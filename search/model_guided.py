@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.base import Candidate, CostModel
-from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
 from superopt.schedule.default import FOLD_REDUCTIONS, ROWS_INTO_CONTRACTION
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Fuse, Parallel, Primitive, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import Target
@@ -126,9 +126,9 @@ def thread_partition(trace: Sequence[Primitive]) -> tuple[Primitive, ...]:
 def tile_chains(compute: Compute, trace: Sequence[Primitive], target: Target) -> int:
     """Vector accumulators of the kernel's largest register tile (its independent FMA chains), 0 when it
     has none or does not lower."""
-    from superopt.codegen.lower import lower
     from superopt.loopnest import build_loopnest, walk
     from superopt.loopnest.alloc import Alloc
+    from superopt.schedule.plan import lower
 
     try:
         nest = build_loopnest(lower(compute, list(trace), target))

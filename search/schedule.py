@@ -31,9 +31,9 @@ from tqdm import tqdm
 
 from costmodel.base import Candidate, CostModel, RandomModel
 from search.model_guided import evolve, thread_partition
-from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import Target

@@ -10,7 +10,6 @@ import pytest
 
 from superopt.builder import GraphBuilder
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate, evaluate_compute
 from superopt.lang import compile_op
 from superopt.ops.attention import scaled_dot_product_attention
@@ -18,6 +17,7 @@ from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import ROWS_INTO_CONTRACTION, default_schedule
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.loopnest import Loop, build_loopnest
@@ -30,6 +29,7 @@ from superopt.schedule import (
 )
 from superopt.schedule.default import default_schedule
 from superopt.schedule.graph import default_schedules
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.target import avx512_target, h200_target, host_target
 from superopt.testing.op_table import CASES, case_graph, case_reference
 

@@ -181,8 +181,8 @@ def test_a_gpu_model_trains_on_gpu_records_and_reloads(gpu_dataset, tmp_path):
 
 def test_collected_gpu_schedules_compile_with_nvcc_for_sm_90(gpu_dataset, tmp_path):
     from superopt.codegen.cuda_emit import emit_cuda
-    from superopt.codegen.lower import lower
     from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, find_nvcc, translation_unit
+    from superopt.schedule.plan import lower
     from superopt.target import Target
 
     if find_nvcc() is None:

@@ -7,7 +7,6 @@ from collections import Counter
 import pytest
 
 from superopt.codegen.c_emit import c_linear, emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.ir.expr import Affine, DivMod
 from superopt.lang import compile_op
 from superopt.loopnest import (
@@ -34,6 +33,7 @@ from superopt.loopnest import (
 )
 from superopt.loopnest.values import loads
 from superopt.schedule.default import default_schedule
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,

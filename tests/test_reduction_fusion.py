@@ -13,13 +13,13 @@ import pytest
 
 from superopt.builder import GraphBuilder
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule.default import FOLD_REDUCTIONS, default_schedule, sketch_names
 from superopt.schedule.graph import default_schedules
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,

@@ -22,10 +22,10 @@ from rewrite_rules.winograd import (
 )
 from superopt.api import OptimizeConfig, optimize, random_inputs
 from superopt.builder import GraphBuilder
-from superopt.codegen.lower import ScheduleError
 from superopt.interp import evaluate, evaluate_compute
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule.default import default_schedule, sketch_names
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.space import ScheduleSpace
 from superopt.schedule.tile_transform import TILE_TRANSFORM
 from superopt.target import host_target

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from superopt.codegen.c_emit import _CPrinter, c_combine, c_linear, c_ref, c_value, ctype
-from superopt.codegen.lower import KernelPlan, PackLayout
 from superopt.ir.types import DTYPES
 from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
 from superopt.loopnest.gpu import Barrier, SharedLoad, ThreadReduce
 from superopt.loopnest.loop import GPU_LOOP_KINDS
+from superopt.schedule.plan import KernelPlan, PackLayout
 
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
 

@@ -13,9 +13,9 @@ import math
 
 from superopt.codegen.cuda_emit import CudaSource
 from superopt.codegen.cuda_legality import REGISTER_OVERHEAD
-from superopt.codegen.lower import KernelPlan
 from superopt.ir.flops import flop_count
 from superopt.loopnest import LoopNest, accesses
+from superopt.schedule.plan import KernelPlan
 from superopt.target import Target
 
 GPU_FEATURE_VERSION = 1

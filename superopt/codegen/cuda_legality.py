@@ -1,6 +1,6 @@
 """Legality of a schedule on a CUDA target: bound loops and the device's limits.
 
-Called by :func:`superopt.codegen.lower.lower` on every plan; raises only ``ScheduleError``. On a CPU
+Called by :func:`superopt.schedule.plan.lower` on every plan; raises only ``ScheduleError``. On a CPU
 target the only rule is that no loop is bound to a GPU axis. On a ``kind='cuda'`` target:
 
 - a bound loop (``Bind``) is a spatial loop of a root stage, one per grid axis in a stage (each root
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from superopt.schedule.primitives import GPU_AXES
 
 if TYPE_CHECKING:
-    from superopt.codegen.lower import KernelPlan
+    from superopt.schedule.plan import KernelPlan
 
 # registers a thread needs besides its accumulator tile (indices, pointers, loaded operands): an estimate
 REGISTER_OVERHEAD = 32
@@ -46,7 +46,7 @@ def _root_of(plan: KernelPlan, s):
 def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
     """A reduction loop bound to ``thread_x``: each thread accumulates a share, then the block all-reduces
     (ThreadReduce). Every thread must reach that all-reduce, and only one scalar accumulator is combined."""
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     if lp.bind != "thread_x":
         raise ScheduleError(f"{prim}: a reduction loop binds only to thread_x (a block all-reduces it)")
@@ -80,7 +80,7 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
 
 def check_gpu_plan(plan: KernelPlan) -> None:
     from superopt.codegen.cuda_shared import check_shared
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     gpu = plan.target.gpu if plan.target.kind == "cuda" else None
     check_shared(plan)

@@ -32,7 +32,7 @@ from superopt.loopnest import (
 from superopt.loopnest.gpu import Barrier, SharedLoad
 
 if TYPE_CHECKING:
-    from superopt.codegen.lower import KernelPlan, Stage
+    from superopt.schedule.plan import KernelPlan, Stage
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class SharedBox:
 
 def shared_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> SharedBox:
     """The box of ``tensor`` that ``CacheRead(s, tensor, at)`` copies; ScheduleError when it cannot."""
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     prim = f"CacheRead({s.name}, {tensor}, {at})"
     if plan.target.kind != "cuda":
@@ -101,7 +101,7 @@ def shared_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> SharedBox:
 
 def check_shared(plan: KernelPlan) -> None:
     """Legality of every CacheRead of the plan: the boxes, and their total within the block's shared memory."""
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     for s in plan.stages.values():
         if not s.cache_reads:

@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from superopt.codegen.c_emit import KernelSource, emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp.reference import evaluate_compute
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
@@ -42,6 +41,7 @@ from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.worker import recv_frame, send_frame
 from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
 from superopt.runtime.kernel import kernel_name
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Primitive
 from superopt.target import Target, host_target
 

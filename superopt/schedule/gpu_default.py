@@ -325,7 +325,7 @@ def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], s
 def gpu_default_schedule(compute: Compute, target: Target, constant_inputs: frozenset[str] | None = None
                          ) -> list[Primitive]:
     """The first GPU sketch that lowers legally on ``target`` (a ``kind='cuda'`` target)."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
     errors = []

@@ -49,7 +49,7 @@ ROW_BLOCK = 32  # query rows per block: a block's scores (32 x keys floats) stay
 def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primitive]:
     """The sketch's trace; the row block (knob ``<final>.row_block``) defaults to :data:`ROW_BLOCK` rows
     where that structure lowers, else to one row."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     _, final, _ = final_contraction(compute)
     if len(compute.outputs) != 1 or not _is_contraction(final) or len(final.out_dims) < 2:

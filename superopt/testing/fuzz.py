@@ -103,8 +103,8 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
 
 
 def _schedules(graph, target, config: FuzzConfig, seed: int) -> tuple[dict, int]:
-    from superopt.codegen.lower import ScheduleError
     from superopt.schedule.graph import constant_inputs, default_schedules
+    from superopt.schedule.plan import ScheduleError
     from superopt.schedule.space import ScheduleSpace
 
     schedules = default_schedules(graph, target)

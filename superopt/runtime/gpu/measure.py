@@ -209,11 +209,11 @@ def _worker(request: Path, results: Path) -> int:
     except Exception as e:  # noqa: BLE001 (no GPU: every candidate gets the same answer)
         put({"index": items[0].index, "code": "RUNTIME_ERROR", "msg": f"{type(e).__name__}: {e}", "fatal": True})
         return 3
-    from superopt.codegen.lower import lower
     from superopt.interp import evaluate_compute
     from superopt.measure.service import random_inputs
     from superopt.measure.worker import outputs_match
     from superopt.runtime.gpu.kernel import build_gpu_kernels_each
+    from superopt.schedule.plan import lower
 
     target = dev.target
     tdict = target.to_dict()
