@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from superopt.codegen.cuda_emit import CudaSource
-from superopt.codegen.cuda_legality import REGISTER_OVERHEAD
 from superopt.ir.flops import flop_count
 from superopt.loopnest import LoopNest, accesses
+from superopt.schedule.cuda_legality import REGISTER_OVERHEAD
 from superopt.schedule.plan import KernelPlan
 from superopt.target import Target
 

@@ -426,7 +426,7 @@ def _check_cache_at(s: Stage) -> None:
 
 
 def _check(plan: KernelPlan) -> None:
-    from superopt.codegen.cuda_legality import check_gpu_plan
+    from superopt.schedule.cuda_legality import check_gpu_plan
 
     for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
         if s.attach is not None:
