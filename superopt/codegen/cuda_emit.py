@@ -387,7 +387,7 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
 def emit_cuda(plan: KernelPlan | LoopNest, name: str = "kernel") -> CudaSource:
     """CUDA source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
     if isinstance(plan, KernelPlan):
-        from superopt.codegen.cuda_shared import with_shared_copies
+        from superopt.loopnest.shared_copies import with_shared_copies
 
         nest = with_shared_copies(build_loopnest(plan), plan)  # CacheRead copies (GPU shared memory) in place
     else:

@@ -79,7 +79,7 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
 
 
 def check_gpu_plan(plan: KernelPlan) -> None:
-    from superopt.codegen.cuda_shared import check_shared
+    from superopt.loopnest.shared_copies import check_shared
     from superopt.schedule.plan import ScheduleError
 
     gpu = plan.target.gpu if plan.target.kind == "cuda" else None
