@@ -6,7 +6,7 @@
 
 For every workload (``search_workloads.py``) the graph goes through the graph passes (rewrite,
 canonical kernels) and then:
-  * one evolutionary search run of N trials over all its kernels (``search.tune.tune_graph``, a fresh
+  * one evolutionary search run of N trials over all its kernels (``search.schedule.tune.tune_graph``, a fresh
     temporary tuning database): "search@N" is its best schedules, "search@E" the best among the
     first E measurements (read back from the database, which holds them in measurement order);
   * one random-sampling run of N trials: "random@N" (its best over its own samples, not the default);
@@ -52,8 +52,8 @@ from benchmarks.search_workloads import SEARCH_WORKLOADS, SearchWorkload, Worklo
 from benchmarks.systems.base import THREADS  # noqa: E402
 
 if TYPE_CHECKING:
-    from search.database import TuningDatabase
-    from search.tune import GraphTuneReport, KernelTuneResult
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import GraphTuneReport, KernelTuneResult
     from superopt.ir.graph import Graph
     from superopt.measure.peak import CopyKernel
     from superopt.target import Target
@@ -85,7 +85,7 @@ def schedules_after(graph: Graph, db: TuningDatabase, target: Target, n: int, de
                     ) -> tuple[dict[str, list], float]:
     """Node -> the best trace among the first ``n`` measurements in ``db`` (file = measurement order),
     and the search's own estimate of the graph's time with them (sum over nodes of kernel times)."""
-    from search.database import node_workload_key
+    from search.schedule.database import node_workload_key
 
     best: dict[str, tuple[float, tuple]] = {}
     for r in db.records(target=target)[:n]:
@@ -117,8 +117,8 @@ def run_search(graph: Graph, target: Target, trials: int, seed: int, strategy: s
                guide: str = "none") -> tuple[GraphTuneReport, TuningDatabase]:
     """One tune of ``graph``; ``guide``: ``none`` (candidates ranked at random) or ``pretrained`` (the shipped
     cost model refined online, as ``superopt tune`` runs by default)."""
-    from search.database import TuningDatabase
-    from search.tune import TuneConfig, tune_graph
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import TuneConfig, tune_graph
     from superopt.api import load_cost_model
 
     db = TuningDatabase(workdir / f"{strategy}.jsonl")

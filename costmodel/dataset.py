@@ -1,7 +1,7 @@
 """The cost model's training data: measurement records and tuning databases read into candidates.
 
 :func:`load_dataset` reads JSON-lines files of either format described in ``datasets/README.md``
-(measurement records of ``superopt.measure`` and tuning records of :mod:`search.database`; each
+(measurement records of ``superopt.measure`` and tuning records of :mod:`search.schedule.database`; each
 line is recognized by its shape, so one file may even mix them) into a :class:`Dataset`: one row per
 distinct candidate, with its measured time (``inf`` when it failed), its group (the workload on its
 target, :func:`costmodel.base.candidate_group`: what times are compared within) and its workload key.
@@ -207,7 +207,7 @@ def _from_measurement(d: dict) -> RawRecord:
 
 
 def _from_tuning(d: dict) -> RawRecord:
-    # search.database.TuningRecord's layout, read here without importing the search package
+    # search.schedule.database.TuningRecord's layout, read here without importing the search package
     if d.get("version") != 1:
         raise ValueError(f"unsupported tuning record version {d.get('version')!r}")
     consts = tuple(str(c) for c in d.get("constant_inputs", ()))

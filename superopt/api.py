@@ -38,8 +38,8 @@ class OptimizeConfig:
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
-    # the graph rewrite pass (search.graph): "backtracking" (TASO-style cost-based search over every rule,
-    # fusion included, graphs costed by search.graph_cost's roofline), "mcts" (Monte-Carlo tree search) or
+    # the graph rewrite pass (search.graph.search): "backtracking" (TASO-style cost-based search over every rule,
+    # fusion included, graphs costed by search.graph.cost's roofline), "mcts" (Monte-Carlo tree search) or
     # "greedy" (first site of the first rule to a fixed point, exploration families excluded); the search
     # stops after graph_budget_s seconds, graph_expansions expanded graphs, or graph_patience expansions
     # without a 0.1% gain; graph_alpha: queue rewrites costing up to alpha x the best graph (TASO's relaxation)
@@ -50,7 +50,7 @@ class OptimizeConfig:
     graph_patience: int = 4
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
-    database: str | Path | None = None  # a tuning database (search.database) consulted before the default
+    database: str | Path | None = None  # a tuning database (search.schedule.database) consulted before the default
     # the cost model that picks schedules with no measurement for kernels the database lacks: "pretrained"
     # (the model shipped in the package, when there is one), a model file, or None (the default heuristic)
     cost_model: str | Path | None = "pretrained"
@@ -92,7 +92,7 @@ class OptimizeReport:
     fallbacks: list = field(default_factory=list)  # superopt.frontends.onnx_fallback.FallbackNode per ONNX fallback node
     shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
-    graph_search: dict | None = None  # search.graph.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
+    graph_search: dict | None = None  # search.graph.search.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
     schedule_source: dict = field(default_factory=dict)  # compute node -> "database" | "cost model" | "default"
 
     def __str__(self) -> str:
@@ -321,13 +321,13 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
 
 
 def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
-    """``rewrite_graph`` with the graph search's report (``search.graph.GraphSearchReport``; None when
+    """``rewrite_graph`` with the graph search's report (``search.graph.search.GraphSearchReport``; None when
     ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
-    rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph_cost.GraphCost``, a
+    rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph.cost.GraphCost``, a
     roofline against this machine's measured ceilings (measured once per compiler cache; greedy when
     the target is not a CPU, which has no measured ceilings)."""
     from rewrite_rules import EXPLORATION_FAMILIES
-    from search.graph import GraphSearchConfig, default_rules, search_graph
+    from search.graph.search import GraphSearchConfig, default_rules, search_graph
 
     config = config or OptimizeConfig()
     graph = prune_graph(graph)
@@ -348,7 +348,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
     # blocked-conv tiles are CPU ones), a forced block anywhere
     if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
-        from search.layout import choose_layouts
+        from search.graph.layout import choose_layouts
 
         graph = choose_layouts(graph, target, layout=config.layout)[0]
     if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
@@ -361,7 +361,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
 
 
 def _graph_cost(target: Target, compiler: CompilerConfig):
-    from search.graph_cost import Ceilings, GraphCost
+    from search.graph.cost import Ceilings, GraphCost
 
     return GraphCost(Ceilings.measured(target, compiler), target)
 
@@ -400,12 +400,12 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     schedules, the nodes the database served and the nodes whose schedule the model changed."""
     schedules, hits, picked = {}, [], []
     if database is not None:
-        from search.database import TuningDatabase, schedules_from_database
+        from search.schedule.database import TuningDatabase, schedules_from_database
 
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
     if cost_model is not None and model_knows(cost_model, target):
-        from search.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
-        from search.model_guided import schedules_from_model
+        from search.graph.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
+        from search.schedule.model_guided import schedules_from_model
 
         chosen, picks = schedules_from_model(graph, target, cost_model, skip=[*hits, *blocked_kernels(graph)],
                                              deadline=deadline)
@@ -422,8 +422,8 @@ def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, databas
     ``target``, within ``time_s`` seconds and the config's trials; its records are appended to ``database``.
     Returns a summary."""
     from costmodel.xgb import XGBModel
-    from search.database import TuningDatabase
-    from search.tune import TuneConfig, tune_graph
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import TuneConfig, tune_graph
     from superopt.measure import MeasureConfig
 
     trials = config.tune_trials if config.tune_trials is not None else 10**9

@@ -230,7 +230,7 @@ def _tune_model(args: argparse.Namespace):
 def _zero_measurement(args: argparse.Namespace, graph, target, label: str) -> int:
     """``tune --trials 0``: each kernel's schedule picked by the cost model alone; nothing is measured
     or recorded (the database holds measurements only)."""
-    from search.model_guided import schedules_from_model
+    from search.schedule.model_guided import schedules_from_model
 
     model = _tune_model(args)
     if model is None or not getattr(model, "trained", False):
@@ -388,7 +388,7 @@ def print_tune_summary(summary: dict, out=None) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from search.database import TuningDatabase
+    from search.schedule.database import TuningDatabase
     from superopt.api import OptimizeConfig, rewrite_graph
     from superopt.ir.canonical import canonicalize_kernels
     from superopt.measure import MeasureConfig
@@ -403,7 +403,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")
     graph, label = _tune_graph_input(args)
-    from search.tune import TuneConfig, tune_graph  # the schedule search (imported only when used)
+    from search.schedule.tune import TuneConfig, tune_graph  # the schedule search (imported only when used)
 
     compiler = CompilerConfig()
     target = host_target(args.threads, compiler.cc)

@@ -21,8 +21,8 @@ import pytest
 
 from costmodel.collect import CollectConfig, collect, plan_workload, repair_tail, trace_key
 from costmodel.workloads import DEFAULT_MIX, fits_size, generate_workloads, has_legal_default, model_workloads
-from search.database import TuningDatabase
-from search.tune import TuneConfig, tune_graph
+from search.schedule.database import TuningDatabase
+from search.schedule.tune import TuneConfig, tune_graph
 from superopt.api import define_op
 from superopt.cli_dataset import main as dataset_main
 from superopt.codegen.c_emit import KernelSource

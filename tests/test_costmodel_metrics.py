@@ -20,7 +20,7 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.dataset import Dataset, load_dataset
 from costmodel.metrics import EvalReport, evaluate_scores, mape, pairwise_accuracy, pairwise_counts, top_k_score
 from costmodel.train import TrainConfig, cross_validate, evaluate, relative_speed, scatter_plot, train
-from search.database import TuningDatabase, TuningRecord
+from search.schedule.database import TuningDatabase, TuningRecord
 from superopt.cli_costmodel import main
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.database import TuningDatabase, TuningRecord, schedules_from_database
-from search.graph_confirm import InGraphConfig, confirm_in_graph
+from search.graph.confirm import InGraphConfig, confirm_in_graph
+from search.schedule.database import TuningDatabase, TuningRecord, schedules_from_database
 from superopt.builder import GraphBuilder
 from superopt.ir.canonical import canonicalize_kernels, workload_key
 from superopt.lang import compile_op

@@ -15,7 +15,8 @@ import pytest
 from rewrite_rules import Rule, RuleNotApplicable, fresh_name, node_named, rewrite_greedy
 from rewrite_rules.algebraic import HOIST_CONSTANTS
 from rewrite_rules.fusion import FUSE_ELEMENTWISE
-from search.graph import (
+from search.graph.cost import Ceilings, GraphCost, padded_reads, workspace_bytes
+from search.graph.search import (
     STOP_EXHAUSTED,
     STOP_EXPANSIONS,
     STOP_NO_RULE,
@@ -24,7 +25,6 @@ from search.graph import (
     GraphSearchConfig,
     search_graph,
 )
-from search.graph_cost import Ceilings, GraphCost, padded_reads, workspace_bytes
 from superopt.api import random_inputs
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate

@@ -8,7 +8,7 @@ import pytest
 
 from rewrite_rules import RULES, node_named
 from rewrite_rules.layout_choice import _conv_graph, block_node_in, cancel_all, conversion_kind, conversions
-from search.layout import blocked_graph, choose_layouts, is_conv
+from search.graph.layout import blocked_graph, choose_layouts, is_conv
 from superopt.api import OptimizeConfig, load_graph, random_inputs, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
@@ -379,7 +379,7 @@ def test_optimize_takes_the_layout_from_its_config_and_verifies():
 
 
 def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
-    from search.layout import blocked_kernels
+    from search.graph.layout import blocked_kernels
     from superopt.api import load_cost_model, schedule_graph
     from superopt.ir.canonical import canonicalize_kernels
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from search.random_schedule import random_trace
+from search.schedule.random_schedule import random_trace
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor

@@ -6,9 +6,9 @@ import tempfile
 
 import pytest
 
-from search.database import TuningDatabase
-from search.schedule import SearchConfig, search_compute
-from search.tune import TuneConfig, tune_graph
+from search.schedule.database import TuningDatabase
+from search.schedule.search import SearchConfig, search_compute
+from search.schedule.tune import TuneConfig, tune_graph
 from superopt.api import define_op
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.flops import flop_count
@@ -115,7 +115,7 @@ def test_search_with_real_measurements_verifies_and_improves(tmp_path):
 
 
 def test_a_search_that_keeps_the_partition_measures_only_the_defaults_thread_split(mm):
-    from search.model_guided import thread_partition
+    from search.schedule.model_guided import thread_partition
 
     default = thread_partition(default_schedule(mm, TARGET, frozenset(mm.inputs)))
     free = _run(mm, trials=64)
@@ -125,7 +125,7 @@ def test_a_search_that_keeps_the_partition_measures_only_the_defaults_thread_spl
 
 
 def test_tuning_a_graph_keeps_each_kernels_thread_split_and_a_lone_op_does_not(tmp_path):
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     made = []
     real = tune.ScheduleSearch
@@ -186,7 +186,7 @@ def test_task_scheduler_gives_batches_where_the_gain_is():
             return [r if inp.compute.statements[0].reduce == "+=" else MeasureResult(ErrorCode.OK, [1e-6], 1e-6)
                     for inp, r in zip(inputs, super().measure(inputs))]
 
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(Measurer())
@@ -227,7 +227,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
                     r.median_s, r.times_s = r.median_s / 100, [r.median_s / 100]
             return out
 
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(Noisy())
@@ -250,7 +250,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
 
 
 def _tune_with(measurer, graph, config, db):
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(measurer)

@@ -40,7 +40,7 @@ def test_workload_flops_and_memory_bound():
 
 
 def test_schedules_read_back_in_measurement_order(tmp_path):
-    from search.database import TuningDatabase, TuningRecord
+    from search.schedule.database import TuningDatabase, TuningRecord
 
     target = host_target(2)
     graph = bench.prepare_graph(build_sgemm(16, 8, 16))[0]

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from search.schedule import SearchConfig, search_compute
+from search.schedule.search import SearchConfig, search_compute
 from superopt.codegen.c_emit import KernelSource
 from superopt.interp.reference import evaluate_compute
 from superopt.lang import compile_op

@@ -111,8 +111,8 @@ def _schedules(graph, target, config: FuzzConfig, seed: int) -> tuple[dict, int]
     if config.schedules == "default":
         return schedules, 0
     if config.schedules == "search":
-        from search.database import TuningDatabase, schedules_from_database
-        from search.tune import TuneConfig, tune_graph
+        from search.schedule.database import TuningDatabase, schedules_from_database
+        from search.schedule.tune import TuneConfig, tune_graph
 
         with tempfile.TemporaryDirectory() as tmp:
             db = TuningDatabase(Path(tmp) / "db.jsonl")

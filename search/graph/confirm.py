@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
+from search.schedule.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
 from superopt.api import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
@@ -56,7 +56,7 @@ class InGraphKernel:
 
     @property
     def kept(self) -> bool:
-        return self.ratio < 1.0 - MIN_GAIN  # (the database's rule: search.database.MIN_GAIN)
+        return self.ratio < 1.0 - MIN_GAIN  # (the database's rule: search.schedule.database.MIN_GAIN)
 
     def to_dict(self) -> dict:
         return {"workload_key": self.workload_key, "nodes": self.nodes, "default_ms": self.default_s * 1e3,

@@ -21,9 +21,9 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import CostModel
-from search.database import TuningDatabase, TuningRecord
-from search.graph_confirm import InGraphConfig, InGraphReport, confirm_in_graph
-from search.schedule import Measurer, ScheduleSearch, SearchConfig
+from search.graph.confirm import InGraphConfig, InGraphReport, confirm_in_graph
+from search.schedule.database import TuningDatabase, TuningRecord
+from search.schedule.search import Measurer, ScheduleSearch, SearchConfig
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count

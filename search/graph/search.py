@@ -2,7 +2,7 @@
 
 The state is a whole graph; a move applies one rule at one site (``Rule.matches``/``Rule.apply``).
 Fusion rules are moves like any other, so which nodes form one kernel is part of the searched state
-and the search leaves two nodes apart when the cost (:class:`search.graph_cost.GraphCost`) says so.
+and the search leaves two nodes apart when the cost (:class:`search.graph.cost.GraphCost`) says so.
 Explored graphs are deduplicated by a rename-invariant digest (:class:`GraphDigests`: ``graph_digest``
 plus the multiset of node hashes, so recomputing a value in two nodes is not mistaken for sharing it).
 
@@ -57,7 +57,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from rewrite_rules import EXPLORATION_FAMILIES, Rule, RuleNotApplicable, Site, rewrite_greedy
-from search.graph_cost import CanonicalDigests, GraphCost
+from search.graph.cost import CanonicalDigests, GraphCost
 from superopt.ir.canonical import structural_hashes
 from superopt.ir.graph import Graph, Node
 

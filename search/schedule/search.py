@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import Candidate, CostModel, RandomModel
-from search.model_guided import evolve, thread_partition
+from search.schedule.model_guided import evolve, thread_partition
 from superopt.ir.compute import Compute
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
 from superopt.schedule.plan import ScheduleError
