@@ -20,6 +20,7 @@ import numpy as np
 
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
@@ -254,20 +255,6 @@ def load(directory: str | Path, threads: int | None = None) -> OptimizedProgram:
     dtypes = meta.get("output_dtypes")
     return OptimizedProgram(executor.graph, executor, rep, meta.get("input_names"),
                             None if dtypes is None else [np.dtype(d) for d in dtypes])
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for name in graph.inputs:
-        t = graph.type_of[name]
-        if t.dtype.startswith("float"):
-            feed[name] = rng.standard_normal(t.shape).astype(t.np_dtype)
-        elif t.dtype == "bool":
-            feed[name] = rng.random(t.shape) < 0.5
-        else:
-            feed[name] = rng.integers(0, 2, t.shape).astype(t.np_dtype)
-    return feed
 
 
 def _is_torch_program(model) -> bool:

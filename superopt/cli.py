@@ -154,7 +154,8 @@ def _optimize_target(args: argparse.Namespace):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from superopt.api import OptimizeConfig, optimize, random_inputs
+    from superopt.api import OptimizeConfig, optimize
+    from superopt.interp.inputs import random_inputs
 
     budget = parse_time(args.budget, "--budget") if args.budget is not None else None
     if args.trials is not None and args.trials < 1:

@@ -25,9 +25,9 @@ from search.graph.search import (
     GraphSearchConfig,
     search_graph,
 )
-from superopt.api import random_inputs
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import graph_digest
 from superopt.ir.graph import Graph, Node
 from superopt.lang import compile_op

@@ -9,9 +9,10 @@ import pytest
 from rewrite_rules import RULES, node_named
 from rewrite_rules.layout_choice import _conv_graph, block_node_in, cancel_all, conversion_kind, conversions
 from search.graph.layout import blocked_graph, choose_layouts, is_conv
-from superopt.api import OptimizeConfig, load_graph, random_inputs, rewrite_graph
+from superopt.api import OptimizeConfig, load_graph, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph import default_schedules

@@ -11,9 +11,10 @@ import pytest
 from rewrite_rules import rewrite_greedy
 from rewrite_rules.folding import FOLD_AFFINE, FOLD_AFFINE_NODE, ONE, affine_in
 from rewrite_rules.movement import RULES as MOVEMENT_RULES
-from superopt.api import OptimizeConfig, random_inputs, rewrite_graph
+from superopt.api import OptimizeConfig, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.expr import Access, Unary
 from superopt.ir.graph import Graph
 

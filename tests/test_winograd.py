@@ -20,9 +20,10 @@ from rewrite_rules.winograd import (
     transformed_weights,
     winograd_all,
 )
-from superopt.api import OptimizeConfig, optimize, random_inputs
+from superopt.api import OptimizeConfig, optimize
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate, evaluate_compute
+from superopt.interp.inputs import random_inputs
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule.default import default_schedule, sketch_names
 from superopt.schedule.plan import ScheduleError

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from search.schedule.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
-from superopt.api import random_inputs
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
 from superopt.runtime.compiler import CompilerConfig

@@ -7,7 +7,7 @@
 A worker process (``python -m superopt.runtime.gpu.measure REQUEST RESULTS``) opens the GPU, lowers every
 candidate for the device's target (``ILLEGAL_SCHEDULE``), compiles them in one nvcc run (one by one when the
 batch fails: ``COMPILE_ERROR``), then runs each on the seeded inputs of the CPU measurement
-(:func:`superopt.measure.service.random_inputs`) against the reference interpreter in float64
+(:func:`superopt.interp.inputs.random_kernel_inputs`) against the reference interpreter in float64
 (``WRONG_ANSWER``; one reference per workload) and times it with CUDA events (``OK``), writing one result
 line per candidate as it goes. A timed repeat is one event pair around enough back-to-back calls to last
 ``min_repeat_s``; run-time inputs the kernel packs are re-packed inside every call, constant ones once.
@@ -210,7 +210,7 @@ def _worker(request: Path, results: Path) -> int:
         put({"index": items[0].index, "code": "RUNTIME_ERROR", "msg": f"{type(e).__name__}: {e}", "fatal": True})
         return 3
     from superopt.interp import evaluate_compute
-    from superopt.measure.service import random_inputs
+    from superopt.interp.inputs import random_kernel_inputs
     from superopt.measure.worker import outputs_match
     from superopt.runtime.gpu.kernel import build_gpu_kernels_each
     from superopt.schedule.plan import lower
@@ -241,7 +241,7 @@ def _worker(request: Path, results: Path) -> int:
             d = c.digest()
             if d not in refs:
                 try:
-                    args = random_inputs(c, config.seed)
+                    args = random_kernel_inputs(c, config.seed)
                     refs[d] = (args, [np.asarray(r) for r in evaluate_compute(c, args, np.float64)])
                 except Exception as e:  # noqa: BLE001
                     refs[d] = f"reference interpreter failed: {type(e).__name__}: {e}"
