@@ -43,7 +43,7 @@ from superopt.schedule.space import ScheduleSpace
 from superopt.target import Target, host_target
 
 SOURCES = ("op", "model", "random", "transformer", "conv")
-# the light models of the onnx wheel (superopt.testing.light_models.LIGHT_MODELS), the smaller first
+# the light models of the onnx wheel (superopt.frontends.light_models.LIGHT_MODELS), the smaller first
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "bvlc_alexnet", "zfnet512", "vgg19",
                   "inception_v2", "densenet121")
 DEFAULT_MIX = (("op", 0.25), ("model", 0.25), ("random", 0.35), ("transformer", 0.15))
@@ -167,7 +167,7 @@ def graph_workloads(graph: Graph, prefix: str, source: str) -> list[Workload]:
 @functools.lru_cache(maxsize=16)
 def _model_kernels(name: str) -> tuple[Workload, ...]:
     from superopt.api import load_graph
-    from superopt.testing.light_models import light_model_path
+    from superopt.frontends.light_models import light_model_path
 
     return tuple(graph_workloads(load_graph(str(light_model_path(name))), f"model/{name}", "model"))
 

@@ -258,7 +258,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from superopt.api import OptimizeConfig, optimize, optimize_op
     from superopt.cli_artifact import _ort_session, write_artifact
-    from superopt.testing.light_models import light_model_inputs, randomized_light_model
+    from superopt.frontends.light_models import light_model_inputs, randomized_light_model
 
     torch.set_num_threads(args.threads)
     cfg = OptimizeConfig(threads=args.threads)

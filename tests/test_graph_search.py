@@ -331,9 +331,9 @@ def test_budgets_are_respected():
 @pytest.fixture(scope="module")
 def light_graphs():
     pytest.importorskip("onnxruntime")
+    from superopt.frontends.light_models import randomized_light_model
     from superopt.frontends.onnx_frontend import import_onnx_model
     from superopt.ir.prune import prune_graph
-    from superopt.testing.light_models import randomized_light_model
 
     return {name: prune_graph(import_onnx_model(randomized_light_model(name)).graph)
             for name in ("resnet50", "inception_v1")}

@@ -349,7 +349,7 @@ def test_the_layout_rules_are_registered_in_their_family():
 
 
 def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
-    from superopt.testing.light_models import light_model_path
+    from superopt.frontends.light_models import light_model_path
 
     g = rewrite_graph(load_graph(str(light_model_path("resnet50"))), OptimizeConfig(layout="nchw"))[0]
     new, report = choose_layouts(g, TARGET, layout="nchw16c")

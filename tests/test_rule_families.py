@@ -20,8 +20,8 @@ from superopt.ir.graph import Graph
 
 pytest.importorskip("onnxruntime")
 
+from superopt.frontends.light_models import light_model_inputs, randomized_light_model, run_onnxruntime  # noqa: E402
 from superopt.frontends.onnx_frontend import import_onnx_model  # noqa: E402
-from superopt.testing.light_models import light_model_inputs, randomized_light_model, run_onnxruntime  # noqa: E402
 
 # the default pipeline (backtracking graph search over every rule), with time to converge on a busy machine
 # (it stops when converged; at the default 2 s budget one expansion may be all it gets)

@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from superopt.frontends.light_models import light_model_inputs as random_feed
+from superopt.frontends.light_models import run_onnxruntime
 from superopt.testing.fuzz_graphs import random_model
-from superopt.testing.light_models import light_model_inputs as random_feed
-from superopt.testing.light_models import run_onnxruntime
 
 MODES = ("default", "random", "search")
 REGRESSIONS = Path(__file__).resolve().parents[2] / "tests" / "fuzz_regressions"
