@@ -152,9 +152,9 @@ def has_legal_default(workload: Workload, target: Target) -> bool:
 def graph_workloads(graph: Graph, prefix: str, source: str) -> list[Workload]:
     """One workload per distinct workload key among the graph's compute nodes (graph order), after the
     passes a model goes through before scheduling (prune, rewrite rules, canonical kernels)."""
-    from superopt.api import OptimizeConfig, rewrite_graph
+    from search.graph.rewrite import RewriteConfig, rewrite_graph
 
-    graph = canonicalize_kernels(rewrite_graph(graph, OptimizeConfig())[0])
+    graph = canonicalize_kernels(rewrite_graph(graph, RewriteConfig(host_target(2)))[0])  # the pipeline's defaults
     out: dict[str, Workload] = {}
     for node in graph.nodes:
         if node.is_extern:
@@ -166,10 +166,10 @@ def graph_workloads(graph: Graph, prefix: str, source: str) -> list[Workload]:
 
 @functools.lru_cache(maxsize=16)
 def _model_kernels(name: str) -> tuple[Workload, ...]:
-    from superopt.api import load_graph
     from superopt.frontends.light_models import light_model_path
+    from superopt.frontends.onnx_frontend import import_onnx
 
-    return tuple(graph_workloads(load_graph(str(light_model_path(name))), f"model/{name}", "model"))
+    return tuple(graph_workloads(import_onnx(str(light_model_path(name))), f"model/{name}", "model"))
 
 
 def model_workloads(names: Sequence[str] = DEFAULT_MODELS, *, sized: bool = True,

@@ -58,7 +58,7 @@ class RewriteReport:
 # for the graph search only, never given to a greedy driver (which would not terminate or would undo itself)
 EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration", "algorithm")
 # families applied as passes of their own after the layout choice, not by the graph search (their sites, blocked
-# convs, exist only then): ``superopt.api.search_rewrites``
+# convs, exist only then): ``search.graph.rewrite.search_rewrites``
 PASS_FAMILIES: tuple[str, ...] = ("algorithm",)
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,12 +24,14 @@ from superopt.interp import evaluate
 from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
-from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.graph import default_schedules
 from superopt.target import Target, host_target
+
+if TYPE_CHECKING:
+    from search.graph.rewrite import RewriteConfig
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,14 @@ class OptimizeConfig:
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
+
+    def rewrite_config(self) -> RewriteConfig:
+        """The rewrite pass's settings, from these."""
+        from search.graph.rewrite import RewriteConfig
+
+        return RewriteConfig(self.resolved_target(), self.compiler, self.fuse, self.rules, self.graph_search,
+                             self.graph_budget_s, self.graph_expansions, self.graph_alpha, self.graph_patience,
+                             self.seed, self.layout, self.winograd)
 
 
 @dataclass
@@ -309,48 +320,10 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
 
 def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     """``rewrite_graph`` with the graph search's report (``search.graph.search.GraphSearchReport``; None when
-    ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
-    rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph.cost.GraphCost``, a
-    roofline against this machine's measured ceilings (measured once per compiler cache; greedy when
-    the target is not a CPU, which has no measured ceilings)."""
-    from rewrite_rules import EXPLORATION_FAMILIES
-    from search.graph.search import GraphSearchConfig, default_rules, search_graph
+    ``config.fuse`` is off): :func:`search.graph.rewrite.search_rewrites` with ``config``'s settings."""
+    from search.graph.rewrite import search_rewrites as run
 
-    config = config or OptimizeConfig()
-    graph = prune_graph(graph)
-    if not config.fuse:
-        return graph, None
-    target = config.resolved_target()
-    strategy = config.graph_search if target.kind == "cpu" else "greedy"
-    everything = default_rules()
-    if config.rules is not None:
-        rules = [r for r in everything if r.name in config.rules]
-    else:
-        rules = [r for r in everything if strategy != "greedy" or r.family not in EXPLORATION_FAMILIES]
-    gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
-                                alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience,
-                                finish_descent=True)  # never worse than the greedy pass, whatever the budget
-    cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
-    graph, report = search_graph(graph, cost, gconfig, rules)
-    # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
-    # blocked-conv tiles are CPU ones), a forced block anywhere
-    if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
-        from search.graph.layout import choose_layouts
-
-        graph = choose_layouts(graph, target, layout=config.layout)[0]
-    if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
-        from rewrite_rules.winograd import winograd_all
-
-        graph = winograd_all(graph)
-    from rewrite_rules.vertical_fusion import untie_all_keys
-
-    return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
-
-
-def _graph_cost(target: Target, compiler: CompilerConfig):
-    from search.graph.cost import Ceilings, GraphCost
-
-    return GraphCost(Ceilings.measured(target, compiler), target)
+    return run(graph, (config or OptimizeConfig()).rewrite_config())
 
 
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
