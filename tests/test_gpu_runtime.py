@@ -157,7 +157,7 @@ def test_measure_gpu_gives_the_cpu_error_codes_from_worker_processes():
     """Through the emulator binding in worker processes: OK with times, ILLEGAL_SCHEDULE for a reduction bound to
     blocks, every candidate RUNTIME_ERROR naming GpuUnavailable when the worker cannot open the GPU, and
     TIMEOUT (a fresh worker per candidate) when a worker outlives its limit."""
-    from superopt.runtime.gpu.measure import GpuMeasureConfig, measure_gpu
+    from superopt.measure.gpu import GpuMeasureConfig, measure_gpu
     from superopt.schedule.primitives import Bind
     from superopt.target import h200_target
 

@@ -4,7 +4,7 @@
     with GpuRunner(GpuMeasureConfig(binding=...), target) as runner:     # the Runner interface of
         results = runner.measure([MeasureInput(...), ...])              # superopt.measure.runner
 
-A worker process (``python -m superopt.runtime.gpu.measure REQUEST RESULTS``) opens the GPU, lowers every
+A worker process (``python -m superopt.measure.gpu REQUEST RESULTS``) opens the GPU, lowers every
 candidate for the device's target (``ILLEGAL_SCHEDULE``), compiles them in one nvcc run (one by one when the
 batch fails: ``COMPILE_ERROR``), then runs each on the seeded inputs of the CPU measurement
 (:func:`superopt.interp.inputs.random_kernel_inputs`) against the reference interpreter in float64
@@ -78,7 +78,7 @@ def _run_workers(items: Sequence[_Item], config: GpuMeasureConfig) -> dict[int, 
             limit = config.build_timeout_s + config.run_timeout_s * len(pending)
             err = ""
             try:
-                res = subprocess.run([sys.executable, "-m", "superopt.runtime.gpu.measure", str(req), str(out)],
+                res = subprocess.run([sys.executable, "-m", "superopt.measure.gpu", str(req), str(out)],
                                      capture_output=True, text=True, timeout=limit)
                 code, err = res.returncode, (res.stderr or "")[-2000:]
                 timed_out = False
