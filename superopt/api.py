@@ -49,7 +49,7 @@ class OptimizeConfig:
     # without a 0.1% gain; graph_alpha: queue rewrites costing up to alpha x the best graph (TASO's relaxation)
     graph_search: str = "backtracking"
     graph_budget_s: float = 1.0
-    graph_expansions: int = 20
+    graph_expansions: int | None = 20  # None: no limit
     graph_alpha: float = 1.05
     graph_patience: int = 4
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
@@ -386,8 +386,7 @@ def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, databas
     from search.schedule.tune import TuneConfig, tune_graph
     from superopt.measure import MeasureConfig
 
-    trials = config.tune_trials if config.tune_trials is not None else 10**9
-    tc = TuneConfig(trials=trials, time_s=time_s, seed=config.seed, progress=config.progress)
+    tc = TuneConfig(trials=config.tune_trials, time_s=time_s, seed=config.seed, progress=config.progress)
     mcfg = MeasureConfig(threads=target.threads, target=target, compiler=config.compiler)
     report = tune_graph(graph, target, tc, TuningDatabase(database), mcfg, model=model or XGBModel())
     return {"measured": report.measured, "elapsed_s": report.elapsed_s, "stop_reason": report.stop_reason,

@@ -163,7 +163,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     target = _optimize_target(args)
     graph = {}  # the graph search gets a tenth of --budget (its own default otherwise), more expansions with it
     if budget is not None:
-        graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": 10**6, "graph_patience": 20}
+        graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": None, "graph_patience": 20}
     db = _optimize_db(args)  # with --budget/--trials the search's records go here (a temporary file when None)
     path = _model_file(args.model)
     prog = optimize(path, _onnx_shapes(args, path),
@@ -389,6 +389,7 @@ def print_tune_summary(summary: dict, out=None) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from search.budget import DEFAULT_TRIALS
     from search.schedule.database import TuningDatabase
     from superopt.api import OptimizeConfig, rewrite_graph
     from superopt.ir.canonical import canonicalize_kernels
@@ -397,9 +398,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from superopt.target import host_target
 
     time_s = parse_time(args.time) if args.time is not None else None
-    if args.trials is None:  # a time budget alone is the budget; neither given: 200 trials
-        args.trials = 10**9 if time_s is not None else 200
-    if args.trials < 0:
+    if args.trials is None and time_s is None:  # a time budget alone is the budget; neither given: the default trials
+        args.trials = DEFAULT_TRIALS
+    if args.trials is not None and args.trials < 0:
         raise UsageError(f"bad --trials {args.trials}: at least 0 (0: the cost model picks, nothing is measured)")
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")

@@ -28,7 +28,7 @@ class RewriteConfig:
     rules: tuple[str, ...] | None = None
     graph_search: str = "backtracking"
     graph_budget_s: float = 1.0
-    graph_expansions: int = 20
+    graph_expansions: int | None = 20  # None: no limit
     graph_alpha: float = 1.05
     graph_patience: int = 4
     seed: int = 0

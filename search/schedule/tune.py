@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import CostModel
+from search.budget import DEFAULT_TRIALS, Budget, StopReason
 from search.graph.confirm import InGraphConfig, InGraphReport, confirm_in_graph
 from search.schedule.database import TuningDatabase, TuningRecord
 from search.schedule.search import Measurer, ScheduleSearch, SearchConfig
@@ -44,7 +45,7 @@ IN_GRAPH_TIME_SHARE = 0.08
 
 @dataclass(frozen=True)
 class TuneConfig:
-    trials: int = 200  # measurements over all kernels of the graph
+    trials: int | None = DEFAULT_TRIALS  # measurements over all kernels of the graph (None: no limit)
     time_s: float | None = None  # wall-clock budget
     seed: int = 0
     batch_size: int = 16
@@ -65,6 +66,10 @@ class TuneConfig:
     # connected layer 0.24-0.33 against 0.17 hot, 0.19 and 0.29: the weights come from L3 or memory there,
     # and a schedule that hides that (schedule.Prefetch) gains only where the search sees it. 0: hot
     cold_bytes: int = 128 << 20
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.trials, self.time_s)
 
 
 @dataclass
@@ -214,7 +219,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             todo.append(t)
     if not todo:
         return GraphTuneReport([t.result for t in tasks], 0, time.perf_counter() - started,
-                               f"nothing to measure: all {len(tasks)} kernels already tuned for this target")
+                               StopReason("nothing", f"nothing to measure: all {len(tasks)} kernels already tuned "
+                                                     "for this target"))
     mcfg = measure or MeasureConfig(threads=target.threads, target=target)
     # kernels of a graph keep the default's thread partition (a lone op has no neighbour to agree with)
     in_graph = sum(not n.is_extern for n in graph.nodes) > 1
@@ -222,13 +228,14 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     # the time the search and its confirmation rounds share (the rest is the in-graph confirmation's)
     kernels_s = None if config.time_s is None else config.time_s * (1 - graph_share)
     measured = 0
-    stop = ""
+    stop, stop_kind = "", "caller"
     with (nullcontext(runner) if runner is not None else MeasureService(mcfg)) as service, \
-            tqdm(total=config.trials if config.trials < 10**8 else None, disable=not config.progress, desc="tune",
+            tqdm(total=config.trials, disable=not config.progress, desc="tune",
                  unit="trial") as bar:
         for i, t in enumerate(todo):
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
-                trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
+                trials=None if config.trials is None else max(config.trials, 1), seed=config.seed + i,
+                batch_size=config.batch_size,
                 strategy=config.strategy, keep_partition=in_graph, cold_bytes=config.cold_bytes if in_graph else 0),
                 service, constant_inputs=t.consts, model=model)
         def record(task: _Task, trials, paired: float | None = None) -> None:
@@ -241,7 +248,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         # measure compiled kernels again: no compiler run, a fraction of a search trial's time)
         reserve_n = (config.confirm_top + 1) * config.confirm_rounds * len(todo)
         rounds = config.confirm_rounds
-        if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
+        if config.trials is not None and reserve_n > config.trials // 4:  # too few trials to confirm: all to the search
             reserve_n, rounds = 0, 0
         confirmed: set[str] = set()
         need_any: set[str] = set()
@@ -264,20 +271,20 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 elapsed = time.perf_counter() - started
                 per_trial = elapsed / measured if measured else 0.0
                 search_s = search_deadline(per_trial)
-                if measured + reserve_n >= config.trials:
-                    stop = f"trial budget spent ({config.trials} measurements)"
+                if config.budget.trials_spent(measured + reserve_n):
+                    stop, stop_kind = f"trial budget spent ({config.trials} measurements)", "trials"
                     break
                 if search_s is not None and elapsed >= search_s:
-                    stop = f"time budget spent ({config.time_s:.0f}s)"
+                    stop, stop_kind = f"time budget spent ({config.time_s:.0f}s)", "time"
                     break
                 live = [t for t in todo if not t.search.done()]
                 if not live:
-                    stop = "every kernel's search stopped by itself"
+                    stop, stop_kind = "every kernel's search stopped by itself", "exhausted"
                     break
                 # unstarted kernels first (infinite priority), the heaviest of them first
                 task = max(live, key=lambda t: (t.priority(), t.weight() if not t.batches else 0.0, -todo.index(t)))
                 batch = min(min(config.first_batch, config.batch_size) if not task.batches else config.batch_size,
-                            config.trials - reserve_n - measured)
+                            config.budget.trials_left(reserve_n + measured))
                 if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
                     batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
                 trials = task.search.step(batch)
@@ -337,6 +344,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             stop += f"; in the graph: {graph_report.stop_reason}"
         except CompileError as e:  # what was measured is in the database already
             stop += f"; no in-graph confirmation (the graph did not compile: {str(e).splitlines()[0]})"
+    stop = StopReason(stop_kind, stop)
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)
