@@ -8,7 +8,7 @@ touched ops are polynomial (+, -, *, sums, constants): they are also checked exa
 finite field. ``tests/test_rewrite_rules.py`` verifies every registered rule on its examples.
 
 Drivers: :func:`rewrite_greedy` (first site of the first rule that matches, to a fixed point);
-the graph search in ``search/graph.py`` explores alternatives.
+the graph search in ``search/graph/search.py`` explores alternatives.
 """
 
 from __future__ import annotations

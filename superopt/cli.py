@@ -357,7 +357,7 @@ def tune_summary(report, peak_gflops: float | None) -> dict:
         "total_default_ms": tot_default * 1e3 if complete else None,
         "total_best_ms": tot_best * 1e3 if complete else None,
         "all_from_database": bool(report.kernels) and all(k.from_database for k in report.kernels),
-        # the picks timed against their defaults inside the graph (search/graph_confirm.py), where that ran
+        # the picks timed against their defaults inside the graph (search/graph/confirm.py), where that ran
         "in_graph": report.in_graph.to_dict() if report.in_graph is not None else None,
     }
 

@@ -1,4 +1,4 @@
-"""The in-graph confirmation (search/graph_confirm.py): picks timed against their defaults inside the graph."""
+"""The in-graph confirmation (search/graph/confirm.py): picks timed against their defaults inside the graph."""
 
 from __future__ import annotations
 

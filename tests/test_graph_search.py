@@ -1,4 +1,4 @@
-"""Graph search (search/graph.py) and the graph cost (search/graph_cost.py).
+"""Graph search (search/graph/search.py) and the graph cost (search/graph/cost.py).
 
 Planted graphs have answers known by exhaustive enumeration of every reachable graph: one where
 greedy applies a rewrite the cost rejects, one where only passing through a worse graph (TASO's

@@ -1,6 +1,6 @@
 """Property: every legal schedule computes what the unscheduled kernel computes.
 
-Hypothesis drives the random-trace sampler (search/random_schedule.py) for every compute node of
+Hypothesis drives the random-trace sampler (search/schedule/random_schedule.py) for every compute node of
 every op-table case and for the capsule votes op; the compiled result must match the reference.
 """
 

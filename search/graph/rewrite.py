@@ -65,7 +65,7 @@ def search_rewrites(graph: Graph, config: RewriteConfig) -> tuple[Graph, GraphSe
                                 finish_descent=True)  # never worse than the greedy pass, whatever the budget
     cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
     graph, report = search_graph(graph, cost, gconfig, rules)
-    # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
+    # the global layout choice (search/graph/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
     # blocked-conv tiles are CPU ones), a forced block anywhere
     if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
         graph = choose_layouts(graph, target, layout=config.layout)[0]

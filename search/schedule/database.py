@@ -54,7 +54,7 @@ class TuningRecord:
     # a confirmation measurement: the default schedule's time measured next to this one, in the same round
     # (seconds; the default's own confirmation record carries its own time)
     paired_default_s: float | None = None
-    # measured inside the whole graph (search/graph_confirm.py: the node's time in a per-node run of the graph,
+    # measured inside the whole graph (search/graph/confirm.py: the node's time in a per-node run of the graph,
     # per instance), not as a kernel alone; always a paired record
     in_graph: bool = False
 

@@ -7,7 +7,7 @@ expected saving is largest: weight x its best time x its recent relative improve
 optimism bonus that shrinks with the batches it had). Every measurement is appended to the database
 as it is made, so an interrupted run loses nothing. Each kernel's leaders are then re-measured next to
 its default (confirmation rounds), and in a graph of several kernels the picks are last timed against
-the defaults inside the graph itself (search/graph_confirm.py): a pick stays only where it is faster there.
+the defaults inside the graph itself (search/graph/confirm.py): a pick stays only where it is faster there.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from superopt.target import Target
 
 # the share of a time budget the search leaves to the confirmation rounds
 CONFIRM_TIME_SHARE = 0.15
-# the share it leaves to the in-graph confirmation (search/graph_confirm.py) of a graph of several kernels:
+# the share it leaves to the in-graph confirmation (search/graph/confirm.py) of a graph of several kernels:
 # resnet50's two executors compiled in 71 s with a cold compiler cache, and were timed in 2 s
 IN_GRAPH_TIME_SHARE = 0.08
 
@@ -58,7 +58,7 @@ class TuneConfig:
     confirm_top: int = 3  # leaders per kernel re-measured with the default at the end
     confirm_rounds: int = 2
     # then, in a graph of several kernels, every pick is timed against its default inside the graph
-    # (search/graph_confirm.py), and the database keeps it only where it is faster there
+    # (search/graph/confirm.py), and the database keeps it only where it is faster there
     in_graph_rounds: int = 21  # 0: no in-graph confirmation
     # a graph's kernels are timed with their constants out of cache (MeasureInput.cold_bytes): copies spanning
     # this many bytes, used in turn. Inside resnet50 (Xeon, 2 threads) a 1x1 conv with 4 MiB of weights ran

@@ -133,7 +133,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     the vector columns and the parallel loop then walk only those, and the reduction is not blocked
     (the tile must hold whole sums when the folded reductions read it)."""
     kn = knobs or KnobRecorder()
-    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/layout.py)
+    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/graph/layout.py)
 
     blocked = blocked_conv_schedule(st, target, consts, kn)
     if blocked is not None:
