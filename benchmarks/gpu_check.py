@@ -287,7 +287,7 @@ def space_points(compute, target, budget: int, seed: int) -> list[tuple[str, dic
 
 
 def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: str | None, seed: int) -> dict:
-    from superopt.codegen.cuda_features import gpu_features
+    from costmodel.cuda_features import gpu_features
     from superopt.ir.flops import flop_count
     from superopt.lang import compile_op
     from superopt.runtime.gpu import require_gpu

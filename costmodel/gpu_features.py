@@ -3,11 +3,11 @@
 The same loop nest the CUDA printer prints is walked as for the CPU (:func:`costmodel.features.nest_features`:
 operation counts, loops, register tile, per-buffer bytes, reuse), without the CPU target fields; then:
 
-- **launch** (``gpu.*``, :func:`superopt.codegen.cuda_features.gpu_features`): launches, grid and block
+- **launch** (``gpu.*``, :func:`costmodel.cuda_features.gpu_features`): launches, grid and block
   extents, threads per block, blocks, total threads, register tile and register estimate, static shared
   memory, the occupancy estimate, waves over the SMs, flops, bytes in and out and their ratio,
   workspace bytes, device-side packs; and per thread the work (operations / total threads);
-- **warps** (``warp.*``, :func:`superopt.codegen.cuda_features.access_features`): 32-byte sectors and
+- **warps** (``warp.*``, :func:`costmodel.cuda_features.access_features`): 32-byte sectors and
   warp requests of the global-memory accesses, the shares coalesced, broadcast and scattered, and
   requests issued outside any ``thread_x`` loop;
 - **device** (``gpu_target.*``): SM count, compute capability, shared memory per block (and opt-in) and
@@ -82,8 +82,8 @@ def device_features(target: Target) -> list[float]:
 
 def extract_gpu(candidate: Candidate) -> np.ndarray:
     """The GPU feature vector of one candidate (all NaN when its trace does not lower or print)."""
+    from costmodel.cuda_features import access_features, gpu_features
     from superopt.codegen.cuda_emit import emit_cuda
-    from superopt.codegen.cuda_features import access_features, gpu_features
 
     c, target = candidate, candidate.target
     try:
