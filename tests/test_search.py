@@ -264,7 +264,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
     default = tuple(default_schedule(g.nodes[0].op, TARGET, frozenset()))
     db = TuningDatabase(tmp_path / "db.jsonl")
-    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=10**9, time_s=2.0, batch_size=8, progress=False), db)
+    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=None, time_s=2.0, batch_size=8, progress=False), db)
     (k,) = r.kernels
     assert k.best_s < k.default_s  # the synthetic space has faster schedules than the default
     assert "time budget spent" in r.stop_reason and "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
@@ -278,7 +278,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
                     (1e-3 if tuple(inp.trace) == default else 2e-3 for inp in inputs)]
 
     db2 = TuningDatabase(tmp_path / "db2.jsonl")
-    r = _tune_with(DefaultFastest(), g, TuneConfig(trials=10**9, time_s=0.3, batch_size=8, progress=False), db2)
+    r = _tune_with(DefaultFastest(), g, TuneConfig(trials=None, time_s=0.3, batch_size=8, progress=False), db2)
     assert not any(rec.paired_default_s is not None for rec in db2.records())
     assert r.kernels[0].best_trace == default and "confirmed" not in r.stop_reason
 
@@ -333,7 +333,7 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
             return super().measure(inputs)
 
     db = TuningDatabase(tmp_path / "db.jsonl")
-    r = _tune_with(Slow(), g, TuneConfig(trials=10**9, time_s=4.0, batch_size=4, progress=False), db)
+    r = _tune_with(Slow(), g, TuneConfig(trials=None, time_s=4.0, batch_size=4, progress=False), db)
     recs = db.records()
     first_confirmation = next(i for i, rec in enumerate(recs) if rec.paired_default_s is not None)
     assert any(rec.paired_default_s is None for rec in recs[first_confirmation:])  # the search went on
