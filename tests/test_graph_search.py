@@ -256,6 +256,17 @@ def test_search_leaves_out_a_rewrite_the_cost_rejects(strategy):
     same_outputs(g, best)
 
 
+def test_graph_search_budgets_and_stop_kinds():
+    """One expansion allowed: the expansion budget stops it (kind "trials"); no limit on expansions: the search
+    runs until its queue is exhausted, whatever the count."""
+    g = scaled_relu()
+    rules = [HOIST_CONSTANTS, FUSE_ELEMENTWISE]
+    _, one = search_graph(g, cost(), GraphSearchConfig(budget_s=30, max_expansions=1), rules)
+    assert one.stop_reason == STOP_EXPANSIONS and one.stop_reason.kind == "trials"
+    _, unlimited = search_graph(g, cost(), GraphSearchConfig(budget_s=30, max_expansions=None), rules)
+    assert unlimited.stop_reason.kind == "exhausted" and unlimited.expansions > 1
+
+
 def test_alpha_lets_backtracking_pass_through_a_worse_graph():
     g = shared_producer()
     rules = [DUPLICATE, FUSE_ELEMENTWISE]

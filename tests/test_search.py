@@ -1,11 +1,14 @@
 """Schedule search: determinism under a seed, budgets and stop reasons, failure accounting, that it
 beats random sampling on a landscape with a known optimum, real measurements, and the task scheduler."""
 
+import copy
 import math
+import pickle
 import tempfile
 
 import pytest
 
+from search.budget import Budget, StopReason
 from search.schedule.database import TuningDatabase
 from search.schedule.search import SearchConfig, search_compute
 from search.schedule.tune import TuneConfig, tune_graph
@@ -87,6 +90,29 @@ def test_budget_failures_and_stop_reason(mm):
     assert all(math.isinf(t.seconds) for t in r.log if t.error != "OK")
     t = search_compute(mm, TARGET, SearchConfig(trials=1000, time_s=0.0), service=FakeMeasurer())
     assert "time budget" in t.stop_reason and t.trials <= 16
+
+
+def test_stop_reason_kinds_and_a_budget_of_no_trials(mm):
+    """A trial budget stops with kind "trials"; with no trial limit (None) only the time stops the search."""
+    assert _run(mm, seed=0, trials=20).stop_reason.kind == "trials"
+    t = search_compute(mm, TARGET, SearchConfig(trials=None, time_s=0.2, batch_size=4), service=FakeMeasurer())
+    assert t.stop_reason.kind == "time" and "time budget" in t.stop_reason and t.trials >= 1
+    assert SearchConfig(trials=None).budget == Budget(None, None)
+    with pytest.raises(ValueError, match="trials >= 1"):
+        SearchConfig(trials=0)
+
+
+def test_budget_and_stop_reason_semantics():
+    assert Budget().trials_left(10**6) == math.inf and not Budget().trials_spent(10**6)
+    assert Budget(5).trials_left(3) == 2 and Budget(5).trials_spent(5) and not Budget(5).trials_spent(4)
+    assert Budget(None, 2.0).time_spent(2.0) and not Budget(None, 2.0).time_spent(1.9) and not Budget(3).time_spent(1e9)
+    with pytest.raises(ValueError, match="at least 0"):
+        Budget(-1)
+    r = StopReason("converged", "no gain in 4 expansions")
+    assert r == "no gain in 4 expansions" and r.kind == "converged"
+    assert pickle.loads(pickle.dumps(r)).kind == "converged" and copy.deepcopy(r).kind == "converged"
+    with pytest.raises(ValueError, match="unknown stop kind"):
+        StopReason("bored", "x")
 
 
 def test_evolutionary_search_beats_random_sampling_on_a_known_landscape(mm):
