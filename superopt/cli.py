@@ -123,16 +123,16 @@ def parse_dim(text: str) -> tuple[str, int]:
     return name, n
 
 
-def _onnx_shapes(args: argparse.Namespace, path: str) -> dict[str, tuple[int, ...]] | None:
-    """--shape NAME=AxB and --dim NAME=N for a model file, as shapes by input name (None when neither is given)."""
+def _onnx_shapes(args: argparse.Namespace, model) -> dict[str, tuple[int, ...]] | None:
+    """--shape NAME=AxB and --dim NAME=N for a model (an ``onnx.ModelProto``), as shapes by input name (None when
+    neither is given)."""
     if not args.shape and not args.dim:
         return None
-    from superopt.frontends.onnx_frontend import _load
     from superopt.frontends.onnx_shapes import resolve_shapes
 
     shapes = dict(parse_shape(s) for s in args.shape or [])
     dims = dict(parse_dim(d) for d in args.dim or [])
-    return resolve_shapes(_load(path), shapes, dims)
+    return resolve_shapes(model, shapes, dims)
 
 
 def _optimize_target(args: argparse.Namespace):
@@ -166,7 +166,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": None, "graph_patience": 20}
     db = _optimize_db(args)  # with --budget/--trials the search's records go here (a temporary file when None)
     path = _model_file(args.model)
-    prog = optimize(path, _onnx_shapes(args, path),
+    from superopt.frontends.onnx_frontend import _load
+
+    model = _load(path)  # parsed once: the shapes, the pipeline and the artifact's source all read this one
+    prog = optimize(model, _onnx_shapes(args, model),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
                                    cost_model=_cost_model_arg(args), strict=args.strict, target=target,
                                    seed=args.seed, budget_s=budget, tune_trials=args.trials,
@@ -178,10 +181,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"  {line}", file=log)
     if args.out:
         from superopt.cli_artifact import write_artifact
-        from superopt.frontends.onnx_frontend import _load
 
         first = getattr(prog, "first", prog)  # an OptimizedModel (symbolic dims): its first compiled shape
-        source = _load(path).SerializeToString()
+        source = model.SerializeToString()
         rep = first.report
         out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads,
                                      tuple((rep.graph_search or {}).get("applied", ())), rep.schedule_source)
