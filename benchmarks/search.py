@@ -192,7 +192,7 @@ def prepare_graph(w: SearchWorkload) -> tuple[Graph, tuple[str, ...]]:
 def search_variants(graph: Graph, target: Target, trials: int, early: int, seed: int, guide: str = "none"
                     ) -> tuple[dict[str, dict], dict]:
     """The four superopt variants' schedules, and the search facts for the report."""
-    from superopt.schedule.graph import default_schedules
+    from superopt.schedule.graph_defaults import default_schedules
 
     default = default_schedules(graph, target)
     with tempfile.TemporaryDirectory(prefix="superopt-search-bench-") as tmp:

@@ -73,7 +73,7 @@ def run_workload(spec: WorkloadSpec, target, settings: dict) -> dict:
     from search.schedule.database import TuningDatabase
     from search.schedule.model_guided import schedules_from_model
     from search.schedule.tune import TuneConfig, tune_graph
-    from superopt.schedule.graph import default_schedules
+    from superopt.schedule.graph_defaults import default_schedules
 
     t0 = time.perf_counter()
     w = spec.build()

@@ -37,7 +37,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.plan import ScheduleError
 from superopt.schedule.space import ScheduleSpace
 from superopt.target import Target, host_target

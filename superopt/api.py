@@ -27,7 +27,7 @@ from superopt.ir.graph import Graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import Target, host_target
 
 if TYPE_CHECKING:

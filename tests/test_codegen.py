@@ -28,7 +28,7 @@ from superopt.schedule import (
     trace_to_json,
 )
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.target import avx512_target, h200_target, host_target
 from superopt.testing.op_table import CASES, case_graph, case_reference

@@ -16,7 +16,7 @@ from superopt.runtime.compiler import CompileError, CompilerConfig, compile_libr
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import host_target
 
 OPS = [("C[i,j] += A[i,k] * B[k,j]", {"A": (33, 20), "B": (20, 45)}),

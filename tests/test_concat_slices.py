@@ -11,7 +11,7 @@ from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.runtime.concat_slices import concat_slices
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import host_target
 
 

@@ -16,7 +16,7 @@ from superopt.runtime.gpu.emulate import EmulatedKernel, compile_emulation
 from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, find_nvcc, translation_unit
 from superopt.schedule import Pack, Split, trace_from_json, trace_to_json
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Bind, CacheRead, CacheWrite, ComputeAt, Parallel, Reorder, Unroll
 from superopt.target import H200, Target, avx512_target, cuda_target, h200_target

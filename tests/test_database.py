@@ -17,7 +17,7 @@ from superopt.ir.canonical import canonicalize, canonicalize_kernels, workload_k
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule import Reorder, Split, Vectorize
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import Target, host_target
 
 MM_A = "C[i,j] += A[i,k] * B[k,j]"

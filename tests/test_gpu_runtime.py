@@ -17,7 +17,7 @@ from superopt.runtime.gpu import BINDINGS, GpuUnavailable, gpu_status, require_g
 from superopt.runtime.gpu.kernel import build_gpu_kernels
 from superopt.schedule import Pack
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.knobs import KnobRecorder
 from superopt.testing.op_table import CASES, case_graph, case_reference
 

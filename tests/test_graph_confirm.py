@@ -10,7 +10,7 @@ from superopt.builder import GraphBuilder
 from superopt.ir.canonical import canonicalize_kernels, workload_key
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.schedule.graph_defaults import constant_inputs, default_schedules
 from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import host_target
 

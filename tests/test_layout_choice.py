@@ -15,7 +15,7 @@ from superopt.interp import evaluate
 from superopt.interp.inputs import random_inputs
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.blocked_conv import conv_efficiency
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.schedule.primitives import Epilogue, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import host_target

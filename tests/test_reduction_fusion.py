@@ -18,7 +18,7 @@ from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule.default import FOLD_REDUCTIONS, default_schedule, sketch_names
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,

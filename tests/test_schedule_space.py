@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import CacheWrite, Fuse, Split
 from superopt.schedule.space import Point, ScheduleSpace, check

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import search as bench
 from benchmarks.search_workloads import SEARCH_WORKLOADS, build_sgemm
 from superopt.interp import evaluate
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import host_target
 
 

@@ -32,7 +32,7 @@ from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.schedule.graph_defaults import constant_inputs, default_schedules
 from superopt.target import Target
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.graph import Graph
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.primitives import Primitive, trace_from_json, trace_to_json
 from superopt.target import Target
 
@@ -288,7 +288,7 @@ def schedules_from_database(graph: Graph, target: Target, db: TuningDatabase, ch
                             ) -> tuple[dict[str, list[Primitive]], list[str]]:
     """The database schedule pass: node name -> the best recorded trace for the target, for every
     compute node that has one, and the names of those nodes. Callers schedule the rest themselves
-    (``superopt.schedule.graph.default_schedules``).
+    (``superopt.schedule.graph_defaults.default_schedules``).
 
     ``graph``'s kernels must be canonical (``canonicalize_kernels``): records hold canonical traces.
     With ``check``, a recorded trace that no longer lowers (the code generator changed since it was

@@ -188,7 +188,7 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
     picked once; after ``deadline`` (a ``time.perf_counter()`` value) no new kernel is picked (those nodes are
     left out: the caller gives them the default). Returns the schedules and each node's :class:`ModelPick`."""
-    from superopt.schedule.graph import constant_inputs
+    from superopt.schedule.graph_defaults import constant_inputs
 
     skip = set(skip)
     cache: dict[tuple[str, frozenset[str]], ModelPick] = {}

@@ -32,7 +32,7 @@ from superopt.ir.graph import Graph
 from superopt.measure import MeasureConfig, MeasureService
 from superopt.runtime.compiler import CompileError
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.primitives import Primitive
 from superopt.target import Target
 

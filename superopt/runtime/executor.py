@@ -243,7 +243,7 @@ class GraphExecutor:
         for n in self.compiled:
             if n.name not in schedules:
                 raise ValueError(f"no schedule for compute node {n.name!r}: run a schedule pass first "
-                                 "(superopt.schedule.graph.default_schedules, or the database/search in search/)")
+                                 "(superopt.schedule.graph_defaults.default_schedules, or the database/search in search/)")
             trace = list(schedules[n.name])
             self.traces[n.name] = trace
             k = (n.op.digest(), repr(trace))

@@ -103,7 +103,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
 
 
 def _schedules(graph, target, config: FuzzConfig, seed: int) -> tuple[dict, int]:
-    from superopt.schedule.graph import constant_inputs, default_schedules
+    from superopt.schedule.graph_defaults import constant_inputs, default_schedules
     from superopt.schedule.plan import ScheduleError
     from superopt.schedule.space import ScheduleSpace
 
