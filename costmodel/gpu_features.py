@@ -26,13 +26,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel.base import Candidate
-from costmodel.features import FEATURE_NAMES, FeatureVersionError, nest_features
+from costmodel.cuda_features import GPU_FEATURE_VERSION
+from costmodel.features import FEATURE_NAMES, FeatureExtractor, FeatureVersionError, nest_features
 from superopt.loopnest import build_loopnest
 from superopt.schedule.plan import ScheduleError, lower
-from superopt.schedule.primitives import trace_to_json
 from superopt.target import Target
-
-GPU_FEATURE_VERSION = 1
 
 _NEST = tuple(n for n in FEATURE_NAMES if not n.startswith("target."))
 _NEST_INDEX = [FEATURE_NAMES.index(n) for n in _NEST]
@@ -104,25 +102,11 @@ def extract_gpu(candidate: Candidate) -> np.ndarray:
     return np.asarray(row, dtype=np.float32)
 
 
-class GpuFeatureExtractor:
-    """GPU features of candidates, cached by (workload, trace, target, constants)."""
+class GpuFeatureExtractor(FeatureExtractor):
+    """GPU features of candidates, cached as the CPU ones are."""
 
     def __init__(self, cache_size: int = 200_000) -> None:
-        self._cache: dict[tuple, np.ndarray] = {}
-        self.cache_size = cache_size
-
-    def __call__(self, candidates: Sequence[Candidate]) -> np.ndarray:
-        out = np.zeros((len(candidates), len(GPU_FEATURE_NAMES)), dtype=np.float32)
-        for i, c in enumerate(candidates):
-            key = (c.compute.digest(), trace_to_json(c.trace), c.target.key(), c.constant_inputs)
-            row = self._cache.get(key)
-            if row is None:
-                row = extract_gpu(c)
-                if len(self._cache) >= self.cache_size:
-                    self._cache.clear()
-                self._cache[key] = row
-            out[i] = row
-        return out
+        super().__init__(cache_size, extract_gpu, GPU_FEATURE_NAMES)
 
 
 __all__ = ["GPU_FEATURE_NAMES", "GPU_FEATURE_VERSION", "GpuFeatureExtractor", "check_gpu_feature_version",
