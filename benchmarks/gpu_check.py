@@ -129,7 +129,7 @@ def _run(cmd: list[str], timeout: float) -> str:
 
 def environment(binding: str | None) -> dict:
     from superopt.runtime.gpu import gpu_status, require_gpu
-    from superopt.runtime.target import nvcc_version
+    from superopt.target import nvcc_version
 
     env: dict = {"python": sys.version.split()[0], "platform": platform.platform(), "nvcc": nvcc_version(),
                  "nvidia_smi": _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
@@ -244,9 +244,9 @@ def torch_formulations(name: str, arrays: dict[str, np.ndarray]):
 
 def space_points(compute, target, budget: int, seed: int) -> list[tuple[str, dict, list]]:
     """The default GPU schedule then up to ``budget`` distinct legal random points of the GPU sketches."""
-    from superopt.codegen.lower import ScheduleError, lower
     from superopt.schedule.gpu_default import build_gpu_sketch, gpu_sketch_names
     from superopt.schedule.knobs import KnobRecorder
+    from superopt.schedule.plan import ScheduleError, lower
     from superopt.schedule.primitives import trace_to_json
 
     consts = frozenset(compute.inputs)
@@ -287,12 +287,12 @@ def space_points(compute, target, budget: int, seed: int) -> list[tuple[str, dic
 
 
 def run_workload(check: Check, name: str, shapes: dict, budget: int, binding: str | None, seed: int) -> dict:
-    from superopt.codegen.cuda_features import gpu_features
-    from superopt.codegen.lower import lower
+    from costmodel.cuda_features import gpu_features
     from superopt.ir.flops import flop_count
     from superopt.lang import compile_op
     from superopt.runtime.gpu import require_gpu
     from superopt.runtime.gpu.kernel import build_gpu_kernels_each
+    from superopt.schedule.plan import lower
     from superopt.schedule.primitives import trace_to_json
 
     dev = require_gpu(binding)

@@ -4,7 +4,7 @@
 
 For every workload (the suite's workloads of ``benchmarks/workloads.py``, exported to ONNX) it builds
 the graph once, rewrites it as the pipeline does, then compiles two programs: the rewritten graph as it
-is (NCHW) and the graph after ``search.layout.choose_layouts`` (layout ``--layout``, "auto" by default).
+is (NCHW) and the graph after ``search.graph.layout.choose_layouts`` (layout ``--layout``, "auto" by default).
 Both are checked against the float64 reference interpreter, then timed in alternation with
 onnxruntime (medians over rounds, ``superopt.measure.timing``). Writes ``benchmarks/results/layout.md``
 and ``.json`` (``--out``).
@@ -31,7 +31,7 @@ DEFAULT = ("conv_bn_relu", "squeezenet", "inception_v1", "resnet50")
 
 def compile_program(graph, target, threads: int, layout: str | None, cost_model: str | None = "pretrained"):
     """(executor, layout report or None, compile seconds) for the rewritten ``graph``."""
-    from search.layout import choose_layouts
+    from search.graph.layout import choose_layouts
     from superopt.api import load_cost_model, schedule_graph
     from superopt.ir.canonical import canonicalize_kernels
     from superopt.runtime.compiler import CompilerConfig
@@ -54,7 +54,7 @@ def run_workload(name: str, threads: int, layout: str, rounds: int, graph_search
     from superopt.cli_artifact import _ort_session
     from superopt.interp import evaluate
     from superopt.measure.timing import TimingConfig, time_alternating
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     inst = WORKLOADS_BY_NAME[name].build()
     data = inst.onnx_bytes()

@@ -1,6 +1,6 @@
 """Minimal local loader/randomizer for the onnx "light" models + ONNX->torch converter.
 
-NOTE: ``superopt/testing/light_models.py`` (another engineer) is the intended
+NOTE: ``superopt/frontends/light_models.py`` (another engineer) is the intended
 loader; :func:`load_light_model` uses it when it exists and exposes
 ``load_light_model(name, seed)`` returning a ``ModelProto``; otherwise it falls
 back to the local randomizer below.

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from superopt.testing.light_models import LIGHT_MODELS, compare
+from superopt.frontends.light_models import LIGHT_MODELS, compare
 
 
 def main() -> None:

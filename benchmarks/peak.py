@@ -26,7 +26,7 @@ from superopt.measure.peak import (  # noqa: E402
     tile_sweep,
     tile_write_back_sweep,
 )
-from superopt.runtime.target import host_target  # noqa: E402
+from superopt.target import host_target  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

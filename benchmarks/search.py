@@ -6,7 +6,7 @@
 
 For every workload (``search_workloads.py``) the graph goes through the graph passes (rewrite,
 canonical kernels) and then:
-  * one evolutionary search run of N trials over all its kernels (``search.tune.tune_graph``, a fresh
+  * one evolutionary search run of N trials over all its kernels (``search.schedule.tune.tune_graph``, a fresh
     temporary tuning database): "search@N" is its best schedules, "search@E" the best among the
     first E measurements (read back from the database, which holds them in measurement order);
   * one random-sampling run of N trials: "random@N" (its best over its own samples, not the default);
@@ -52,11 +52,11 @@ from benchmarks.search_workloads import SEARCH_WORKLOADS, SearchWorkload, Worklo
 from benchmarks.systems.base import THREADS  # noqa: E402
 
 if TYPE_CHECKING:
-    from search.database import TuningDatabase
-    from search.tune import GraphTuneReport, KernelTuneResult
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import GraphTuneReport, KernelTuneResult
     from superopt.ir.graph import Graph
     from superopt.measure.peak import CopyKernel
-    from superopt.runtime.target import Target
+    from superopt.target import Target
 
 SUPEROPT_VARIANTS = ("default", "search@early", "search@final", "random@final")
 PEERS = ("eager", "onnxruntime")
@@ -85,7 +85,7 @@ def schedules_after(graph: Graph, db: TuningDatabase, target: Target, n: int, de
                     ) -> tuple[dict[str, list], float]:
     """Node -> the best trace among the first ``n`` measurements in ``db`` (file = measurement order),
     and the search's own estimate of the graph's time with them (sum over nodes of kernel times)."""
-    from search.database import node_workload_key
+    from search.schedule.database import node_workload_key
 
     best: dict[str, tuple[float, tuple]] = {}
     for r in db.records(target=target)[:n]:
@@ -117,8 +117,8 @@ def run_search(graph: Graph, target: Target, trials: int, seed: int, strategy: s
                guide: str = "none") -> tuple[GraphTuneReport, TuningDatabase]:
     """One tune of ``graph``; ``guide``: ``none`` (candidates ranked at random) or ``pretrained`` (the shipped
     cost model refined online, as ``superopt tune`` runs by default)."""
-    from search.database import TuningDatabase
-    from search.tune import TuneConfig, tune_graph
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import TuneConfig, tune_graph
     from superopt.api import load_cost_model
 
     db = TuningDatabase(workdir / f"{strategy}.jsonl")
@@ -192,7 +192,7 @@ def prepare_graph(w: SearchWorkload) -> tuple[Graph, tuple[str, ...]]:
 def search_variants(graph: Graph, target: Target, trials: int, early: int, seed: int, guide: str = "none"
                     ) -> tuple[dict[str, dict], dict]:
     """The four superopt variants' schedules, and the search facts for the report."""
-    from superopt.schedule.graph import default_schedules
+    from superopt.schedule.graph_defaults import default_schedules
 
     default = default_schedules(graph, target)
     with tempfile.TemporaryDirectory(prefix="superopt-search-bench-") as tmp:
@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import search_ablation
 
         return search_ablation.run(args)
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     settings = settings_from(args)
     target = host_target(THREADS)

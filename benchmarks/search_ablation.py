@@ -50,7 +50,7 @@ ZERO_SHOT_WITHIN = 1.25
 def best_so_far_curve(db, graph, target, default) -> list[tuple[int, float]]:
     """(measurements, the graph's estimated time with the best kernels so far) after every measurement
     once every kernel has an OK one (the search's own timings, in measurement order)."""
-    from search.database import node_workload_key
+    from search.schedule.database import node_workload_key
 
     nodes = list(default)
     keys = {n: node_workload_key(graph, n) for n in nodes}
@@ -70,10 +70,10 @@ def trials_to_reach(curve: list[tuple[int, float]], goal: float) -> int | None:
 
 def run_workload(spec: WorkloadSpec, target, settings: dict) -> dict:
     from costmodel.xgb import XGBModel, load_pretrained
-    from search.database import TuningDatabase
-    from search.model_guided import schedules_from_model
-    from search.tune import TuneConfig, tune_graph
-    from superopt.schedule.graph import default_schedules
+    from search.schedule.database import TuningDatabase
+    from search.schedule.model_guided import schedules_from_model
+    from search.schedule.tune import TuneConfig, tune_graph
+    from superopt.schedule.graph_defaults import default_schedules
 
     t0 = time.perf_counter()
     w = spec.build()
@@ -195,7 +195,7 @@ def plot(report: dict, path: Path) -> None:
 
 def run(args) -> int:
     from benchmarks.systems.base import THREADS
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     target = host_target(THREADS)
     only = args.only.split(",") if args.only else [w.name for w in SEARCH_WORKLOADS]

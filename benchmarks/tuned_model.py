@@ -41,7 +41,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def export(name: str, path: str) -> None:
-    from superopt.testing.light_models import randomized_light_model
+    from superopt.frontends.light_models import randomized_light_model
 
     onnx.save(randomized_light_model(name), path)
     print(f"wrote {path}")
@@ -50,7 +50,7 @@ def export(name: str, path: str) -> None:
 def compare(model_path: str, db: str, threads: int, quick: bool) -> dict:
     from superopt.api import OptimizeConfig, optimize
     from superopt.cli_artifact import _ort_session
-    from superopt.testing.light_models import light_model_inputs
+    from superopt.frontends.light_models import light_model_inputs
 
     model = onnx.load(model_path)
     feed = light_model_inputs(model)
@@ -108,7 +108,7 @@ def _child(kind: str, path: str, inputs: str, runs: int, threads: int, out: str)
 def per_process(model_path: str, db: str | None, threads: int, rounds: int, runs: int) -> dict:
     """Each system alone in its own process, the processes alternated (see the module docstring)."""
     from superopt.api import OptimizeConfig, optimize
-    from superopt.testing.light_models import light_model_inputs
+    from superopt.frontends.light_models import light_model_inputs
 
     model = onnx.load(model_path)
     feed = light_model_inputs(model)

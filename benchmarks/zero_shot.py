@@ -45,7 +45,7 @@ def _load(name: str, block: bool) -> tuple[bytes, dict]:
         data = inst.onnx_bytes()
         names = [i.name for i in onnx.load_from_string(data).graph.input]
         return data, {n: t.detach().numpy() for n, t in zip(names, inst.inputs, strict=True)}
-    from superopt.testing.light_models import light_model_inputs, randomized_light_model
+    from superopt.frontends.light_models import light_model_inputs, randomized_light_model
 
     model = randomized_light_model(name)
     return model.SerializeToString(), light_model_inputs(model)

@@ -15,8 +15,8 @@ import numpy as np
 
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ lines a ``MeasureService`` with ``dataset_dir`` writes, so a trainer reads both 
 ``<out>/manifest.json`` (config, target, times, one report per run) is replaced atomically.
 
 On a GPU (``target.kind == "cuda"``: the device's target, ``require_gpu(binding).target``) the same
-plan is measured by :class:`~superopt.runtime.gpu.measure.GpuRunner`: GPU sketches and knobs from the same
+plan is measured by :class:`~superopt.measure.gpu.GpuRunner`: GPU sketches and knobs from the same
 ``ScheduleSpace``, nvcc-compiled batches run in isolated worker processes through the GPU runtime
 interface (``gpu_binding``: automatic, a named binding, or the CPU ``emulator``), verified against the
 reference interpreter and timed with CUDA events; the records are the same lines with the GPU target.
@@ -34,13 +34,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from costmodel.workloads import DEFAULT_MIX, DEFAULT_MODELS, Workload, WorkloadSizes, generate_workloads
-from superopt.codegen.lower import ScheduleError
 from superopt.measure.records import append_records, load_records, records_path
 from superopt.measure.runner import make_runner
 from superopt.measure.service import MeasureConfig, MeasureInput, build_records
-from superopt.runtime.target import Target, host_target
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import Target, host_target
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -291,7 +291,7 @@ def resolve_workloads(config: CollectConfig) -> list[Workload]:
 
 def gpu_measure_config(config: CollectConfig):
     """The GPU measurement settings of a cuda collection, from its ``measure`` settings."""
-    from superopt.runtime.gpu.measure import GpuMeasureConfig
+    from superopt.measure.gpu import GpuMeasureConfig
 
     m = config.measure
     return GpuMeasureConfig(binding=config.gpu_binding, repeats=m.repeats, warmup=m.warmup, rtol=m.rtol, atol=m.atol,
@@ -302,7 +302,7 @@ def gpu_measure_config(config: CollectConfig):
 def make_collect_runner(config: CollectConfig):
     """The runner a collection measures with: the GPU's for a cuda target, else local or Ray."""
     if config.target.kind == "cuda":
-        from superopt.runtime.gpu.measure import GpuRunner
+        from superopt.measure.gpu import GpuRunner
 
         return GpuRunner(gpu_measure_config(config), config.target)
     mcfg = replace(config.measure, target=config.target, threads=config.target.threads, dataset_dir=None, workers=1)

@@ -1,13 +1,13 @@
 """The cost model's training data: measurement records and tuning databases read into candidates.
 
 :func:`load_dataset` reads JSON-lines files of either format described in ``datasets/README.md``
-(measurement records of ``superopt.measure`` and tuning records of :mod:`search.database`; each
+(measurement records of ``superopt.measure`` and tuning records of :mod:`search.schedule.database`; each
 line is recognized by its shape, so one file may even mix them) into a :class:`Dataset`: one row per
 distinct candidate, with its measured time (``inf`` when it failed), its group (the workload on its
 target, :func:`costmodel.base.candidate_group`: what times are compared within) and its workload key.
 
 Reading is tolerant: a line that is not a record, a workload text that no longer parses, a target
-dict that is not a :class:`~superopt.runtime.target.Target` or a trace that no longer reads costs
+dict that is not a :class:`~superopt.target.Target` or a trace that no longer reads costs
 that record only; one warning per :func:`load_dataset` call counts them. A candidate measured more
 than once (same compute text, constant inputs, target and trace) becomes one row whose time is the
 median of its successful measurements (``inf`` if none succeeded).
@@ -31,8 +31,8 @@ from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.lang import parse_compute
 from superopt.measure.records import RECORDS_FILE, MeasureRecord
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import Primitive, trace_from_json
+from superopt.target import Target
 
 __all__ = ["Dataset", "RawRecord", "load_dataset", "parse_line"]
 
@@ -207,7 +207,7 @@ def _from_measurement(d: dict) -> RawRecord:
 
 
 def _from_tuning(d: dict) -> RawRecord:
-    # search.database.TuningRecord's layout, read here without importing the search package
+    # search.schedule.database.TuningRecord's layout, read here without importing the search package
     if d.get("version") != 1:
         raise ValueError(f"unsupported tuning record version {d.get('version')!r}")
     consts = tuple(str(c) for c in d.get("constant_inputs", ()))

@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from costmodel.base import Candidate
-from superopt.codegen.lower import KernelPlan, ScheduleError, lower
 from superopt.loopnest import (
     Accumulate,
     Alloc,
@@ -66,8 +65,9 @@ from superopt.loopnest import (
     statement_ops,
     walk,
 )
-from superopt.runtime.target import Target
+from superopt.schedule.plan import KernelPlan, ScheduleError, lower
 from superopt.schedule.primitives import trace_to_json
+from superopt.target import Target
 
 FEATURE_VERSION = 2
 BUFFERS = 3  # per-buffer feature groups (the buffers with the most bytes accessed)
@@ -183,19 +183,23 @@ class _Access:
 
 
 class FeatureExtractor:
-    """Features of candidates, cached by (workload, trace, target): a search scores the same point often."""
+    """Features of candidates, cached by (workload, trace, target): a search scores the same point often. The
+    CPU features by default; a target's own part (``costmodel.gpu_features``) passes its extractor and names."""
 
-    def __init__(self, cache_size: int = 200_000) -> None:
+    def __init__(self, cache_size: int = 200_000, extract_fn: Callable[[Candidate], np.ndarray] | None = None,
+                 names: Sequence[str] | None = None) -> None:
         self._cache: dict[tuple, np.ndarray] = {}
         self.cache_size = cache_size
+        self._extract = extract_fn if extract_fn is not None else extract
+        self.names = tuple(names) if names is not None else FEATURE_NAMES
 
     def __call__(self, candidates: Sequence[Candidate]) -> np.ndarray:
-        out = np.zeros((len(candidates), len(FEATURE_NAMES)), dtype=np.float32)
+        out = np.zeros((len(candidates), len(self.names)), dtype=np.float32)
         for i, c in enumerate(candidates):
             key = (c.compute.digest(), trace_to_json(c.trace), c.target.key(), c.constant_inputs)
             row = self._cache.get(key)
             if row is None:
-                row = extract(c)
+                row = self._extract(c)
                 if len(self._cache) >= self.cache_size:
                     self._cache.clear()
                 self._cache[key] = row

@@ -3,11 +3,11 @@
 The same loop nest the CUDA printer prints is walked as for the CPU (:func:`costmodel.features.nest_features`:
 operation counts, loops, register tile, per-buffer bytes, reuse), without the CPU target fields; then:
 
-- **launch** (``gpu.*``, :func:`superopt.codegen.cuda_features.gpu_features`): launches, grid and block
+- **launch** (``gpu.*``, :func:`costmodel.cuda_features.gpu_features`): launches, grid and block
   extents, threads per block, blocks, total threads, register tile and register estimate, static shared
   memory, the occupancy estimate, waves over the SMs, flops, bytes in and out and their ratio,
   workspace bytes, device-side packs; and per thread the work (operations / total threads);
-- **warps** (``warp.*``, :func:`superopt.codegen.cuda_features.access_features`): 32-byte sectors and
+- **warps** (``warp.*``, :func:`costmodel.cuda_features.access_features`): 32-byte sectors and
   warp requests of the global-memory accesses, the shares coalesced, broadcast and scattered, and
   requests issued outside any ``thread_x`` loop;
 - **device** (``gpu_target.*``): SM count, compute capability, shared memory per block (and opt-in) and
@@ -26,13 +26,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel.base import Candidate
-from costmodel.features import FEATURE_NAMES, FeatureVersionError, nest_features
-from superopt.codegen.lower import ScheduleError, lower
+from costmodel.cuda_features import GPU_FEATURE_VERSION
+from costmodel.features import FEATURE_NAMES, FeatureExtractor, FeatureVersionError, nest_features
 from superopt.loopnest import build_loopnest
-from superopt.runtime.target import Target
-from superopt.schedule.primitives import trace_to_json
-
-GPU_FEATURE_VERSION = 1
+from superopt.schedule.plan import ScheduleError, lower
+from superopt.target import Target
 
 _NEST = tuple(n for n in FEATURE_NAMES if not n.startswith("target."))
 _NEST_INDEX = [FEATURE_NAMES.index(n) for n in _NEST]
@@ -82,8 +80,8 @@ def device_features(target: Target) -> list[float]:
 
 def extract_gpu(candidate: Candidate) -> np.ndarray:
     """The GPU feature vector of one candidate (all NaN when its trace does not lower or print)."""
+    from costmodel.cuda_features import access_features, gpu_features
     from superopt.codegen.cuda_emit import emit_cuda
-    from superopt.codegen.cuda_features import access_features, gpu_features
 
     c, target = candidate, candidate.target
     try:
@@ -104,25 +102,11 @@ def extract_gpu(candidate: Candidate) -> np.ndarray:
     return np.asarray(row, dtype=np.float32)
 
 
-class GpuFeatureExtractor:
-    """GPU features of candidates, cached by (workload, trace, target, constants)."""
+class GpuFeatureExtractor(FeatureExtractor):
+    """GPU features of candidates, cached as the CPU ones are."""
 
     def __init__(self, cache_size: int = 200_000) -> None:
-        self._cache: dict[tuple, np.ndarray] = {}
-        self.cache_size = cache_size
-
-    def __call__(self, candidates: Sequence[Candidate]) -> np.ndarray:
-        out = np.zeros((len(candidates), len(GPU_FEATURE_NAMES)), dtype=np.float32)
-        for i, c in enumerate(candidates):
-            key = (c.compute.digest(), trace_to_json(c.trace), c.target.key(), c.constant_inputs)
-            row = self._cache.get(key)
-            if row is None:
-                row = extract_gpu(c)
-                if len(self._cache) >= self.cache_size:
-                    self._cache.clear()
-                self._cache[key] = row
-            out[i] = row
-        return out
+        super().__init__(cache_size, extract_gpu, GPU_FEATURE_NAMES)
 
 
 __all__ = ["GPU_FEATURE_NAMES", "GPU_FEATURE_VERSION", "GpuFeatureExtractor", "check_gpu_feature_version",

@@ -32,18 +32,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from superopt.codegen.lower import ScheduleError
 from superopt.ir.canonical import canonical_constants, canonicalize, canonicalize_kernels, workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
-from superopt.runtime.target import Target, host_target
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import Target, host_target
 
 SOURCES = ("op", "model", "random", "transformer", "conv")
-# the light models of the onnx wheel (superopt.testing.light_models.LIGHT_MODELS), the smaller first
+# the light models of the onnx wheel (superopt.frontends.light_models.LIGHT_MODELS), the smaller first
 DEFAULT_MODELS = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "bvlc_alexnet", "zfnet512", "vgg19",
                   "inception_v2", "densenet121")
 DEFAULT_MIX = (("op", 0.25), ("model", 0.25), ("random", 0.35), ("transformer", 0.15))
@@ -152,9 +152,9 @@ def has_legal_default(workload: Workload, target: Target) -> bool:
 def graph_workloads(graph: Graph, prefix: str, source: str) -> list[Workload]:
     """One workload per distinct workload key among the graph's compute nodes (graph order), after the
     passes a model goes through before scheduling (prune, rewrite rules, canonical kernels)."""
-    from superopt.api import OptimizeConfig, rewrite_graph
+    from search.graph.rewrite import RewriteConfig, rewrite_graph
 
-    graph = canonicalize_kernels(rewrite_graph(graph, OptimizeConfig())[0])
+    graph = canonicalize_kernels(rewrite_graph(graph, RewriteConfig(host_target(2)))[0])  # the pipeline's defaults
     out: dict[str, Workload] = {}
     for node in graph.nodes:
         if node.is_extern:
@@ -166,10 +166,10 @@ def graph_workloads(graph: Graph, prefix: str, source: str) -> list[Workload]:
 
 @functools.lru_cache(maxsize=16)
 def _model_kernels(name: str) -> tuple[Workload, ...]:
-    from superopt.api import load_graph
-    from superopt.testing.light_models import light_model_path
+    from superopt.frontends.light_models import light_model_path
+    from superopt.frontends.onnx_frontend import import_onnx
 
-    return tuple(graph_workloads(load_graph(str(light_model_path(name))), f"model/{name}", "model"))
+    return tuple(graph_workloads(import_onnx(str(light_model_path(name))), f"model/{name}", "model"))
 
 
 def model_workloads(names: Sequence[str] = DEFAULT_MODELS, *, sized: bool = True,

@@ -41,7 +41,7 @@ from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor,
 from costmodel.metrics import relative_speed
 
 if TYPE_CHECKING:
-    from superopt.runtime.target import Target
+    from superopt.target import Target
 
 MODEL_FORMAT = "superopt-costmodel-xgb"
 MODEL_FORMAT_VERSION = 1

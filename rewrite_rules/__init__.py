@@ -8,7 +8,7 @@ touched ops are polynomial (+, -, *, sums, constants): they are also checked exa
 finite field. ``tests/test_rewrite_rules.py`` verifies every registered rule on its examples.
 
 Drivers: :func:`rewrite_greedy` (first site of the first rule that matches, to a fixed point);
-the graph search in ``search/graph.py`` explores alternatives.
+the graph search in ``search/graph/search.py`` explores alternatives.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class RewriteReport:
 # for the graph search only, never given to a greedy driver (which would not terminate or would undo itself)
 EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration", "algorithm")
 # families applied as passes of their own after the layout choice, not by the graph search (their sites, blocked
-# convs, exist only then): ``superopt.api.search_rewrites``
+# convs, exist only then): ``search.graph.rewrite.search_rewrites``
 PASS_FAMILIES: tuple[str, ...] = ("algorithm",)
 
 

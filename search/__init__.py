@@ -1,1 +1,1 @@
-"""search."""
+"""The choosing layer: the graph search (``search.graph``) and the schedule search (``search.schedule``)."""

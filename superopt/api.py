@@ -15,19 +15,23 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
-from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target, host_target
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import Target, host_target
+
+if TYPE_CHECKING:
+    from search.graph.rewrite import RewriteConfig
 
 
 @dataclass(frozen=True)
@@ -38,26 +42,26 @@ class OptimizeConfig:
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
-    # the graph rewrite pass (search.graph): "backtracking" (TASO-style cost-based search over every rule,
-    # fusion included, graphs costed by search.graph_cost's roofline), "mcts" (Monte-Carlo tree search) or
+    # the graph rewrite pass (search.graph.search): "backtracking" (TASO-style cost-based search over every rule,
+    # fusion included, graphs costed by search.graph.cost's roofline), "mcts" (Monte-Carlo tree search) or
     # "greedy" (first site of the first rule to a fixed point, exploration families excluded); the search
     # stops after graph_budget_s seconds, graph_expansions expanded graphs, or graph_patience expansions
     # without a 0.1% gain; graph_alpha: queue rewrites costing up to alpha x the best graph (TASO's relaxation)
     graph_search: str = "backtracking"
     graph_budget_s: float = 1.0
-    graph_expansions: int = 20
+    graph_expansions: int | None = 20  # None: no limit
     graph_alpha: float = 1.05
     graph_patience: int = 4
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     target: Target | None = None  # None: this machine with ``threads`` threads
-    database: str | Path | None = None  # a tuning database (search.database) consulted before the default
+    database: str | Path | None = None  # a tuning database (search.schedule.database) consulted before the default
     # the cost model that picks schedules with no measurement for kernels the database lacks: "pretrained"
     # (the model shipped in the package, when there is one), a model file, or None (the default heuristic)
     cost_model: str | Path | None = "pretrained"
     # ONNX nodes with no native lowering: False runs them through the ONNX fallback (onnxruntime or
     # onnx.reference, one opaque node each, named in the report); True makes any such node an error
     strict: bool = False
-    # the global activation layout (search/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
+    # the global activation layout (search/graph/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
     # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
     layout: str = "auto"
     # blocked 3x3 stride-1 convs as Winograd F(4x4,3x3) or F(2x2,3x3) where the rule fits them (rewrite_rules/winograd.py;
@@ -74,6 +78,14 @@ class OptimizeConfig:
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
+
+    def rewrite_config(self) -> RewriteConfig:
+        """The rewrite pass's settings, from these."""
+        from search.graph.rewrite import RewriteConfig
+
+        return RewriteConfig(self.resolved_target(), self.compiler, self.fuse, self.rules, self.graph_search,
+                             self.graph_budget_s, self.graph_expansions, self.graph_alpha, self.graph_patience,
+                             self.seed, self.layout, self.winograd)
 
 
 @dataclass
@@ -92,7 +104,7 @@ class OptimizeReport:
     fallbacks: list = field(default_factory=list)  # superopt.frontends.onnx_fallback.FallbackNode per ONNX fallback node
     shapes: list[str] = field(default_factory=list)  # the input shapes compiled ("x=1x3x8x8"), one entry per shape
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
-    graph_search: dict | None = None  # search.graph.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
+    graph_search: dict | None = None  # search.graph.search.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
     schedule_source: dict = field(default_factory=dict)  # compute node -> "database" | "cost model" | "default"
 
     def __str__(self) -> str:
@@ -256,20 +268,6 @@ def load(directory: str | Path, threads: int | None = None) -> OptimizedProgram:
                             None if dtypes is None else [np.dtype(d) for d in dtypes])
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for name in graph.inputs:
-        t = graph.type_of[name]
-        if t.dtype.startswith("float"):
-            feed[name] = rng.standard_normal(t.shape).astype(t.np_dtype)
-        elif t.dtype == "bool":
-            feed[name] = rng.random(t.shape) < 0.5
-        else:
-            feed[name] = rng.integers(0, 2, t.shape).astype(t.np_dtype)
-    return feed
-
-
 def _is_torch_program(model) -> bool:
     """A ``torch.nn.Module`` or ``torch.export.ExportedProgram`` (without importing torch when it is not loaded)."""
     import sys
@@ -321,49 +319,11 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
 
 
 def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
-    """``rewrite_graph`` with the graph search's report (``search.graph.GraphSearchReport``; None when
-    ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
-    rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph_cost.GraphCost``, a
-    roofline against this machine's measured ceilings (measured once per compiler cache; greedy when
-    the target is not a CPU, which has no measured ceilings)."""
-    from rewrite_rules import EXPLORATION_FAMILIES
-    from search.graph import GraphSearchConfig, default_rules, search_graph
+    """``rewrite_graph`` with the graph search's report (``search.graph.search.GraphSearchReport``; None when
+    ``config.fuse`` is off): :func:`search.graph.rewrite.search_rewrites` with ``config``'s settings."""
+    from search.graph.rewrite import search_rewrites as run
 
-    config = config or OptimizeConfig()
-    graph = prune_graph(graph)
-    if not config.fuse:
-        return graph, None
-    target = config.resolved_target()
-    strategy = config.graph_search if target.kind == "cpu" else "greedy"
-    everything = default_rules()
-    if config.rules is not None:
-        rules = [r for r in everything if r.name in config.rules]
-    else:
-        rules = [r for r in everything if strategy != "greedy" or r.family not in EXPLORATION_FAMILIES]
-    gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
-                                alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience,
-                                finish_descent=True)  # never worse than the greedy pass, whatever the budget
-    cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
-    graph, report = search_graph(graph, cost, gconfig, rules)
-    # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
-    # blocked-conv tiles are CPU ones), a forced block anywhere
-    if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
-        from search.layout import choose_layouts
-
-        graph = choose_layouts(graph, target, layout=config.layout)[0]
-    if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
-        from rewrite_rules.winograd import winograd_all
-
-        graph = winograd_all(graph)
-    from rewrite_rules.vertical_fusion import untie_all_keys
-
-    return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
-
-
-def _graph_cost(target: Target, compiler: CompilerConfig):
-    from search.graph_cost import Ceilings, GraphCost
-
-    return GraphCost(Ceilings.measured(target, compiler), target)
+    return run(graph, (config or OptimizeConfig()).rewrite_config())
 
 
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
@@ -400,12 +360,12 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
     schedules, the nodes the database served and the nodes whose schedule the model changed."""
     schedules, hits, picked = {}, [], []
     if database is not None:
-        from search.database import TuningDatabase, schedules_from_database
+        from search.schedule.database import TuningDatabase, schedules_from_database
 
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
     if cost_model is not None and model_knows(cost_model, target):
-        from search.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
-        from search.model_guided import schedules_from_model
+        from search.graph.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
+        from search.schedule.model_guided import schedules_from_model
 
         chosen, picks = schedules_from_model(graph, target, cost_model, skip=[*hits, *blocked_kernels(graph)],
                                              deadline=deadline)
@@ -422,12 +382,11 @@ def tune_schedules(graph: Graph, target: Target, config: OptimizeConfig, databas
     ``target``, within ``time_s`` seconds and the config's trials; its records are appended to ``database``.
     Returns a summary."""
     from costmodel.xgb import XGBModel
-    from search.database import TuningDatabase
-    from search.tune import TuneConfig, tune_graph
+    from search.schedule.database import TuningDatabase
+    from search.schedule.tune import TuneConfig, tune_graph
     from superopt.measure import MeasureConfig
 
-    trials = config.tune_trials if config.tune_trials is not None else 10**9
-    tc = TuneConfig(trials=trials, time_s=time_s, seed=config.seed, progress=config.progress)
+    tc = TuneConfig(trials=config.tune_trials, time_s=time_s, seed=config.seed, progress=config.progress)
     mcfg = MeasureConfig(threads=target.threads, target=target, compiler=config.compiler)
     report = tune_graph(graph, target, tc, TuningDatabase(database), mcfg, model=model or XGBModel())
     return {"measured": report.measured, "elapsed_s": report.elapsed_s, "stop_reason": report.stop_reason,

@@ -34,8 +34,8 @@ from typing import Any
 from superopt.ir.graph import Graph
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import trace_from_json, trace_to_json
+from superopt.target import Target
 
 FORMAT = "superopt-artifact/1"
 

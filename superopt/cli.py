@@ -123,22 +123,22 @@ def parse_dim(text: str) -> tuple[str, int]:
     return name, n
 
 
-def _onnx_shapes(args: argparse.Namespace, path: str) -> dict[str, tuple[int, ...]] | None:
-    """--shape NAME=AxB and --dim NAME=N for a model file, as shapes by input name (None when neither is given)."""
+def _onnx_shapes(args: argparse.Namespace, model) -> dict[str, tuple[int, ...]] | None:
+    """--shape NAME=AxB and --dim NAME=N for a model (an ``onnx.ModelProto``), as shapes by input name (None when
+    neither is given)."""
     if not args.shape and not args.dim:
         return None
-    from superopt.frontends.onnx_frontend import _load
     from superopt.frontends.onnx_shapes import resolve_shapes
 
     shapes = dict(parse_shape(s) for s in args.shape or [])
     dims = dict(parse_dim(d) for d in args.dim or [])
-    return resolve_shapes(_load(path), shapes, dims)
+    return resolve_shapes(model, shapes, dims)
 
 
 def _optimize_target(args: argparse.Namespace):
     """--target cpu (this machine, --threads threads) or cuda (the GPU backend; a clear error without a GPU)."""
     from superopt.runtime.compiler import CompilerConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")
@@ -154,7 +154,8 @@ def _optimize_target(args: argparse.Namespace):
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from superopt.api import OptimizeConfig, optimize, random_inputs
+    from superopt.api import OptimizeConfig, optimize
+    from superopt.interp.inputs import random_inputs
 
     budget = parse_time(args.budget, "--budget") if args.budget is not None else None
     if args.trials is not None and args.trials < 1:
@@ -162,10 +163,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     target = _optimize_target(args)
     graph = {}  # the graph search gets a tenth of --budget (its own default otherwise), more expansions with it
     if budget is not None:
-        graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": 10**6, "graph_patience": 20}
+        graph = {"graph_budget_s": max(1.0, budget / 10), "graph_expansions": None, "graph_patience": 20}
     db = _optimize_db(args)  # with --budget/--trials the search's records go here (a temporary file when None)
     path = _model_file(args.model)
-    prog = optimize(path, _onnx_shapes(args, path),
+    from superopt.frontends.onnx_frontend import _load
+
+    model = _load(path)  # parsed once: the shapes, the pipeline and the artifact's source all read this one
+    prog = optimize(model, _onnx_shapes(args, model),
                     OptimizeConfig(threads=args.threads, verify=not args.no_verify, database=db,
                                    cost_model=_cost_model_arg(args), strict=args.strict, target=target,
                                    seed=args.seed, budget_s=budget, tune_trials=args.trials,
@@ -177,10 +181,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         print(f"  {line}", file=log)
     if args.out:
         from superopt.cli_artifact import write_artifact
-        from superopt.frontends.onnx_frontend import _load
 
         first = getattr(prog, "first", prog)  # an OptimizedModel (symbolic dims): its first compiled shape
-        source = _load(path).SerializeToString()
+        source = model.SerializeToString()
         rep = first.report
         out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads,
                                      tuple((rep.graph_search or {}).get("applied", ())), rep.schedule_source)
@@ -230,7 +233,7 @@ def _tune_model(args: argparse.Namespace):
 def _zero_measurement(args: argparse.Namespace, graph, target, label: str) -> int:
     """``tune --trials 0``: each kernel's schedule picked by the cost model alone; nothing is measured
     or recorded (the database holds measurements only)."""
-    from search.model_guided import schedules_from_model
+    from search.schedule.model_guided import schedules_from_model
 
     model = _tune_model(args)
     if model is None or not getattr(model, "trained", False):
@@ -257,7 +260,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from superopt.api import OptimizeConfig, optimize, optimize_op
     from superopt.cli_artifact import _ort_session, write_artifact
-    from superopt.testing.light_models import light_model_inputs, randomized_light_model
+    from superopt.frontends.light_models import light_model_inputs, randomized_light_model
 
     torch.set_num_threads(args.threads)
     cfg = OptimizeConfig(threads=args.threads)
@@ -356,7 +359,7 @@ def tune_summary(report, peak_gflops: float | None) -> dict:
         "total_default_ms": tot_default * 1e3 if complete else None,
         "total_best_ms": tot_best * 1e3 if complete else None,
         "all_from_database": bool(report.kernels) and all(k.from_database for k in report.kernels),
-        # the picks timed against their defaults inside the graph (search/graph_confirm.py), where that ran
+        # the picks timed against their defaults inside the graph (search/graph/confirm.py), where that ran
         "in_graph": report.in_graph.to_dict() if report.in_graph is not None else None,
     }
 
@@ -388,22 +391,23 @@ def print_tune_summary(summary: dict, out=None) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from search.database import TuningDatabase
+    from search.budget import DEFAULT_TRIALS
+    from search.schedule.database import TuningDatabase
     from superopt.api import OptimizeConfig, rewrite_graph
     from superopt.ir.canonical import canonicalize_kernels
     from superopt.measure import MeasureConfig
     from superopt.runtime.compiler import CompilerConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     time_s = parse_time(args.time) if args.time is not None else None
-    if args.trials is None:  # a time budget alone is the budget; neither given: 200 trials
-        args.trials = 10**9 if time_s is not None else 200
-    if args.trials < 0:
+    if args.trials is None and time_s is None:  # a time budget alone is the budget; neither given: the default trials
+        args.trials = DEFAULT_TRIALS
+    if args.trials is not None and args.trials < 0:
         raise UsageError(f"bad --trials {args.trials}: at least 0 (0: the cost model picks, nothing is measured)")
     if args.threads < 1:
         raise UsageError(f"bad --threads {args.threads}: at least 1")
     graph, label = _tune_graph_input(args)
-    from search.tune import TuneConfig, tune_graph  # the schedule search (imported only when used)
+    from search.schedule.tune import TuneConfig, tune_graph  # the schedule search (imported only when used)
 
     compiler = CompilerConfig()
     target = host_target(args.threads, compiler.cc)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from superopt.interp.inputs import random_inputs
+
 QUICK_ROUNDS = 5
 
 
@@ -37,12 +39,6 @@ def _ort_session(model_bytes: bytes, threads: int, optimized: bool = True):
     if not optimized:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-
-
-def random_inputs(graph) -> dict[str, np.ndarray]:
-    from superopt.api import random_inputs as draw  # lazy: the CLI's start-up imports this module
-
-    return draw(graph)
 
 
 def time_systems(executor, source_onnx: bytes | None, input_names: list[str] | None, threads: int,

@@ -97,7 +97,7 @@ def _int(args: argparse.Namespace, name: str, low: int) -> int:
 def _config(args: argparse.Namespace):
     """The CollectConfig the arguments describe (DatasetUsageError for a bad one)."""
     from costmodel.collect import CollectConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     if args.target not in TARGETS:
         raise DatasetUsageError(f"bad --target {args.target!r}: only {' and '.join(TARGETS)} are supported")

@@ -187,11 +187,12 @@ def _ir_dtype(dt: np.dtype) -> str:
 
 
 _LIB = None
-REGISTERED: dict[str, UserOp] = {}  # torch op name -> the UserOp (the torch frontend lowers them natively)
 
 
 def _register_torch(op: UserOp):
     import torch
+
+    from superopt.frontends.torch_ops.user_ops import REGISTERED
 
     global _LIB
     if _LIB is None:
@@ -232,4 +233,4 @@ def op(text: str, outputs: Sequence[str] | None = None, **options: Any) -> UserO
     return UserOp(text, outputs, **options)
 
 
-__all__ = ["UserOp", "UserOpVerificationError", "op", "REGISTERED"]
+__all__ = ["UserOp", "UserOpVerificationError", "op"]

@@ -10,15 +10,14 @@ import pytest
 
 from superopt.builder import GraphBuilder
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate, evaluate_compute
 from superopt.lang import compile_op
 from superopt.ops.attention import scaled_dot_product_attention
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
 from superopt.schedule.default import ROWS_INTO_CONTRACTION, default_schedule
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -31,6 +30,7 @@ from superopt.schedule.primitives import (
 )
 from superopt.schedule.rows_contraction import ROW_BLOCK, rows_into_contraction
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 ROW_OP = "T[i,j] = exp(A[i,j])\nS[i,f] += T[i,j] * B[j,f]"
 

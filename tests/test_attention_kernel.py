@@ -17,11 +17,11 @@ from superopt.interp import evaluate
 from superopt.ir.prune import prune_graph
 from superopt.ops.attention import scaled_dot_product_attention
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.default import ROWS_INTO_CONTRACTION, default_schedule, sketch_names
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.schedule.primitives import ComputeAt
 from superopt.schedule.rows_contraction import ROW_BLOCK
+from superopt.target import host_target
 
 
 def _compile(graph, kernel_cache) -> GraphExecutor:
@@ -137,7 +137,7 @@ def test_normalization_factored_out_runs_at_the_write_back(shape, row_block, ker
     ``O = S / Z``: the rows+contraction sketch still applies, computing that division as the weighted sum's
     epilogue (reading Z, a row temporary), with blocks of rows and with one row at a time."""
     from rewrite_rules.algebraic import DIVIDE_AFTER_SUM
-    from superopt.schedule.graph import constant_inputs
+    from superopt.schedule.graph_defaults import constant_inputs
     from superopt.schedule.primitives import Epilogue
     from superopt.schedule.space import Point, ScheduleSpace
 

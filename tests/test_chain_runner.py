@@ -11,8 +11,8 @@ from superopt.interp import evaluate
 from superopt.ir.externs import evaluate_extern
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import kernel_work
-from superopt.runtime.target import host_target
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import host_target
 
 MATMUL = "Y[i,j] += X[i,k] * W[k,j]"
 

@@ -137,7 +137,7 @@ def test_target_cuda_without_a_gpu_names_the_missing_piece(model_path, capsys):
 
 
 def test_optimize_with_a_trial_budget_searches_schedules_and_records_them(model_path, tmp_path, capsys):
-    from search.database import TuningDatabase
+    from search.schedule.database import TuningDatabase
 
     db = tmp_path / "tuning.jsonl"
     assert main(["optimize", str(model_path), "--trials", "6", "--seed", "3", "--db", str(db), "--threads", "1",

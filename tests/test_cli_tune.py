@@ -144,8 +144,8 @@ def _tiny_cost_model(path):
     from costmodel.base import Candidate
     from costmodel.xgb import XGBConfig, XGBModel
     from superopt.lang import compile_op
-    from superopt.runtime.target import host_target
     from superopt.schedule.space import ScheduleSpace
+    from superopt.target import host_target
 
     target = host_target(1)
     cands = []

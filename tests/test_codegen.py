@@ -7,13 +7,11 @@ import numpy as np
 import pytest
 
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.loopnest import Loop, build_loopnest
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import avx512_target, h200_target, host_target
 from superopt.schedule import (
     CacheWrite,
     ComputeAt,
@@ -30,7 +28,9 @@ from superopt.schedule import (
     trace_to_json,
 )
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.schedule.plan import ScheduleError, lower
+from superopt.target import avx512_target, h200_target, host_target
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

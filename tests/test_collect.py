@@ -21,8 +21,8 @@ import pytest
 
 from costmodel.collect import CollectConfig, collect, plan_workload, repair_tail, trace_key
 from costmodel.workloads import DEFAULT_MIX, fits_size, generate_workloads, has_legal_default, model_workloads
-from search.database import TuningDatabase
-from search.tune import TuneConfig, tune_graph
+from search.schedule.database import TuningDatabase
+from search.schedule.tune import TuneConfig, tune_graph
 from superopt.api import define_op
 from superopt.cli_dataset import main as dataset_main
 from superopt.codegen.c_emit import KernelSource
@@ -33,8 +33,8 @@ from superopt.measure.records import append_records
 from superopt.measure.runner import RAY_MISSING, make_runner
 from superopt.measure.service import build_records
 from superopt.runtime.compiler import CompilerConfig
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule
+from superopt.target import host_target
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = host_target(1)  # one thread: timings on a shared 2-core machine stay apart
@@ -212,7 +212,7 @@ KILLED_SCRIPT = WORKLOADS_SRC + textwrap.dedent("""
     from costmodel.collect import CollectConfig, collect
     from superopt.measure import MeasureConfig
     from superopt.runtime.compiler import CompilerConfig
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     out, cache = Path(sys.argv[1]), Path(sys.argv[2])
     collect(CollectConfig(tiny_workloads(), per_workload=3, seed=7, out=out, target=host_target(1), progress=False,

@@ -28,8 +28,8 @@ from superopt.lang import compile_op
 from superopt.measure import MeasureConfig, load_records, records_path
 from superopt.measure.service import ErrorCode, MeasureInput, MeasureResult, build_records
 from superopt.runtime.gpu import require_gpu
-from superopt.runtime.target import h200_target, host_target
 from superopt.schedule.gpu_default import gpu_default_schedule
+from superopt.target import h200_target, host_target
 
 SOFTMAX = "M[i] max= X[i,j]\nS[i] += exp(X[i,j] - M[i])\nO[i,j] = exp(X[i,j] - M[i]) / S[i]"
 PER = 3
@@ -181,9 +181,9 @@ def test_a_gpu_model_trains_on_gpu_records_and_reloads(gpu_dataset, tmp_path):
 
 def test_collected_gpu_schedules_compile_with_nvcc_for_sm_90(gpu_dataset, tmp_path):
     from superopt.codegen.cuda_emit import emit_cuda
-    from superopt.codegen.lower import lower
     from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, find_nvcc, translation_unit
-    from superopt.runtime.target import Target
+    from superopt.schedule.plan import lower
+    from superopt.target import Target
 
     if find_nvcc() is None:
         pytest.skip("nvcc is not installed")

@@ -15,9 +15,9 @@ from superopt.lang import compile_op
 from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library, translation_units
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import host_target
 
 OPS = [("C[i,j] += A[i,k] * B[k,j]", {"A": (33, 20), "B": (20, 45)}),
        ("m[i] max= X[i,j]\ne[i,j] = exp(X[i,j] - m[i])\ns[i] += e[i,j]\nY[i,j] = e[i,j] / s[i]", {"X": (9, 70)}),

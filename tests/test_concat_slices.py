@@ -11,8 +11,8 @@ from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.runtime.concat_slices import concat_slices
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import host_target
 
 
 def _executor(graph, cache, **kw) -> GraphExecutor:
@@ -108,7 +108,7 @@ def test_a_concatenation_of_a_concatenation_elides_the_inner_one(kernel_cache):
 
 def test_light_squeezenet_writes_its_fire_concatenations_in_place_and_matches_the_reference(kernel_cache):
     from superopt.api import OptimizeConfig, load_graph, rewrite_graph
-    from superopt.testing.light_models import light_model_path
+    from superopt.frontends.light_models import light_model_path
 
     g = rewrite_graph(load_graph(str(light_model_path("squeezenet"))), OptimizeConfig(target=host_target(2)))[0]
     slices = concat_slices(g)

@@ -14,11 +14,11 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, FeatureVersionError, extract
 from costmodel.metrics import pairwise_accuracy, relative_speed, top_k_score
 from costmodel.xgb import XGBConfig, XGBModel
-from search.model_guided import PICK_MARGIN, evolve, pick_schedule, thread_partition, tile_chains
+from search.schedule.model_guided import PICK_MARGIN, evolve, pick_schedule, thread_partition, tile_chains
 from superopt.lang import compile_op
-from superopt.runtime.target import avx512_target
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize, trace_to_json
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import avx512_target
 
 TARGET = avx512_target(2)
 SGEMM = "C[i,j] += A[i,k] * B[k,j]"

@@ -20,15 +20,15 @@ from costmodel.base import Candidate, candidate_group
 from costmodel.dataset import Dataset, load_dataset
 from costmodel.metrics import EvalReport, evaluate_scores, mape, pairwise_accuracy, pairwise_counts, top_k_score
 from costmodel.train import TrainConfig, cross_validate, evaluate, relative_speed, scatter_plot, train
-from search.database import TuningDatabase, TuningRecord
+from search.schedule.database import TuningDatabase, TuningRecord
 from superopt.cli_costmodel import main
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute
 from superopt.lang import compile_op
 from superopt.measure.records import MeasureRecord, append_records, records_path
-from superopt.runtime.target import Target
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import ScheduleSpace
+from superopt.target import Target
 
 HAS_XGB = importlib.util.find_spec("xgboost") is not None and importlib.util.find_spec("costmodel.xgb") is not None
 needs_xgb = pytest.mark.skipif(not HAS_XGB, reason="costmodel.xgb (the XGBoost model) is not importable")

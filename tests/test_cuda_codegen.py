@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from superopt.codegen.cuda_emit import emit_cuda
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate_compute
 from superopt.ir.externs import evaluate_extern
 from superopt.lang import compile_op
 from superopt.runtime.gpu.emulate import EmulatedKernel, compile_emulation
 from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, find_nvcc, translation_unit
-from superopt.runtime.target import H200, Target, avx512_target, cuda_target, h200_target
 from superopt.schedule import Pack, Split, trace_from_json, trace_to_json
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Bind, CacheRead, CacheWrite, ComputeAt, Parallel, Reorder, Unroll
+from superopt.target import H200, Target, avx512_target, cuda_target, h200_target
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"

@@ -10,15 +10,15 @@ import warnings
 import numpy as np
 import pytest
 
-from search.database import TuningDatabase, TuningRecord, node_workload_key, schedules_from_database
+from search.schedule.database import TuningDatabase, TuningRecord, node_workload_key, schedules_from_database
 from superopt.api import define_op
 from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize, canonicalize_kernels, workload_key
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target, host_target
 from superopt.schedule import Reorder, Split, Vectorize
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import Target, host_target
 
 MM_A = "C[i,j] += A[i,k] * B[k,j]"
 MM_B = "Out[row,col] += Lhs[row,red] * Rhs[red,col]"
@@ -224,7 +224,7 @@ def test_a_confirmed_schedule_replaces_the_default_only_by_more_than_the_noise(t
     """Paired ratios are medians of a few rounds on a shared machine: a schedule confirmed 1% faster than the
     default stays behind it (MIN_GAIN = 2%), one confirmed 5% faster replaces it; without the default's own
     paired records (it failed there) the fastest ratio wins."""
-    from search.database import MIN_GAIN
+    from search.schedule.database import MIN_GAIN
 
     default, leader = TRACE[:2], TRACE
     assert MIN_GAIN == 0.02

@@ -17,7 +17,7 @@ from superopt.runtime.gpu import BINDINGS, GpuUnavailable, gpu_status, require_g
 from superopt.runtime.gpu.kernel import build_gpu_kernels
 from superopt.schedule import Pack
 from superopt.schedule.gpu_default import GPU_SIMPLE, GPU_TILED, build_gpu_sketch, gpu_default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.knobs import KnobRecorder
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
@@ -157,9 +157,9 @@ def test_measure_gpu_gives_the_cpu_error_codes_from_worker_processes():
     """Through the emulator binding in worker processes: OK with times, ILLEGAL_SCHEDULE for a reduction bound to
     blocks, every candidate RUNTIME_ERROR naming GpuUnavailable when the worker cannot open the GPU, and
     TIMEOUT (a fresh worker per candidate) when a worker outlives its limit."""
-    from superopt.runtime.gpu.measure import GpuMeasureConfig, measure_gpu
-    from superopt.runtime.target import h200_target
+    from superopt.measure.gpu import GpuMeasureConfig, measure_gpu
     from superopt.schedule.primitives import Bind
+    from superopt.target import h200_target
 
     mm = compile_op(MATMUL, {"A": (33, 20), "B": (20, 40)})
     items = [(mm, gpu_default_schedule(mm, h200_target())), (mm, [Bind("C", "k", "block_x")])]

@@ -1,18 +1,18 @@
-"""The in-graph confirmation (search/graph_confirm.py): picks timed against their defaults inside the graph."""
+"""The in-graph confirmation (search/graph/confirm.py): picks timed against their defaults inside the graph."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from search.database import TuningDatabase, TuningRecord, schedules_from_database
-from search.graph_confirm import InGraphConfig, confirm_in_graph
+from search.graph.confirm import InGraphConfig, confirm_in_graph
+from search.schedule.database import TuningDatabase, TuningRecord, schedules_from_database
 from superopt.builder import GraphBuilder
 from superopt.ir.canonical import canonicalize_kernels, workload_key
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
-from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.schedule.graph_defaults import constant_inputs, default_schedules
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 # the suite's thread count: building a library sets the process's OpenMP thread count, which torch shares
 # (a test on 1 thread made a later torch.compile test in the same worker fail dynamo's global-state check)

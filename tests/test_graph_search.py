@@ -1,4 +1,4 @@
-"""Graph search (search/graph.py) and the graph cost (search/graph_cost.py).
+"""Graph search (search/graph/search.py) and the graph cost (search/graph/cost.py).
 
 Planted graphs have answers known by exhaustive enumeration of every reachable graph: one where
 greedy applies a rewrite the cost rejects, one where only passing through a worse graph (TASO's
@@ -15,7 +15,8 @@ import pytest
 from rewrite_rules import Rule, RuleNotApplicable, fresh_name, node_named, rewrite_greedy
 from rewrite_rules.algebraic import HOIST_CONSTANTS
 from rewrite_rules.fusion import FUSE_ELEMENTWISE
-from search.graph import (
+from search.graph.cost import Ceilings, GraphCost, padded_reads, workspace_bytes
+from search.graph.search import (
     STOP_EXHAUSTED,
     STOP_EXPANSIONS,
     STOP_NO_RULE,
@@ -24,10 +25,9 @@ from search.graph import (
     GraphSearchConfig,
     search_graph,
 )
-from search.graph_cost import Ceilings, GraphCost, padded_reads, workspace_bytes
-from superopt.api import random_inputs
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import graph_digest
 from superopt.ir.graph import Graph, Node
 from superopt.lang import compile_op
@@ -256,6 +256,17 @@ def test_search_leaves_out_a_rewrite_the_cost_rejects(strategy):
     same_outputs(g, best)
 
 
+def test_graph_search_budgets_and_stop_kinds():
+    """One expansion allowed: the expansion budget stops it (kind "trials"); no limit on expansions: the search
+    runs until its queue is exhausted, whatever the count."""
+    g = scaled_relu()
+    rules = [HOIST_CONSTANTS, FUSE_ELEMENTWISE]
+    _, one = search_graph(g, cost(), GraphSearchConfig(budget_s=30, max_expansions=1), rules)
+    assert one.stop_reason == STOP_EXPANSIONS and one.stop_reason.kind == "trials"
+    _, unlimited = search_graph(g, cost(), GraphSearchConfig(budget_s=30, max_expansions=None), rules)
+    assert unlimited.stop_reason.kind == "exhausted" and unlimited.expansions > 1
+
+
 def test_alpha_lets_backtracking_pass_through_a_worse_graph():
     g = shared_producer()
     rules = [DUPLICATE, FUSE_ELEMENTWISE]
@@ -331,9 +342,9 @@ def test_budgets_are_respected():
 @pytest.fixture(scope="module")
 def light_graphs():
     pytest.importorskip("onnxruntime")
+    from superopt.frontends.light_models import randomized_light_model
     from superopt.frontends.onnx_frontend import import_onnx_model
     from superopt.ir.prune import prune_graph
-    from superopt.testing.light_models import randomized_light_model
 
     return {name: prune_graph(import_onnx_model(randomized_light_model(name)).graph)
             for name in ("resnet50", "inception_v1")}
@@ -372,7 +383,7 @@ def test_a_model_with_absolute_kernel_times_replaces_the_roofline():
         def kernel_seconds(self, compute, target, constant_inputs):
             return 1e-3 * len(compute.statements) if len(compute.statements) > 1 else None
 
-    from superopt.runtime.target import avx512_target
+    from superopt.target import avx512_target
 
     g = small_cnn()
     c = GraphCost(CEILINGS, avx512_target(), PerStatement())

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import lower
 from superopt.interp.reference import evaluate_compute
 from superopt.lang import compile_op
 from superopt.loopnest import Loop, build_loopnest, walk
 from superopt.loopnest.index_sets import split_index_sets
 from superopt.loopnest.values import Load, Op, value_nodes
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import host_target
+from superopt.schedule.plan import lower
 from superopt.schedule.primitives import Fuse, Parallel, Vectorize
+from superopt.target import host_target
 
 TARGET = host_target(2)
 CONCAT = "O[c,i,l] = relu(where(16*c + l < 64, A[c,i,l], B[c-4,i,l]))"

@@ -8,16 +8,17 @@ import pytest
 
 from rewrite_rules import RULES, node_named
 from rewrite_rules.layout_choice import _conv_graph, block_node_in, cancel_all, conversion_kind, conversions
-from search.layout import blocked_graph, choose_layouts, is_conv
-from superopt.api import OptimizeConfig, load_graph, random_inputs, rewrite_graph
+from search.graph.layout import blocked_graph, choose_layouts, is_conv
+from superopt.api import OptimizeConfig, load_graph, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
 from superopt.schedule.blocked_conv import conv_efficiency
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
 from superopt.schedule.primitives import Epilogue, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 TARGET = host_target(1)
 
@@ -145,7 +146,7 @@ def test_with_32_registers_16_lane_blocks_cost_the_full_ceiling_and_auto_blocks_
 
 
 def test_auto_layout_runs_on_cpu_targets_only_and_a_forced_block_everywhere():
-    from superopt.runtime.target import h200_target
+    from superopt.target import h200_target
 
     g = small_net(c=64, hw=16)
     assert _blocked_tensors(rewrite_graph(g, OptimizeConfig(target=replace(TARGET, vector_bits=512, vector_registers=32)))[0])
@@ -348,7 +349,7 @@ def test_the_layout_rules_are_registered_in_their_family():
 
 
 def test_light_resnet50_is_blocked_everywhere_but_the_classifier():
-    from superopt.testing.light_models import light_model_path
+    from superopt.frontends.light_models import light_model_path
 
     g = rewrite_graph(load_graph(str(light_model_path("resnet50"))), OptimizeConfig(layout="nchw"))[0]
     new, report = choose_layouts(g, TARGET, layout="nchw16c")
@@ -379,7 +380,7 @@ def test_optimize_takes_the_layout_from_its_config_and_verifies():
 
 
 def test_blocked_kernels_keep_the_default_schedule_under_the_learned_model():
-    from search.layout import blocked_kernels
+    from search.graph.layout import blocked_kernels
     from superopt.api import load_cost_model, schedule_graph
     from superopt.ir.canonical import canonicalize_kernels
 

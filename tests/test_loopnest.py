@@ -7,7 +7,6 @@ from collections import Counter
 import pytest
 
 from superopt.codegen.c_emit import c_linear, emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.ir.expr import Affine, DivMod
 from superopt.lang import compile_op
 from superopt.loopnest import (
@@ -33,8 +32,8 @@ from superopt.loopnest import (
     walk,
 )
 from superopt.loopnest.values import loads
-from superopt.runtime.target import avx512_target, host_target
 from superopt.schedule.default import default_schedule
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -50,6 +49,7 @@ from superopt.schedule.primitives import (
 from superopt.schedule.primitives import (
     Epilogue as EpiloguePrim,
 )
+from superopt.target import avx512_target, host_target
 from superopt.testing.op_table import CASES, case_graph
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from superopt.testing.light_models import (  # noqa: E402
+from superopt.frontends.light_models import (  # noqa: E402
     light_model_inputs,
     randomized_light_model,
     run_onnxruntime,

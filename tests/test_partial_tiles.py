@@ -8,15 +8,15 @@ under load: 15.7 -> 8.0 ms). Checked against the reference, NaN propagation of m
 import numpy as np
 import pytest
 
-from superopt.codegen.lower import lower
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
 from superopt.loopnest.alloc import Fill
 from superopt.loopnest.build import build_loopnest
 from superopt.loopnest.walk import walk
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
+from superopt.schedule.plan import lower
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Vectorize
+from superopt.target import host_target
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 ROW_MAX = "M[i,u] max= X[i,k]"

@@ -12,7 +12,7 @@ import pytest
 from superopt.measure import peak
 from superopt.measure.peak import CopyKernel, FmaKernel, fma_peak_gflops, measure_bandwidth, memory_bandwidth_gbs
 from superopt.runtime.compiler import CompilerConfig
-from superopt.runtime.target import host_target
+from superopt.target import host_target
 
 
 @pytest.fixture(scope="module")

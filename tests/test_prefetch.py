@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
 from superopt.loopnest import Loop, Prefetch, build_loopnest, walk
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Prefetch as PrefetchPrim
 from superopt.schedule.primitives import trace_from_json, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace, check
+from superopt.target import host_target
 
 BLOCKED_CONV = "O[n,cb,y,x,c] += X[n,ib,y+kh,x+kw,i] * W[cb,ib,kh,kw,i,c]"
 

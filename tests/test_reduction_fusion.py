@@ -13,14 +13,13 @@ import pytest
 
 from superopt.builder import GraphBuilder
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import host_target
 from superopt.schedule.default import FOLD_REDUCTIONS, default_schedule, sketch_names
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,
@@ -35,6 +34,7 @@ from superopt.schedule.primitives import (
     trace_to_json,
 )
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import host_target
 
 MOMENTS = "T[i,j,k] += A[i,k,r] * B[r,j]\nS[i,j] += T[i,j,k]\nQ[i,j] += T[i,j,k] * T[i,j,k]"
 
@@ -245,7 +245,7 @@ def test_row_fold_needs_both_stages_at_one_loop_a_sum_and_a_cpu():
                     extents={"u": 1})
     with pytest.raises(ScheduleError, match="only a sum"):
         lower(mx, [ComputeAt("E", "O", "i"), ComputeAt("Z", "O", "i"), ReduceEpilogue("Z", "E")])
-    from superopt.runtime.target import h200_target
+    from superopt.target import h200_target
 
     with pytest.raises(ScheduleError, match="CPU targets only"):
         lower(c, [p for p in ROW_BASE if not isinstance(p, (Vectorize, Parallel))] + [ReduceEpilogue("Z", "E")],
@@ -266,7 +266,7 @@ def test_in_place_rows_are_rejected_where_a_read_would_see_an_overwrite(src, tra
 
 
 def test_in_place_rows_are_cpu_only():
-    from superopt.runtime.target import h200_target
+    from superopt.target import h200_target
 
     c = compile_op("E[i,j] = exp(X[i,j])\nO[i,j] = E[i,j] * 2.0", {"X": (4, 8)})
     with pytest.raises(ScheduleError, match="CPU targets only"):
@@ -312,7 +312,7 @@ def test_next_row_is_rejected_with_reason(trace, reason):
 
 
 def test_next_row_is_cpu_only_and_round_trips():
-    from superopt.runtime.target import h200_target
+    from superopt.target import h200_target
 
     trace = [p for p in AHEAD_BASE if not isinstance(p, (Vectorize, Parallel))] + [NextRow("M", "E")]
     with pytest.raises(ScheduleError, match="CPU targets only"):

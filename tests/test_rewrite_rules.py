@@ -8,9 +8,9 @@ import pytest
 import rewrite_rules
 from rewrite_rules import RULES, Rule, node_named, rewrite_greedy
 from rewrite_rules.verify import ModP, RuleVerificationError, evaluate_field, field_inputs, verify_rule
-from superopt.api import random_inputs
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 
 REGISTERED = list(getattr(rewrite_rules, "ALL_RULES", RULES))
 

@@ -11,16 +11,17 @@ import pytest
 from rewrite_rules import rewrite_greedy
 from rewrite_rules.folding import FOLD_AFFINE, FOLD_AFFINE_NODE, ONE, affine_in
 from rewrite_rules.movement import RULES as MOVEMENT_RULES
-from superopt.api import OptimizeConfig, random_inputs, rewrite_graph
+from superopt.api import OptimizeConfig, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
+from superopt.interp.inputs import random_inputs
 from superopt.ir.expr import Access, Unary
 from superopt.ir.graph import Graph
 
 pytest.importorskip("onnxruntime")
 
+from superopt.frontends.light_models import light_model_inputs, randomized_light_model, run_onnxruntime  # noqa: E402
 from superopt.frontends.onnx_frontend import import_onnx_model  # noqa: E402
-from superopt.testing.light_models import light_model_inputs, randomized_light_model, run_onnxruntime  # noqa: E402
 
 # the default pipeline (backtracking graph search over every rule), with time to converge on a busy machine
 # (it stops when converged; at the default 2 s budget one expansion may be all it gets)

@@ -226,8 +226,8 @@ def _merge_sites(graph):
 def test_generated_rules_match_inception_v1_as_imported_and_keep_what_it_computes():
     from rewrite_rules.merging import MERGE_PARALLEL
     from superopt.api import load_graph
+    from superopt.frontends.light_models import randomized_light_model
     from superopt.ir.prune import prune_graph
-    from superopt.testing.light_models import randomized_light_model
 
     graph = prune_graph(load_graph(randomized_light_model("inception_v1")))
     merges = _merge_sites(graph)
@@ -277,8 +277,8 @@ def test_generated_rules_merge_the_bert_encoders_q_k_v_projections_matching_onnx
 
 def test_a_generated_merge_of_a_1x1_and_a_3x3_conv_matches_squeezenets_fire_modules():
     from superopt.api import load_graph
+    from superopt.frontends.light_models import randomized_light_model
     from superopt.ir.prune import prune_graph
-    from superopt.testing.light_models import randomized_light_model
 
     graph = prune_graph(load_graph(randomized_light_model("squeezenet")))
     rule = BY_MATH["(convb(X, W0, B0), convb(X, W1, B1)) = "

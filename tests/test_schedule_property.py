@@ -1,6 +1,6 @@
 """Property: every legal schedule computes what the unscheduled kernel computes.
 
-Hypothesis drives the random-trace sampler (search/random_schedule.py) for every compute node of
+Hypothesis drives the random-trace sampler (search/schedule/random_schedule.py) for every compute node of
 every op-table case and for the capsule votes op; the compiled result must match the reference.
 """
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from search.random_schedule import random_trace
+from search.schedule.random_schedule import random_trace
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from superopt.codegen.lower import ScheduleError
 from superopt.lang import compile_op
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import avx512_target, host_target
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import CacheWrite, Fuse, Split
 from superopt.schedule.space import Point, ScheduleSpace, check
+from superopt.target import avx512_target, host_target
 from superopt.testing.op_table import CASES, case_graph, case_reference
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"

@@ -1,22 +1,25 @@
 """Schedule search: determinism under a seed, budgets and stop reasons, failure accounting, that it
 beats random sampling on a landscape with a known optimum, real measurements, and the task scheduler."""
 
+import copy
 import math
+import pickle
 import tempfile
 
 import pytest
 
-from search.database import TuningDatabase
-from search.schedule import SearchConfig, search_compute
-from search.tune import TuneConfig, tune_graph
+from search.budget import Budget, StopReason
+from search.schedule.database import TuningDatabase
+from search.schedule.search import SearchConfig, search_compute
+from search.schedule.tune import TuneConfig, tune_graph
 from superopt.api import define_op
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.flops import flop_count
 from superopt.lang import compile_op
 from superopt.measure import ErrorCode, MeasureConfig, MeasureResult, MeasureService
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.primitives import CacheWrite, Pack, Split
+from superopt.target import host_target
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 TARGET = host_target(2)
@@ -89,6 +92,29 @@ def test_budget_failures_and_stop_reason(mm):
     assert "time budget" in t.stop_reason and t.trials <= 16
 
 
+def test_stop_reason_kinds_and_a_budget_of_no_trials(mm):
+    """A trial budget stops with kind "trials"; with no trial limit (None) only the time stops the search."""
+    assert _run(mm, seed=0, trials=20).stop_reason.kind == "trials"
+    t = search_compute(mm, TARGET, SearchConfig(trials=None, time_s=0.2, batch_size=4), service=FakeMeasurer())
+    assert t.stop_reason.kind == "time" and "time budget" in t.stop_reason and t.trials >= 1
+    assert SearchConfig(trials=None).budget == Budget(None, None)
+    with pytest.raises(ValueError, match="trials >= 1"):
+        SearchConfig(trials=0)
+
+
+def test_budget_and_stop_reason_semantics():
+    assert Budget().trials_left(10**6) == math.inf and not Budget().trials_spent(10**6)
+    assert Budget(5).trials_left(3) == 2 and Budget(5).trials_spent(5) and not Budget(5).trials_spent(4)
+    assert Budget(None, 2.0).time_spent(2.0) and not Budget(None, 2.0).time_spent(1.9) and not Budget(3).time_spent(1e9)
+    with pytest.raises(ValueError, match="at least 0"):
+        Budget(-1)
+    r = StopReason("converged", "no gain in 4 expansions")
+    assert r == "no gain in 4 expansions" and r.kind == "converged"
+    assert pickle.loads(pickle.dumps(r)).kind == "converged" and copy.deepcopy(r).kind == "converged"
+    with pytest.raises(ValueError, match="unknown stop kind"):
+        StopReason("bored", "x")
+
+
 def test_evolutionary_search_beats_random_sampling_on_a_known_landscape(mm):
     """Same budget, six seeds each: the search gets nearer the optimum (1 ms) than random sampling."""
     search = [_run(mm, seed=s, trials=64).best_s for s in range(6)]
@@ -115,7 +141,7 @@ def test_search_with_real_measurements_verifies_and_improves(tmp_path):
 
 
 def test_a_search_that_keeps_the_partition_measures_only_the_defaults_thread_split(mm):
-    from search.model_guided import thread_partition
+    from search.schedule.model_guided import thread_partition
 
     default = thread_partition(default_schedule(mm, TARGET, frozenset(mm.inputs)))
     free = _run(mm, trials=64)
@@ -125,7 +151,7 @@ def test_a_search_that_keeps_the_partition_measures_only_the_defaults_thread_spl
 
 
 def test_tuning_a_graph_keeps_each_kernels_thread_split_and_a_lone_op_does_not(tmp_path):
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     made = []
     real = tune.ScheduleSearch
@@ -186,7 +212,7 @@ def test_task_scheduler_gives_batches_where_the_gain_is():
             return [r if inp.compute.statements[0].reduce == "+=" else MeasureResult(ErrorCode.OK, [1e-6], 1e-6)
                     for inp, r in zip(inputs, super().measure(inputs))]
 
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(Measurer())
@@ -227,7 +253,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
                     r.median_s, r.times_s = r.median_s / 100, [r.median_s / 100]
             return out
 
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(Noisy())
@@ -250,7 +276,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
 
 
 def _tune_with(measurer, graph, config, db):
-    import search.tune as tune
+    import search.schedule.tune as tune
 
     real = tune.MeasureService
     tune.MeasureService = lambda cfg: _Ctx(measurer)
@@ -264,7 +290,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
     default = tuple(default_schedule(g.nodes[0].op, TARGET, frozenset()))
     db = TuningDatabase(tmp_path / "db.jsonl")
-    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=10**9, time_s=2.0, batch_size=8, progress=False), db)
+    r = _tune_with(FakeMeasurer(), g, TuneConfig(trials=None, time_s=2.0, batch_size=8, progress=False), db)
     (k,) = r.kernels
     assert k.best_s < k.default_s  # the synthetic space has faster schedules than the default
     assert "time budget spent" in r.stop_reason and "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
@@ -278,7 +304,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
                     (1e-3 if tuple(inp.trace) == default else 2e-3 for inp in inputs)]
 
     db2 = TuningDatabase(tmp_path / "db2.jsonl")
-    r = _tune_with(DefaultFastest(), g, TuneConfig(trials=10**9, time_s=0.3, batch_size=8, progress=False), db2)
+    r = _tune_with(DefaultFastest(), g, TuneConfig(trials=None, time_s=0.3, batch_size=8, progress=False), db2)
     assert not any(rec.paired_default_s is not None for rec in db2.records())
     assert r.kernels[0].best_trace == default and "confirmed" not in r.stop_reason
 
@@ -333,7 +359,7 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
             return super().measure(inputs)
 
     db = TuningDatabase(tmp_path / "db.jsonl")
-    r = _tune_with(Slow(), g, TuneConfig(trials=10**9, time_s=4.0, batch_size=4, progress=False), db)
+    r = _tune_with(Slow(), g, TuneConfig(trials=None, time_s=4.0, batch_size=4, progress=False), db)
     recs = db.records()
     first_confirmation = next(i for i, rec in enumerate(recs) if rec.paired_default_s is not None)
     assert any(rec.paired_default_s is None for rec in recs[first_confirmation:])  # the search went on

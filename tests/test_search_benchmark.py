@@ -13,8 +13,8 @@ import pytest
 from benchmarks import search as bench
 from benchmarks.search_workloads import SEARCH_WORKLOADS, build_sgemm
 from superopt.interp import evaluate
-from superopt.runtime.target import host_target
-from superopt.schedule.graph import default_schedules
+from superopt.schedule.graph_defaults import default_schedules
+from superopt.target import host_target
 
 
 @pytest.mark.parametrize("spec", SEARCH_WORKLOADS, ids=lambda s: s.name)
@@ -40,7 +40,7 @@ def test_workload_flops_and_memory_bound():
 
 
 def test_schedules_read_back_in_measurement_order(tmp_path):
-    from search.database import TuningDatabase, TuningRecord
+    from search.schedule.database import TuningDatabase, TuningRecord
 
     target = host_target(2)
     graph = bench.prepare_graph(build_sgemm(16, 8, 16))[0]

@@ -9,14 +9,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from search.schedule import SearchConfig, search_compute
+from search.schedule.search import SearchConfig, search_compute
 from superopt.codegen.c_emit import KernelSource
 from superopt.interp.reference import evaluate_compute
 from superopt.lang import compile_op
 from superopt.measure import MeasureConfig, MeasureService
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import host_target
+from superopt.target import host_target
 
 N = 48
 

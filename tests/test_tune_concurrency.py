@@ -10,7 +10,7 @@ import sys
 import time
 import warnings
 
-from search.database import TuningDatabase
+from search.schedule.database import TuningDatabase
 
 OPS = [("C[i,j] += A[i,k] * B[k,j]", ["A=24x40", "B=40x32"]), ("Y[i,j] = max(X[i,j] * 2.0, 0.0) + X[i,j]", ["X=48x40"])]
 

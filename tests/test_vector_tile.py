@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from superopt.codegen.c_emit import emit_c
-from superopt.codegen.lower import lower
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import avx512_target, host_target
 from superopt.schedule import CacheWrite, Pack, Parallel, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.default import default_schedule
+from superopt.schedule.plan import lower
+from superopt.target import avx512_target, host_target
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 MATMUL_BIAS_RELU = "C[i,j] += A[i,k] * B[k,j]\nO[i,j] = relu(C[i,j] + bias[j])"

@@ -20,15 +20,16 @@ from rewrite_rules.winograd import (
     transformed_weights,
     winograd_all,
 )
-from superopt.api import OptimizeConfig, optimize, random_inputs
+from superopt.api import OptimizeConfig, optimize
 from superopt.builder import GraphBuilder
-from superopt.codegen.lower import ScheduleError
 from superopt.interp import evaluate, evaluate_compute
+from superopt.interp.inputs import random_inputs
 from superopt.runtime.kernel import build_kernel
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule, sketch_names
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.space import ScheduleSpace
 from superopt.schedule.tile_transform import TILE_TRANSFORM
+from superopt.target import host_target
 
 
 def _conv_graph(c=8, k=16, hw=24, stride=1, block=8, seed=0, residual=False):

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass, replace
 
 from superopt.codegen.c_prelude import PRELUDE
-from superopt.codegen.lower import KernelPlan
 from superopt.ir.expr import Affine
 from superopt.ir.types import DTYPES, is_float
 from superopt.loopnest import (
@@ -47,6 +46,7 @@ from superopt.loopnest import (
     build_loopnest,
 )
 from superopt.loopnest.walk import allocations
+from superopt.schedule.plan import KernelPlan
 
 # OpenMP's iteration schedule for every parallel loop. Guided (chunks of what is left over the thread
 # count, shrinking) rather than static: a thread that starts late (a worker waking from its futex on a

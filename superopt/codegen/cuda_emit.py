@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from superopt.codegen.c_emit import _CPrinter, c_combine, c_linear, c_ref, c_value, ctype
-from superopt.codegen.lower import KernelPlan, PackLayout
 from superopt.ir.types import DTYPES
 from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
 from superopt.loopnest.gpu import Barrier, SharedLoad, ThreadReduce
 from superopt.loopnest.loop import GPU_LOOP_KINDS
+from superopt.schedule.plan import KernelPlan, PackLayout
 
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
 
@@ -387,7 +387,7 @@ def print_cuda(nest: LoopNest, name: str = "kernel") -> tuple[str, tuple[Launch,
 def emit_cuda(plan: KernelPlan | LoopNest, name: str = "kernel") -> CudaSource:
     """CUDA source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
     if isinstance(plan, KernelPlan):
-        from superopt.codegen.cuda_shared import with_shared_copies
+        from superopt.loopnest.shared_copies import with_shared_copies
 
         nest = with_shared_copies(build_loopnest(plan), plan)  # CacheRead copies (GPU shared memory) in place
     else:

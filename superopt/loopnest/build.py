@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from superopt.codegen.lower import KernelPlan, Stage, local_shape, next_row_shift, reduce_epilogue_dims
-from superopt.codegen.lower import Loop as PlanLoop
 from superopt.ir.expr import (
     BOOL_FNS,
     SAME_TYPE_FNS,
@@ -56,6 +54,8 @@ from superopt.loopnest.statements import (
 )
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value
 from superopt.loopnest.versioning import peel_tile_tails
+from superopt.schedule.plan import KernelPlan, Stage, local_shape, next_row_shift, reduce_epilogue_dims
+from superopt.schedule.plan import Loop as PlanLoop
 
 _CLAUSE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}
 PARALLEL_PACK_ELEMENTS = 1 << 16  # a pack this large is split among the threads (a parallel region costs a few us)

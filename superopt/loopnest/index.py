@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from superopt.codegen.lower import PackLayout
 from superopt.ir.expr import Affine
+from superopt.schedule.plan import PackLayout
 
 
 @dataclass(frozen=True)

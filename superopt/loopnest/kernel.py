@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from superopt.codegen.lower import PackLayout
 from superopt.loopnest.alloc import Alloc
 from superopt.loopnest.statements import StageNest
+from superopt.schedule.plan import PackLayout
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from superopt.measure.service import (
     MeasureResult,
     MeasureService,
     measure,
-    random_inputs,
 )
 
 __all__ = [
     "FORMAT_VERSION", "ErrorCode", "MeasureConfig", "MeasureInput", "MeasureRecord", "MeasureResult",
-    "MeasureService", "append_records", "load_records", "measure", "random_inputs", "records_path",
+    "MeasureService", "append_records", "load_records", "measure", "records_path",
 ]

@@ -37,7 +37,7 @@ import numpy as np
 
 from superopt.runtime.buffers import aligned_empty
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
-from superopt.runtime.target import Target
+from superopt.target import Target
 
 CACHE_VERSION = 1
 RETRIES = 3  # extra all-thread measurements when the scaling over one thread looks poor

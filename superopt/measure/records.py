@@ -45,7 +45,7 @@ class MeasureRecord:
     version: int = FORMAT_VERSION
 
     def target_key(self) -> str:
-        from superopt.runtime.target import Target
+        from superopt.target import Target
 
         return Target.from_dict(self.target).key()
 

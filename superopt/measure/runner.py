@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from superopt.measure.records import append_records, records_path
 from superopt.measure.service import MeasureConfig, MeasureInput, MeasureResult, MeasureService, build_records
-from superopt.runtime.target import Target, host_target
+from superopt.target import Target, host_target
 
 RAY_MISSING = "ray is not installed: pip install 'superopt[ray]'"
 

@@ -10,7 +10,7 @@ interpreter on seeded random inputs before its timing counts.
 Timing matches how the graph executor runs a kernel: inputs named constant (graph constants) that
 the kernel packs are packed once before timing; run-time inputs the kernel packs are packed on
 every call inside the timed function. Everything is lowered, compiled and timed for one explicit
-:class:`~superopt.runtime.target.Target` (``MeasureConfig.target``), which the records carry.
+:class:`~superopt.target.Target` (``MeasureConfig.target``), which the records carry.
 
 Use :class:`MeasureService` directly to keep workers (and the reference cache) alive across calls.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from superopt.codegen.c_emit import KernelSource, emit_c
-from superopt.codegen.lower import ScheduleError, lower
+from superopt.interp.inputs import random_kernel_inputs
 from superopt.interp.reference import evaluate_compute
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
@@ -42,8 +42,9 @@ from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.worker import recv_frame, send_frame
 from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
 from superopt.runtime.kernel import kernel_name
-from superopt.runtime.target import Target, host_target
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 class ErrorCode(Enum):
@@ -146,25 +147,6 @@ def _signal_name(rc: int | None) -> str:
         except ValueError:
             return f"signal {-rc}"
     return f"exit code {rc}"
-
-
-def random_inputs(compute: Compute, seed: int) -> list[np.ndarray]:
-    """Seeded inputs: standard normal floats, nonzero small ints, random bools."""
-    rng = np.random.default_rng([seed, int(compute.digest()[:15], 16)])
-    out = []
-    for name in compute.inputs:
-        t = compute.type_of[name]
-        dt = t.np_dtype
-        if dt == np.bool_:
-            a = rng.random(t.shape) < 0.5
-        elif np.issubdtype(dt, np.integer):
-            a = rng.integers(1, 6, t.shape) * rng.choice(np.array([-1, 1]), t.shape)
-            if np.issubdtype(dt, np.unsignedinteger):
-                a = np.abs(a)
-        else:
-            a = rng.standard_normal(t.shape)
-        out.append(np.ascontiguousarray(a, dtype=dt))
-    return out
 
 
 def _cap_memory(limit: int) -> None:
@@ -353,7 +335,7 @@ class MeasureService:
             self._refs.move_to_end(d)
             return hit
         try:
-            ins = random_inputs(compute, self.config.seed)
+            ins = random_kernel_inputs(compute, self.config.seed)
             refs = [np.asarray(r, dtype=np.float64) if np.issubdtype(np.asarray(r).dtype, np.floating)
                     else np.asarray(r) for r in evaluate_compute(compute, ins, dtype=np.float64)]
             val = (ins, refs)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from superopt.codegen.c_emit import PRELUDE
 from superopt.codegen.c_prelude import THREAD_CONTROL
-from superopt.runtime.target import Target, compiler_version, host_target
+from superopt.target import Target, compiler_version, host_target
 
 # the target's own flags (vector width) are added by compile_library
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC",

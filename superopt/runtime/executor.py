@@ -35,8 +35,8 @@ from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import ConcatSlices, concat_slices
 from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
 from superopt.runtime.native_externs import NativeExtern, native_extern
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,7 @@ class GraphExecutor:
         for n in self.compiled:
             if n.name not in schedules:
                 raise ValueError(f"no schedule for compute node {n.name!r}: run a schedule pass first "
-                                 "(superopt.schedule.graph.default_schedules, or the database/search in search/)")
+                                 "(superopt.schedule.graph_defaults.default_schedules, or the database/search in search/)")
             trace = list(schedules[n.name])
             self.traces[n.name] = trace
             k = (n.op.digest(), repr(trace))

@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from superopt.codegen.c_emit import PARALLEL_FILL, PARALLEL_FOR, KernelSource, emit_c
-from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.buffers import aligned_copy, aligned_empty, is_aligned
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
-from superopt.runtime.target import Target, host_target
+from superopt.schedule.plan import lower
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, host_target
 
 
 class CompiledKernel:

@@ -20,7 +20,7 @@ _COMPILED: dict[str, GraphExecutor] = {}  # graph digest -> its executor (a body
 def _executor(graph: Graph) -> GraphExecutor:
     key = graph.digest()
     if key not in _COMPILED:
-        from superopt.schedule.graph import default_schedules
+        from superopt.schedule.graph_defaults import default_schedules
 
         pruned = prune_graph(graph)
         config = ExecutorConfig(threads=1)

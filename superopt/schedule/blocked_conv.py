@@ -34,7 +34,6 @@ import math
 
 from superopt.ir.expr import Access, Binary
 from superopt.ir.statement import Statement
-from superopt.runtime.target import Target
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -47,6 +46,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target
 
 LANE_BLOCKS = (8, 16)
 UNROLL_LANES = 4  # input lanes per unrolled reduction step (knob <stage>.unroll_lanes)

@@ -17,7 +17,6 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -36,6 +35,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target, host_target
 
 # functions worth computing once into a row buffer rather than recomputing at every use
 EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal", "tan",
@@ -134,7 +134,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     the vector columns and the parallel loop then walk only those, and the reduction is not blocked
     (the tile must hold whole sums when the folded reductions read it)."""
     kn = knobs or KnobRecorder()
-    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/layout.py)
+    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/graph/layout.py)
 
     blocked = blocked_conv_schedule(st, target, consts, kn)
     if blocked is not None:
@@ -462,7 +462,7 @@ def default_schedule(compute: Compute, target: Target | None = None, constant_in
     ``constant_inputs``: the inputs known ahead of time (weights), packed once for free; a run-time
     input is only packed when the kernel would otherwise read it with a stride. None: all inputs.
     """
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     target = target or host_target()
     consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
@@ -506,7 +506,7 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     """Reduction stage -> the two-operand contraction whose result it reads at that result's own index
     (``S[i,j] += T[i,j,k]`` of ``T[i,j,k] += A[i,k,r] * B[r,j]``): folded by :class:`ReduceEpilogue`, the
     contraction's tile is consumed at its write-back and, with no other reader, never stored."""
-    from superopt.codegen.lower import reduce_epilogue_dims
+    from superopt.schedule.plan import reduce_epilogue_dims
 
     stmts = list(compute.statements)
     out: dict[str, str] = {}
@@ -611,7 +611,7 @@ def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, S
 def _row_sum_of(t: Statement, rows: dict[str, Statement], depth: int) -> str | None:
     """The row buffer ``t`` sums over a whole row of, read at one index (then ``t`` can be folded into
     that buffer's loop), or None."""
-    from superopt.codegen.lower import reduce_epilogue_dims
+    from superopt.schedule.plan import reduce_epilogue_dims
 
     read = [x for x in t.inputs() if x in rows]
     if t.reduce != "+=" or len(read) != 1 or t.padding:
@@ -678,7 +678,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         depth = int(sketch.split("@")[1])
         trace = _rowwise(compute, target, kn, depth, fold=True)
         if any(isinstance(p, (ReduceEpilogue, InPlace, NextRow)) for p in trace):
-            from superopt.codegen.lower import ScheduleError, lower
+            from superopt.schedule.plan import ScheduleError, lower
 
             for fold, ahead in ((True, False), (False, False)):
                 try:
@@ -719,7 +719,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             keep = None
             readers = [c for c, p in folded.items() if p == st.out]
             if readers:  # the dims every folded reduction keeps, named as this stage's dims
-                from superopt.codegen.lower import reduce_epilogue_dims
+                from superopt.schedule.plan import reduce_epilogue_dims
 
                 keep = frozenset(st.out_dims)
                 for c in readers:

@@ -32,7 +32,6 @@ from __future__ import annotations
 from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
-from superopt.runtime.target import Target
 from superopt.schedule.default import inlinable
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
@@ -49,6 +48,7 @@ from superopt.schedule.primitives import (
     Split,
     Unroll,
 )
+from superopt.target import Target
 
 GPU_ROWWISE, GPU_TILED, GPU_SIMPLE = "gpu-rowwise", "gpu-tiled", "gpu-simple"
 
@@ -325,7 +325,7 @@ def build_gpu_sketch(compute: Compute, target: Target, consts: frozenset[str], s
 def gpu_default_schedule(compute: Compute, target: Target, constant_inputs: frozenset[str] | None = None
                          ) -> list[Primitive]:
     """The first GPU sketch that lowers legally on ``target`` (a ``kind='cuda'`` target)."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     consts = frozenset(compute.inputs) if constant_inputs is None else constant_inputs
     errors = []

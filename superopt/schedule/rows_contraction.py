@@ -25,7 +25,6 @@ import math
 from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
-from superopt.runtime.target import Target
 from superopt.schedule.default import _is_cheap, _is_contraction, final_contraction, simple_schedule
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -42,6 +41,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target
 
 ROW_BLOCK = 32  # query rows per block: a block's scores (32 x keys floats) stay in L1/L2
 
@@ -49,7 +49,7 @@ ROW_BLOCK = 32  # query rows per block: a block's scores (32 x keys floats) stay
 def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primitive]:
     """The sketch's trace; the row block (knob ``<final>.row_block``) defaults to :data:`ROW_BLOCK` rows
     where that structure lowers, else to one row."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     _, final, _ = final_contraction(compute)
     if len(compute.outputs) != 1 or not _is_contraction(final) or len(final.out_dims) < 2:

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.ir.compute import Compute
-from superopt.runtime.target import Target
 from superopt.schedule.default import build_sketch, sketch_names
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from superopt.frontends.light_models import light_model_inputs as random_feed
+from superopt.frontends.light_models import run_onnxruntime
 from superopt.testing.fuzz_graphs import random_model
-from superopt.testing.light_models import light_model_inputs as random_feed
-from superopt.testing.light_models import run_onnxruntime
 
 MODES = ("default", "random", "search")
 REGRESSIONS = Path(__file__).resolve().parents[2] / "tests" / "fuzz_regressions"
@@ -103,16 +103,16 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
 
 
 def _schedules(graph, target, config: FuzzConfig, seed: int) -> tuple[dict, int]:
-    from superopt.codegen.lower import ScheduleError
-    from superopt.schedule.graph import constant_inputs, default_schedules
+    from superopt.schedule.graph_defaults import constant_inputs, default_schedules
+    from superopt.schedule.plan import ScheduleError
     from superopt.schedule.space import ScheduleSpace
 
     schedules = default_schedules(graph, target)
     if config.schedules == "default":
         return schedules, 0
     if config.schedules == "search":
-        from search.database import TuningDatabase, schedules_from_database
-        from search.tune import TuneConfig, tune_graph
+        from search.schedule.database import TuningDatabase, schedules_from_database
+        from search.schedule.tune import TuneConfig, tune_graph
 
         with tempfile.TemporaryDirectory() as tmp:
             db = TuningDatabase(Path(tmp) / "db.jsonl")

@@ -9,6 +9,10 @@ import torch
 
 from superopt.frontends.torch_ops.context import Ctx, Handler, T
 
+# torch op name -> its user op (``superopt.user_op.UserOp``, which registers itself here): anything with the op's
+# ``text`` and ``compute(shapes, dtypes) -> Compute``; the frontend lowers these natively
+REGISTERED: dict[str, Any] = {}
+
 
 def user_op_handler(target: Any) -> Handler | None:
     """The handler for ``torch.ops.superopt.<name>`` (packet or overload) of a registered user op, else None."""
@@ -17,10 +21,6 @@ def user_op_handler(target: Any) -> Handler | None:
     qual = target.name() if isinstance(target, torch._ops.OpOverload) else target._qualified_op_name
     ns, _, name = qual.partition("::")
     if ns != "superopt":
-        return None
-    try:
-        from superopt.user_op import REGISTERED
-    except ImportError:
         return None
     op = REGISTERED.get(name.split(".")[0])
     if op is None:

@@ -19,7 +19,7 @@ call).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -59,9 +59,19 @@ class Body:
         return [self.graph.type_of[o] for o in self.graph.outputs]
 
     def __call__(self, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        from superopt.runtime.subgraph import run_body  # the runtime compiles it (imported late: ir sits below it)
+        if not _BODY_RUNNER:
+            raise RuntimeError(f"control-flow body {self.graph.name!r}: no body runner installed (importing "
+                               "superopt.runtime installs the compiled one)")
+        return _BODY_RUNNER[0](self.graph, xs)
 
-        return run_body(self.graph, xs)
+
+BodyRunner = Callable[[Graph, Sequence[np.ndarray]], list[np.ndarray]]
+_BODY_RUNNER: list[BodyRunner] = []  # installed by the runtime, which compiles bodies (the IR sits below it)
+
+
+def install_body_runner(run: BodyRunner) -> None:
+    """How every control-flow body runs from now on: ``run(graph, inputs) -> outputs``."""
+    _BODY_RUNNER[:] = [run]
 
 
 def _check_inputs(kind: str, body: Body, types: Sequence[TensorType], what: str) -> None:

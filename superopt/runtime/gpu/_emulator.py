@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from superopt.runtime.gpu.device import DeviceBuffer
-from superopt.runtime.target import H200, GpuSpec
+from superopt.target import H200, GpuSpec
 
 EMULATED = replace(H200, name="CPU emulator of an NVIDIA H200")
 

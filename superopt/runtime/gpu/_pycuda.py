@@ -9,7 +9,7 @@ import numpy as np
 
 from superopt.runtime.gpu._spec import spec_from
 from superopt.runtime.gpu.device import DeviceBuffer
-from superopt.runtime.target import GpuSpec
+from superopt.target import GpuSpec
 
 
 class PycudaBinding:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from superopt.runtime.target import GpuSpec, Target, cuda_target
+from superopt.target import GpuSpec, Target, cuda_target
 
 BINDINGS = ("pycuda", "cuda-bindings", "cupy")
 

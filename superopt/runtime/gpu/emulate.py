@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from superopt.codegen.cuda_emit import CudaSource, emit_cuda, emulation_source
-from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.gpu.nvcc import default_cache_dir
-from superopt.runtime.target import Target, h200_target
+from superopt.schedule.plan import lower
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target, h200_target
 
 
 class EmulationError(RuntimeError):

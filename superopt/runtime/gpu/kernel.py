@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from superopt.codegen.cuda_emit import CudaSource, emit_cuda
-from superopt.codegen.lower import lower
 from superopt.ir.compute import Compute
 from superopt.runtime.gpu.device import DeviceBuffer, GpuDevice, Module
 from superopt.runtime.gpu.nvcc import NvccConfig, compile_cuda, translation_unit
+from superopt.schedule.plan import lower
 from superopt.schedule.primitives import Primitive
 
 

@@ -11,8 +11,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from superopt.codegen.lower import KernelPlan, ScheduleError, lower
 from superopt.ir.compute import Compute
+from superopt.schedule.plan import KernelPlan, ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
-from superopt.api import random_inputs
+from search.schedule.database import MIN_GAIN, TuningDatabase, TuningRecord, schedules_from_database
+from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
-from superopt.runtime.target import Target
-from superopt.schedule.graph import constant_inputs, default_schedules
+from superopt.schedule.graph_defaults import constant_inputs, default_schedules
+from superopt.target import Target
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class InGraphKernel:
 
     @property
     def kept(self) -> bool:
-        return self.ratio < 1.0 - MIN_GAIN  # (the database's rule: search.database.MIN_GAIN)
+        return self.ratio < 1.0 - MIN_GAIN  # (the database's rule: search.schedule.database.MIN_GAIN)
 
     def to_dict(self) -> dict:
         return {"workload_key": self.workload_key, "nodes": self.nodes, "default_ms": self.default_s * 1e3,
@@ -173,7 +173,7 @@ def _runner_ups(graph: Graph, target: Target, database: TuningDatabase, lost: li
                 picks: dict[str, list], defaults: dict[str, list]) -> dict[str, tuple]:
     """Workload key -> the fastest schedule, other than the default and the pick that lost, that the tuner
     confirmed faster than the default alone (and that still lowers); none where there is no such one."""
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     nodes = {n.name: n for n in graph.nodes}
     out: dict[str, tuple] = {}

@@ -52,7 +52,7 @@ from superopt.ir.graph import Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
-from superopt.runtime.target import Target
+from superopt.target import Target
 
 LAUNCH_CACHE_VERSION = 1
 ALIAS_EXTERNS = frozenset({"reshape"})  # the executor aliases these: no data moves

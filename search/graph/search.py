@@ -2,7 +2,7 @@
 
 The state is a whole graph; a move applies one rule at one site (``Rule.matches``/``Rule.apply``).
 Fusion rules are moves like any other, so which nodes form one kernel is part of the searched state
-and the search leaves two nodes apart when the cost (:class:`search.graph_cost.GraphCost`) says so.
+and the search leaves two nodes apart when the cost (:class:`search.graph.cost.GraphCost`) says so.
 Explored graphs are deduplicated by a rename-invariant digest (:class:`GraphDigests`: ``graph_digest``
 plus the multiset of node hashes, so recomputing a value in two nodes is not mistaken for sharing it).
 
@@ -57,15 +57,16 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from rewrite_rules import EXPLORATION_FAMILIES, Rule, RuleNotApplicable, Site, rewrite_greedy
-from search.graph_cost import CanonicalDigests, GraphCost
+from search.budget import Budget, StopReason
+from search.graph.cost import CanonicalDigests, GraphCost
 from superopt.ir.canonical import structural_hashes
 from superopt.ir.graph import Graph, Node
 
 STRATEGIES = ("backtracking", "mcts", "greedy")
-STOP_NO_RULE = "no rule applies"
-STOP_EXPANSIONS = "expansion budget spent"
-STOP_TIME = "time budget spent"
-STOP_EXHAUSTED = "queue exhausted"
+STOP_NO_RULE = StopReason("exhausted", "no rule applies")
+STOP_EXPANSIONS = StopReason("trials", "expansion budget spent")
+STOP_TIME = StopReason("time", "time budget spent")
+STOP_EXHAUSTED = StopReason("exhausted", "queue exhausted")
 STOP_CONVERGED = "converged"  # patience: no gain of min_gain in `patience` expansions
 
 
@@ -73,7 +74,7 @@ STOP_CONVERGED = "converged"  # patience: no gain of min_gain in `patience` expa
 class GraphSearchConfig:
     strategy: str = "backtracking"  # "backtracking" | "mcts" | "greedy"
     budget_s: float = 2.0  # wall-clock budget
-    max_expansions: int = 100  # graphs expanded (backtracking) or tree nodes added (mcts)
+    max_expansions: int | None = 100  # graphs expanded (backtracking) or tree nodes added (mcts); None: no limit
     alpha: float = 1.05  # relaxation: queue a rewrite when its cost < alpha x the best cost
     seed: int = 0
     batch: bool = True  # also queue "every improving move at once" per expansion (see the module docstring)
@@ -87,7 +88,8 @@ class GraphSearchConfig:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown graph search strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
-        if not self.budget_s > 0 or self.max_expansions < 0 or not self.alpha >= 1.0 or self.rollout_depth < 0:
+        if (not self.budget_s > 0 or (self.max_expansions is not None and self.max_expansions < 0) or not self.alpha >= 1.0
+                or self.rollout_depth < 0):
             raise ValueError(f"graph search budgets must be positive and alpha >= 1: {self}")
 
 
@@ -167,7 +169,7 @@ class _Move:
 @dataclass
 class _Budget:
     deadline: float
-    max_expansions: int
+    max_expansions: int | None
     patience: int = 0
     min_gain: float = 0.0
     expansions: int = 0
@@ -186,10 +188,11 @@ class _Budget:
         if self.reason is None:
             if time.perf_counter() >= self.deadline:
                 self.reason = STOP_TIME
-            elif self.expansions >= self.max_expansions:
+            elif Budget(self.max_expansions).trials_spent(self.expansions):
                 self.reason = STOP_EXPANSIONS
             elif self.patience and self._stale >= self.patience:
-                self.reason = f"{STOP_CONVERGED}: no gain of {self.min_gain:.0e} in {self.patience} expansions"
+                self.reason = StopReason("converged", f"{STOP_CONVERGED}: no gain of {self.min_gain:.0e} in "
+                                                      f"{self.patience} expansions")
         return self.reason is not None
 
     def out_of_time(self) -> bool:

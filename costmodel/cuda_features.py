@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 
 from superopt.codegen.cuda_emit import CudaSource
-from superopt.codegen.cuda_legality import REGISTER_OVERHEAD
-from superopt.codegen.lower import KernelPlan
 from superopt.ir.flops import flop_count
 from superopt.loopnest import LoopNest, accesses
-from superopt.runtime.target import Target
+from superopt.schedule.cuda_legality import REGISTER_OVERHEAD
+from superopt.schedule.plan import KernelPlan
+from superopt.target import Target
 
 GPU_FEATURE_VERSION = 1
 SECTOR_BYTES = 32  # the unit of a global-memory transaction

@@ -4,10 +4,10 @@
     with GpuRunner(GpuMeasureConfig(binding=...), target) as runner:     # the Runner interface of
         results = runner.measure([MeasureInput(...), ...])              # superopt.measure.runner
 
-A worker process (``python -m superopt.runtime.gpu.measure REQUEST RESULTS``) opens the GPU, lowers every
+A worker process (``python -m superopt.measure.gpu REQUEST RESULTS``) opens the GPU, lowers every
 candidate for the device's target (``ILLEGAL_SCHEDULE``), compiles them in one nvcc run (one by one when the
 batch fails: ``COMPILE_ERROR``), then runs each on the seeded inputs of the CPU measurement
-(:func:`superopt.measure.service.random_inputs`) against the reference interpreter in float64
+(:func:`superopt.interp.inputs.random_kernel_inputs`) against the reference interpreter in float64
 (``WRONG_ANSWER``; one reference per workload) and times it with CUDA events (``OK``), writing one result
 line per candidate as it goes. A timed repeat is one event pair around enough back-to-back calls to last
 ``min_repeat_s``; run-time inputs the kernel packs are re-packed inside every call, constant ones once.
@@ -38,7 +38,7 @@ from superopt.schedule.primitives import Primitive
 if TYPE_CHECKING:
     from superopt.measure.records import MeasureRecord
     from superopt.measure.service import MeasureInput, MeasureResult
-    from superopt.runtime.target import Target
+    from superopt.target import Target
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _run_workers(items: Sequence[_Item], config: GpuMeasureConfig) -> dict[int, 
             limit = config.build_timeout_s + config.run_timeout_s * len(pending)
             err = ""
             try:
-                res = subprocess.run([sys.executable, "-m", "superopt.runtime.gpu.measure", str(req), str(out)],
+                res = subprocess.run([sys.executable, "-m", "superopt.measure.gpu", str(req), str(out)],
                                      capture_output=True, text=True, timeout=limit)
                 code, err = res.returncode, (res.stderr or "")[-2000:]
                 timed_out = False
@@ -148,7 +148,7 @@ class GpuRunner:
         if any(inp.source is not None for inp in inputs):
             raise ValueError("GpuRunner measures generated CUDA only (a MeasureInput has a hand-written source)")
         results = _run_workers(items, self.config) if items else {}
-        from superopt.runtime.target import Target
+        from superopt.target import Target
 
         want = self.target.key()
         out = []
@@ -209,11 +209,11 @@ def _worker(request: Path, results: Path) -> int:
     except Exception as e:  # noqa: BLE001 (no GPU: every candidate gets the same answer)
         put({"index": items[0].index, "code": "RUNTIME_ERROR", "msg": f"{type(e).__name__}: {e}", "fatal": True})
         return 3
-    from superopt.codegen.lower import lower
     from superopt.interp import evaluate_compute
-    from superopt.measure.service import random_inputs
+    from superopt.interp.inputs import random_kernel_inputs
     from superopt.measure.worker import outputs_match
     from superopt.runtime.gpu.kernel import build_gpu_kernels_each
+    from superopt.schedule.plan import lower
 
     target = dev.target
     tdict = target.to_dict()
@@ -241,7 +241,7 @@ def _worker(request: Path, results: Path) -> int:
             d = c.digest()
             if d not in refs:
                 try:
-                    args = random_inputs(c, config.seed)
+                    args = random_kernel_inputs(c, config.seed)
                     refs[d] = (args, [np.asarray(r) for r in evaluate_compute(c, args, np.float64)])
                 except Exception as e:  # noqa: BLE001
                     refs[d] = f"reference interpreter failed: {type(e).__name__}: {e}"

@@ -28,8 +28,8 @@ from rewrite_rules.layout_choice import (
 )
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph, Node
-from superopt.runtime.target import Target
 from superopt.schedule.blocked_conv import conv_efficiency
+from superopt.target import Target
 
 LAYOUTS = ("auto", "nchw", "nchw8c", "nchw16c")
 

@@ -1,6 +1,6 @@
 """Legality of a schedule on a CUDA target: bound loops and the device's limits.
 
-Called by :func:`superopt.codegen.lower.lower` on every plan; raises only ``ScheduleError``. On a CPU
+Called by :func:`superopt.schedule.plan.lower` on every plan; raises only ``ScheduleError``. On a CPU
 target the only rule is that no loop is bound to a GPU axis. On a ``kind='cuda'`` target:
 
 - a bound loop (``Bind``) is a spatial loop of a root stage, one per grid axis in a stage (each root
@@ -11,18 +11,21 @@ target the only rule is that no loop is bound to a GPU axis. On a ``kind='cuda'`
   ``max_threads_per_block`` and registers (tile + a fixed overhead, per thread) within the register file;
 - no ``Parallel`` or ``Vectorize`` (OpenMP / SIMD have no meaning inside a CUDA thread);
 - local (per-thread) buffers within ``max_local_bytes_per_thread``, tensors below 2^31 elements (int
-  indices).
+  indices);
+- every ``CacheRead`` box (the part of an input a block stages in shared memory) fits the block's shared memory.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from superopt.ir.expr import Affine
 from superopt.schedule.primitives import GPU_AXES
 
 if TYPE_CHECKING:
-    from superopt.codegen.lower import KernelPlan
+    from superopt.schedule.plan import KernelPlan, Stage
 
 # registers a thread needs besides its accumulator tile (indices, pointers, loaded operands): an estimate
 REGISTER_OVERHEAD = 32
@@ -46,7 +49,7 @@ def _root_of(plan: KernelPlan, s):
 def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
     """A reduction loop bound to ``thread_x``: each thread accumulates a share, then the block all-reduces
     (ThreadReduce). Every thread must reach that all-reduce, and only one scalar accumulator is combined."""
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     if lp.bind != "thread_x":
         raise ScheduleError(f"{prim}: a reduction loop binds only to thread_x (a block all-reduces it)")
@@ -79,8 +82,7 @@ def _check_block_reduction(plan: KernelPlan, s, lp, prim: str) -> None:
 
 
 def check_gpu_plan(plan: KernelPlan) -> None:
-    from superopt.codegen.cuda_shared import check_shared
-    from superopt.codegen.lower import ScheduleError
+    from superopt.schedule.plan import ScheduleError
 
     gpu = plan.target.gpu if plan.target.kind == "cuda" else None
     check_shared(plan)
@@ -136,3 +138,82 @@ def check_gpu_plan(plan: KernelPlan) -> None:
     for name, t in plan.types.items():
         if t.size >= 2**31:
             raise ScheduleError(f"tensor {name!r} has {t.size} elements: CUDA kernels index with 32-bit ints")
+
+
+@dataclass(frozen=True)
+class SharedBox:
+    tensor: str
+    at: str
+    shape: tuple[int, ...]
+    origin: tuple[Affine, ...]
+    local: tuple[Affine, ...]  # per axis: the index into the box (over the inner and thread loops)
+    checked: bool  # the box may reach past the tensor (tails): the copy checks its bounds
+    dtype: str
+    nbytes: int
+    src_shape: tuple[int, ...]
+
+    @property
+    def buffer(self) -> str:
+        return f"so_sh_{self.tensor}"
+
+
+def shared_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> SharedBox:
+    """The box of ``tensor`` that ``CacheRead(s, tensor, at)`` copies; ScheduleError when it cannot."""
+    from superopt.schedule.plan import ScheduleError
+
+    prim = f"CacheRead({s.name}, {tensor}, {at})"
+    if plan.target.kind != "cuda":
+        raise ScheduleError(f"{prim}: shared memory only on a CUDA target")
+    if s.attach is not None or s.epilogue_of is not None:
+        raise ScheduleError(f"{prim}: only a root stage stages its inputs in shared memory")
+    if tensor not in plan.compute.inputs or tensor in plan.packs or tensor in s.stmt.pad_value:
+        raise ScheduleError(f"{prim}: {tensor!r} must be an unpacked, unpadded kernel input")
+    indices = {a.index for a in s.stmt.expr.accesses() if a.tensor == tensor}
+    if len(indices) != 1:
+        raise ScheduleError(f"{prim}: {s.name} reads {tensor!r} {'nowhere' if not indices else 'at several indices'}")
+    names = [lp.name for lp in s.loops]
+    k = names.index(at)
+    if not s.loops[k].reduce:
+        raise ScheduleError(f"{prim}: the copy sits in a reduction loop (each of its iterations reads a new box)")
+    threads = [lp for lp in s.loops if lp.bind and lp.bind.startswith("thread")]
+    if any(names.index(lp.name) > k for lp in threads) or any(lp.reduce for lp in threads):
+        raise ScheduleError(f"{prim}: every thread loop must be a spatial loop enclosing {at!r} (all threads copy)")
+    tailed = {v for e, _ in s.tails for v in e.vars()}
+    if any(lp.name in tailed for lp in threads):
+        raise ScheduleError(f"{prim}: a thread loop has a tail: threads past it would miss the barriers")
+    inner = {lp.name for lp in s.loops[k + 1:]} | {lp.name for lp in threads}
+    extents = {lp.name: lp.extent for lp in s.loops}
+    shape, origin, local = [], [], []
+    checked = False
+    (index,) = indices
+    t = plan.types[tensor]
+    for ix, n in zip(index, t.shape):
+        lin = ix.substitute({d: s.dims[d] for d in ix.vars()}).simplify()
+        if any(not isinstance(a, str) for a, _ in lin.terms):
+            raise ScheduleError(f"{prim}: {tensor!r} is indexed through a fused loop (div/mod)")
+        org = lin.substitute({v: Affine.of({}, 0) for v in lin.vars() & inner}).simplify()
+        loc = (lin + org.scale(-1)).simplify()
+        lo, hi = loc.bounds(extents)
+        org, loc = (org + Affine.of({}, lo)).simplify(), (loc + Affine.of({}, -lo)).simplify()
+        glo, ghi = lin.bounds(extents)
+        checked = checked or glo < 0 or ghi >= n
+        shape.append(hi - lo + 1)
+        origin.append(org)
+        local.append(loc)
+    nbytes = math.prod(shape) * t.np_dtype.itemsize
+    return SharedBox(tensor, at, tuple(shape), tuple(origin), tuple(local), checked, t.dtype, nbytes, t.shape)
+
+
+def check_shared(plan: KernelPlan) -> None:
+    """Legality of every CacheRead of the plan: the boxes, and their total within the block's shared memory."""
+    from superopt.schedule.plan import ScheduleError
+
+    for s in plan.stages.values():
+        if not s.cache_reads:
+            continue
+        total = sum(shared_box(plan, s, t, at).nbytes for t, at in s.cache_reads)
+        if len({t for t, _ in s.cache_reads}) != len(s.cache_reads):
+            raise ScheduleError(f"CacheRead({s.name}): an input is staged twice")
+        limit = plan.target.gpu.shared_memory_per_block
+        if total > limit:
+            raise ScheduleError(f"CacheRead({s.name}): {total} bytes of shared memory exceed the block's {limit}")

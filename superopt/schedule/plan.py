@@ -13,7 +13,6 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, DivMod, Expr, flat_offset, map_expr, substitute_dims
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
-from superopt.runtime.target import Target, host_target
 from superopt.schedule.primitives import (
     Bind,
     CacheRead,
@@ -34,6 +33,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.target import Target, host_target
 
 MAX_UNROLL = 64  # a code-size limit, not a hardware one
 MAX_LOCAL_BYTES = 1 << 18  # a compute_at buffer lives on the stack (a limit of the stack, not of the target)
@@ -426,7 +426,7 @@ def _check_cache_at(s: Stage) -> None:
 
 
 def _check(plan: KernelPlan) -> None:
-    from superopt.codegen.cuda_legality import check_gpu_plan
+    from superopt.schedule.cuda_legality import check_gpu_plan
 
     for s in reversed(list(plan.stages.values())):  # readers (later stages) bind first
         if s.attach is not None:

@@ -7,7 +7,7 @@ expected saving is largest: weight x its best time x its recent relative improve
 optimism bonus that shrinks with the batches it had). Every measurement is appended to the database
 as it is made, so an interrupted run loses nothing. Each kernel's leaders are then re-measured next to
 its default (confirmation rounds), and in a graph of several kernels the picks are last timed against
-the defaults inside the graph itself (search/graph_confirm.py): a pick stays only where it is faster there.
+the defaults inside the graph itself (search/graph/confirm.py): a pick stays only where it is faster there.
 """
 
 from __future__ import annotations
@@ -21,30 +21,31 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import CostModel
-from search.database import TuningDatabase, TuningRecord
-from search.graph_confirm import InGraphConfig, InGraphReport, confirm_in_graph
-from search.schedule import Measurer, ScheduleSearch, SearchConfig
+from search.budget import DEFAULT_TRIALS, Budget, StopReason
+from search.graph.confirm import InGraphConfig, InGraphReport, confirm_in_graph
+from search.schedule.database import TuningDatabase, TuningRecord
+from search.schedule.search import Measurer, ScheduleSearch, SearchConfig
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph
 from superopt.measure import MeasureConfig, MeasureService
 from superopt.runtime.compiler import CompileError
-from superopt.runtime.target import Target
 from superopt.schedule.default import default_schedule
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 # the share of a time budget the search leaves to the confirmation rounds
 CONFIRM_TIME_SHARE = 0.15
-# the share it leaves to the in-graph confirmation (search/graph_confirm.py) of a graph of several kernels:
+# the share it leaves to the in-graph confirmation (search/graph/confirm.py) of a graph of several kernels:
 # resnet50's two executors compiled in 71 s with a cold compiler cache, and were timed in 2 s
 IN_GRAPH_TIME_SHARE = 0.08
 
 
 @dataclass(frozen=True)
 class TuneConfig:
-    trials: int = 200  # measurements over all kernels of the graph
+    trials: int | None = DEFAULT_TRIALS  # measurements over all kernels of the graph (None: no limit)
     time_s: float | None = None  # wall-clock budget
     seed: int = 0
     batch_size: int = 16
@@ -57,13 +58,17 @@ class TuneConfig:
     confirm_top: int = 3  # leaders per kernel re-measured with the default at the end
     confirm_rounds: int = 2
     # then, in a graph of several kernels, every pick is timed against its default inside the graph
-    # (search/graph_confirm.py), and the database keeps it only where it is faster there
+    # (search/graph/confirm.py), and the database keeps it only where it is faster there
     in_graph_rounds: int = 21  # 0: no in-graph confirmation
     # a graph's kernels are timed with their constants out of cache (MeasureInput.cold_bytes): copies spanning
     # this many bytes, used in turn. Inside a model a kernel's weights come from L3 or memory, not from the
     # caches a kernel timed alone keeps them in, so a large layer runs slower in the graph than hot; a schedule
     # that hides that (schedule.Prefetch) gains only where the search sees it. 0: hot
     cold_bytes: int = 128 << 20
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.trials, self.time_s)
 
 
 @dataclass
@@ -213,7 +218,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             todo.append(t)
     if not todo:
         return GraphTuneReport([t.result for t in tasks], 0, time.perf_counter() - started,
-                               f"nothing to measure: all {len(tasks)} kernels already tuned for this target")
+                               StopReason("nothing", f"nothing to measure: all {len(tasks)} kernels already tuned "
+                                                     "for this target"))
     mcfg = measure or MeasureConfig(threads=target.threads, target=target)
     # kernels of a graph keep the default's thread partition (a lone op has no neighbour to agree with)
     in_graph = sum(not n.is_extern for n in graph.nodes) > 1
@@ -221,13 +227,14 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     # the time the search and its confirmation rounds share (the rest is the in-graph confirmation's)
     kernels_s = None if config.time_s is None else config.time_s * (1 - graph_share)
     measured = 0
-    stop = ""
+    stop, stop_kind = "", "caller"
     with (nullcontext(runner) if runner is not None else MeasureService(mcfg)) as service, \
-            tqdm(total=config.trials if config.trials < 10**8 else None, disable=not config.progress, desc="tune",
+            tqdm(total=config.trials, disable=not config.progress, desc="tune",
                  unit="trial") as bar:
         for i, t in enumerate(todo):
             t.search = ScheduleSearch(t.compute, target, SearchConfig(
-                trials=max(config.trials, 1), seed=config.seed + i, batch_size=config.batch_size,
+                trials=None if config.trials is None else max(config.trials, 1), seed=config.seed + i,
+                batch_size=config.batch_size,
                 strategy=config.strategy, keep_partition=in_graph, cold_bytes=config.cold_bytes if in_graph else 0),
                 service, constant_inputs=t.consts, model=model)
         def record(task: _Task, trials, paired: float | None = None) -> None:
@@ -240,7 +247,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
         # measure compiled kernels again: no compiler run, a fraction of a search trial's time)
         reserve_n = (config.confirm_top + 1) * config.confirm_rounds * len(todo)
         rounds = config.confirm_rounds
-        if reserve_n > config.trials // 4:  # a budget too small to confirm: all of it goes to the search
+        if config.trials is not None and reserve_n > config.trials // 4:  # too few trials to confirm: all to the search
             reserve_n, rounds = 0, 0
         confirmed: set[str] = set()
         need_any: set[str] = set()
@@ -263,20 +270,20 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 elapsed = time.perf_counter() - started
                 per_trial = elapsed / measured if measured else 0.0
                 search_s = search_deadline(per_trial)
-                if measured + reserve_n >= config.trials:
-                    stop = f"trial budget spent ({config.trials} measurements)"
+                if config.budget.trials_spent(measured + reserve_n):
+                    stop, stop_kind = f"trial budget spent ({config.trials} measurements)", "trials"
                     break
                 if search_s is not None and elapsed >= search_s:
-                    stop = f"time budget spent ({config.time_s:.0f}s)"
+                    stop, stop_kind = f"time budget spent ({config.time_s:.0f}s)", "time"
                     break
                 live = [t for t in todo if not t.search.done()]
                 if not live:
-                    stop = "every kernel's search stopped by itself"
+                    stop, stop_kind = "every kernel's search stopped by itself", "exhausted"
                     break
                 # unstarted kernels first (infinite priority), the heaviest of them first
                 task = max(live, key=lambda t: (t.priority(), t.weight() if not t.batches else 0.0, -todo.index(t)))
                 batch = min(min(config.first_batch, config.batch_size) if not task.batches else config.batch_size,
-                            config.trials - reserve_n - measured)
+                            config.budget.trials_left(reserve_n + measured))
                 if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
                     batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
                 trials = task.search.step(batch)
@@ -336,6 +343,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             stop += f"; in the graph: {graph_report.stop_reason}"
         except CompileError as e:  # what was measured is in the database already
             stop += f"; no in-graph confirmation (the graph did not compile: {str(e).splitlines()[0]})"
+    stop = StopReason(stop_kind, stop)
     for t in todo:
         rep = t.search.report()
         best = database.best(t.key, target)

@@ -30,9 +30,9 @@ import numpy as np
 from superopt.ir.canonical import canonicalize, workload_key
 from superopt.ir.compute import Compute
 from superopt.ir.graph import Graph
-from superopt.runtime.target import Target
-from superopt.schedule.graph import constant_inputs
+from superopt.schedule.graph_defaults import constant_inputs
 from superopt.schedule.primitives import Primitive, trace_from_json, trace_to_json
+from superopt.target import Target
 
 DATABASE_VERSION = 1
 
@@ -54,7 +54,7 @@ class TuningRecord:
     # a confirmation measurement: the default schedule's time measured next to this one, in the same round
     # (seconds; the default's own confirmation record carries its own time)
     paired_default_s: float | None = None
-    # measured inside the whole graph (search/graph_confirm.py: the node's time in a per-node run of the graph,
+    # measured inside the whole graph (search/graph/confirm.py: the node's time in a per-node run of the graph,
     # per instance), not as a kernel alone; always a paired record
     in_graph: bool = False
 
@@ -287,13 +287,13 @@ def schedules_from_database(graph: Graph, target: Target, db: TuningDatabase, ch
                             ) -> tuple[dict[str, list[Primitive]], list[str]]:
     """The database schedule pass: node name -> the best recorded trace for the target, for every
     compute node that has one, and the names of those nodes. Callers schedule the rest themselves
-    (``superopt.schedule.graph.default_schedules``).
+    (``superopt.schedule.graph_defaults.default_schedules``).
 
     ``graph``'s kernels must be canonical (``canonicalize_kernels``): records hold canonical traces.
     With ``check``, a recorded trace that no longer lowers (the code generator changed since it was
     measured) is passed over with a warning rather than returned.
     """
-    from superopt.codegen.lower import ScheduleError, lower
+    from superopt.schedule.plan import ScheduleError, lower
 
     out: dict[str, list[Primitive]] = {}
     hits: list[str] = []

@@ -7,9 +7,9 @@ it is and never schedules anything itself.
 from __future__ import annotations
 
 from superopt.ir.graph import Graph, Node
-from superopt.runtime.target import Target
 from superopt.schedule.default import default_schedule
 from superopt.schedule.primitives import Primitive
+from superopt.target import Target
 
 
 def constant_inputs(graph: Graph, node: Node) -> frozenset[str]:

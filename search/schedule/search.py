@@ -30,20 +30,21 @@ import numpy as np
 from tqdm import tqdm
 
 from costmodel.base import Candidate, CostModel, RandomModel
-from search.model_guided import evolve, thread_partition
-from superopt.codegen.lower import ScheduleError
+from search.budget import Budget, StopReason
+from search.schedule.model_guided import evolve, thread_partition
 from superopt.ir.compute import Compute
 from superopt.measure import ErrorCode, MeasureConfig, MeasureInput, MeasureResult, MeasureService
-from superopt.runtime.target import Target
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Primitive, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import Target
 
 STRATEGIES = ("evolutionary", "random")
 
 
 @dataclass(frozen=True)
 class SearchConfig:
-    trials: int = 64  # measurements, the default's included
+    trials: int | None = 64  # measurements, the default's included (None: no limit)
     time_s: float | None = None  # wall-clock budget (checked between batches)
     seed: int = 0
     batch_size: int = 16
@@ -67,8 +68,12 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown search strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
-        if self.trials < 1 or self.batch_size < 1:
+        if (self.trials is not None and self.trials < 1) or self.batch_size < 1:
             raise ValueError("a search needs trials >= 1 and batch_size >= 1")
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.trials, self.time_s)
 
 
 class Measurer(Protocol):
@@ -157,18 +162,19 @@ class ScheduleSearch:
     def trials(self) -> int:
         return len(self.log)
 
-    def remaining(self) -> int:
-        return self.config.trials - self.trials
+    def remaining(self) -> float:
+        return self.config.budget.trials_left(self.trials)
 
     def done(self) -> bool:
         if self.stop_reason:
             return True
-        if self.remaining() <= 0:
-            self.stop_reason = f"trial budget spent ({self.config.trials} measurements)"
-        elif self.config.time_s is not None and time.perf_counter() - self.started >= self.config.time_s:
-            self.stop_reason = f"time budget spent ({self.config.time_s:.0f}s)"
+        if self.config.budget.trials_spent(self.trials):
+            self.stop_reason = StopReason("trials", f"trial budget spent ({self.config.trials} measurements)")
+        elif self.config.budget.time_spent(time.perf_counter() - self.started):
+            self.stop_reason = StopReason("time", f"time budget spent ({self.config.time_s:.0f}s)")
         elif self._stale >= 3:
-            self.stop_reason = f"space exhausted: no new legal candidate in 3 batches ({len(self.seen)} distinct)"
+            self.stop_reason = StopReason("exhausted", "space exhausted: no new legal candidate in 3 batches "
+                                                       f"({len(self.seen)} distinct)")
         return bool(self.stop_reason)
 
     # -- one batch --------------------------------------------------------------------------------
@@ -360,7 +366,7 @@ class ScheduleSearch:
         b = self.best
         return SearchReport(self.compute.digest(), self.default_s, b.seconds if b else None, b.trace if b else (),
                             b.point if b else None, self.trials, dict(self.failures),
-                            self.stop_reason or "stopped by the caller", time.perf_counter() - self.started,
+                            self.stop_reason or StopReason("caller", "stopped by the caller"), time.perf_counter() - self.started,
                             list(self.history), list(self.log))
 
 

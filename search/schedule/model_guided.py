@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.base import Candidate, CostModel
-from superopt.codegen.lower import ScheduleError
 from superopt.ir.compute import Compute
-from superopt.runtime.target import Target
 from superopt.schedule.default import FOLD_REDUCTIONS, ROWS_INTO_CONTRACTION
+from superopt.schedule.plan import ScheduleError
 from superopt.schedule.primitives import Fuse, Parallel, Primitive, trace_to_json
 from superopt.schedule.space import Point, ScheduleSpace
+from superopt.target import Target
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ def thread_partition(trace: Sequence[Primitive]) -> tuple[Primitive, ...]:
 def tile_chains(compute: Compute, trace: Sequence[Primitive], target: Target) -> int:
     """Vector accumulators of the kernel's largest register tile (its independent FMA chains), 0 when it
     has none or does not lower."""
-    from superopt.codegen.lower import lower
     from superopt.loopnest import build_loopnest, walk
     from superopt.loopnest.alloc import Alloc
+    from superopt.schedule.plan import lower
 
     try:
         nest = build_loopnest(lower(compute, list(trace), target))
@@ -186,7 +186,7 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
     picked once; after ``deadline`` (a ``time.perf_counter()`` value) no new kernel is picked (those nodes are
     left out: the caller gives them the default). Returns the schedules and each node's :class:`ModelPick`."""
-    from superopt.schedule.graph import constant_inputs
+    from superopt.schedule.graph_defaults import constant_inputs
 
     skip = set(skip)
     cache: dict[tuple[str, frozenset[str]], ModelPick] = {}
