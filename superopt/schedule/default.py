@@ -251,6 +251,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         reduce_dims = perms[kn.get(f"{s}.red_order", walk, tuple(range(len(perms))))]
     else:
         reduce_dims = reduction_walk(a, reduce_dims, types)
+    reduce_order = list(reduce_dims)  # (the statement's dims: a k_tile split renames the first below)
     prims: list[Primitive] = []
     # loop order: M dims, then N dims, then reductions
     order = m_dims + n_dims + reduce_dims
@@ -423,7 +424,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         prims += fprims
         prims.append(Parallel(s, fname))
     # pack the column operand so the vector loop reads it contiguously
-    roles = pack_roles(b, n_dims, reduce_dims, st) if pack and b.tensor in inputs else None
+    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs else None
     if roles is not None:
         rest, red, cols = roles
         axes = b.index
