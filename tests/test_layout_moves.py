@@ -14,7 +14,7 @@ from superopt.lang import compile_op
 from superopt.runtime.kernel import build_kernels
 from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule, pack_roles, reduction_walk
-from superopt.schedule.primitives import Pack, Reorder, Vectorize
+from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
 from superopt.schedule.space import ScheduleSpace, check
 
 # capsule votes' conv as the ONNX import leaves it: a channels-last image under a stride-2 window, the OHWI
@@ -25,6 +25,7 @@ BLOCKED_SHAPES = {"in0": (2, 9, 9, 16), "in1": (32, 3, 3, 16)}
 BLOCKED_EXTENTS = {"ob": 8, "ol": 4, "y": 4, "x": 4}
 # indices permuted between the operands (chemistry-style einsum)
 PERMUTED = "C[i,j] += A[k,i,l] * B[l,k,j]"
+CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
 
 
 def _blocked():
@@ -152,3 +153,22 @@ def test_capsule_votes_from_onnx_with_the_weight_as_input_keep_the_packed_schedu
     order, _ = _contraction_loops(trace, st.out)
     red = [lp for lp in order if lp in st.reduce_dims or lp.rsplit("_", 1)[0] in st.reduce_dims]
     assert red[-1] == reduction_walk(image, list(st.reduce_dims), conv.op.type_of)[-1]
+
+
+def test_several_column_axes_are_packed_as_contiguous_panels_where_a_tile_reads_a_small_share(kernel_cache):
+    """C[i,j,k,l] += A[i,m,k,n] * B[j,n,l,m]: the vector columns are j and l fused; B is packed with the outer
+    column axis split by the tile so each tile's columns are one contiguous panel over (m, n). Capsule votes'
+    128 columns in 48-wide tiles keep one row of all columns per step (a third of it per tile)."""
+    c = compile_op("C[i,j,k,l] += A[i,m,k,n] * B[j,n,l,m]", {"A": (6, 8, 5, 16), "B": (16, 16, 16, 8)})
+    target = host_target(2)
+    trace = default_schedule(c, target, frozenset())
+    _, vec = _contraction_loops(trace, "C")
+    pack = next(p for p in trace if isinstance(p, Pack))
+    width = next(p.factor for p in trace if isinstance(p, Split) and p.loop == vec.removesuffix("_i"))
+    assert vec == "j_l_i" and pack.perm == (3, 1, 0, 2)  # [m, n, j, l]: reductions in loop order, then j, l
+    assert pack.split_axis == 2 and pack.factor * 16 == width  # j split: [j_o][m][n][j_i][l]
+    unsplit = [Pack("B", pack.perm) if p is pack else p for p in trace]
+    _check_against_reference(c, [trace, unsplit], kernel_cache, seed=2)
+    caps = compile_op(CAPSULE, {"P": (8, 15, 15, 32, 4, 4), "W": (3, 3, 32, 32, 4, 4)})
+    caps_pack = next(p for p in default_schedule(caps, target) if isinstance(p, Pack))
+    assert caps_pack.split_axis == -1
