@@ -172,3 +172,21 @@ def test_several_column_axes_are_packed_as_contiguous_panels_where_a_tile_reads_
     caps = compile_op(CAPSULE, {"P": (8, 15, 15, 32, 4, 4), "W": (3, 3, 32, 32, 4, 4)})
     caps_pack = next(p for p in default_schedule(caps, target) if isinstance(p, Pack))
     assert caps_pack.split_axis == -1
+
+
+def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(kernel_cache):
+    """7 output columns under the 4-vector tile (at most 6 rows) would leave a 3-row tail: the default takes
+    all 7 rows x 2 vectors instead (on 32 vector registers); 8 rows divide into 4s and keep the wide tile."""
+    from superopt.runtime.target import avx512_target
+
+    for x, whole in [(7, True), (8, False)]:
+        shapes = {"in0": (2, 15, 2 * x + 1, 16), "in1": (128, 3, 3, 16)}
+        c = compile_op(BLOCKED, shapes, extents={"ob": 32, "ol": 4, "y": 7, "x": x})
+        trace = default_schedule(c, avx512_target(2), frozenset())
+        splits = {p.loop: p.factor for p in trace if isinstance(p, Split)}
+        if whole:
+            assert "x" not in splits and splits["ob_ol"] == 32, trace
+        else:
+            assert splits["x"] == 4 and splits["ob_ol"] == 64, trace
+    c7 = compile_op(BLOCKED, {"in0": (2, 15, 15, 16), "in1": (128, 3, 3, 16)}, extents={"ob": 32, "ol": 4, "y": 7, "x": 7})
+    _check_against_reference(c7, [default_schedule(c7, host_target(2), frozenset())], kernel_cache)
