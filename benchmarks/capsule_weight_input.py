@@ -100,7 +100,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "capsule_weight_input.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    lines = [f"# Capsule votes from ONNX, the weight a run-time input ({meta['cpu']}, {args.threads} threads, "
+    lines = [f"# Capsule votes from ONNX, the weight a run-time input ({meta['cpu']}, threads: {args.threads}, "
              f"{meta['clock']} clock)", "",
              "Each system timed in its own block of calls, blocks alternating over "
              f"{meta['rounds']} rounds (medians); every output checked against the float64 reference.", "",
