@@ -242,6 +242,39 @@ def build_capsule() -> WorkloadInstance:
                             capsule_reference(P, W), CAPSULE_FLOPS, variants=variants, meta=meta)
 
 
+class CapsConvWeightInput(nn.Module):
+    """Capsule votes as an exported model would carry them with the weight as a RUNTIME input (not an
+    initializer): a channels-last image, the conv weight given OHWI and transposed in the graph, a strided
+    Conv between reshapes and transposes. No formulation pre-packs anything: every call sees a new weight."""
+
+    def forward(self, P, Wo):
+        n, h, w, i, p, r = P.shape
+        x = P.permute(0, 4, 1, 2, 3, 5).reshape(n * p, h, w, i * r).permute(0, 3, 1, 2)
+        y = F.conv2d(x, Wo.permute(0, 3, 1, 2), stride=2)
+        o = Wo.shape[0] // 4
+        return y.reshape(n, p, o, 4, y.shape[2], y.shape[3]).permute(0, 4, 5, 2, 1, 3)
+
+
+def capsule_weight_input_onnx(P: torch.Tensor, W: torch.Tensor) -> bytes:
+    """The ONNX form of :class:`CapsConvWeightInput` for P[n,h,w,i,p,r] and W[kh,kw,i,o,r,q], the weight an input."""
+    return export_onnx(CapsConvWeightInput().eval(), (P, _conv_weight(W).permute(0, 2, 3, 1).contiguous()))
+
+
+def build_capsule_weight_input() -> WorkloadInstance:
+    """capsule_votes from ONNX with W as a run-time input (inputs P and the OHWI conv weight)."""
+    g = _gen()
+    c = CAPS
+    P = _randn(c["N"], c["H"], c["W"], c["I"], 4, 4, g=g)
+    W = _randn(3, 3, c["I"], c["O"], 4, 4, scale=1.0 / math.sqrt(9 * c["I"] * 4), g=g)
+    Wo = _conv_weight(W).permute(0, 2, 3, 1).contiguous()
+    module = CapsConvWeightInput().eval()
+    meta = {"einsum": "V[n,y,x,o,p,q] = sum_{kh,kw,i,r} P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]",
+            "P": list(P.shape), "Wo": list(Wo.shape), "V": [c["N"], 7, 7, c["O"], 4, 4], "stride": 2,
+            "note": "the conv weight (OHWI) is a run-time input: no system can pre-pack it"}
+    return WorkloadInstance("capsule_votes_weight_input", module, (P, Wo), lambda: export_onnx(module, (P, Wo)),
+                            capsule_reference(P, W), CAPSULE_FLOPS, meta=meta)
+
+
 # ----------------------------------------------------------------------------------------
 # transformer / CNN blocks
 # ----------------------------------------------------------------------------------------
@@ -373,6 +406,8 @@ def build_model(name: str) -> Callable[[], WorkloadInstance]:
 
 WORKLOADS: list[Workload] = [
     Workload("capsule_votes", build_capsule, description="matrix-capsule conv votes, stride 2"),
+    Workload("capsule_votes_weight_input", build_capsule_weight_input,
+             description="capsule votes from ONNX, the weight a run-time input"),
     Workload("ffn_block", build_ffn, description="x[128,768] Linear-GELU-Linear +x LayerNorm"),
     Workload("attention", build_attention, description="softmax(q k^T/8) v, [1,12,256,64]"),
     Workload("conv_bn_relu", build_conv_bn_relu, description="3x3 conv 64->64 + BN(eval) + ReLU, 56x56"),

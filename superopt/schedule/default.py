@@ -120,6 +120,57 @@ def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
     return [d for d in st.out_dims if d in in_b and d not in in_a and st.extent[d] > 1]
 
 
+def reduction_walk(a: Access, reduce_dims: Sequence[str], types: Mapping[str, TensorType] | None) -> list[str]:
+    """The reduction loops ordered so the innermost walks row operand ``a`` (read one broadcast element per
+    row and step) with its smallest stride: the loop nest then streams ``a`` instead of jumping a row of it per
+    step (a conv's taps over a channels-last image: channels innermost). Ties, and reductions that do not
+    index ``a``, keep the statement's order."""
+    if types is None or a.tensor not in types:
+        return list(reduce_dims)
+    flat = flat_offset(a.index, types[a.tensor].shape)
+    strides = {d: abs(flat.coeff(d)) for d in reduce_dims}
+    if not all(strides.values()):
+        return list(reduce_dims)
+    return sorted(reduce_dims, key=lambda d: -strides[d])
+
+
+def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st: Statement
+               ) -> tuple[list[int], list[int], list[int]] | None:
+    """The axes of column operand ``b`` as (rest, reduction, column) groups, the order of its packed panel
+    (the GETT order: what the micro-kernel walks innermost last; reduction axes in the order of the loops
+    ``reduce_order``, so each step reads the next panel row), or None when some axis mixes the groups
+    (a window ``2*y+kh``) or the column axes cannot be laid out as one contiguous run of the fused column
+    loop. An axis may be any affine index of its group's dims: ``W[16*o+q, ...]`` (a reshape folded into the
+    read) is the column axis of the fused ``o_q`` loop, so the pack makes its stride-1152 reads contiguous."""
+    if b.tensor in st.pad_value:
+        return None
+    red_dims, col_dims = set(st.reduce_dims), set(n_dims)
+    rest: list[int] = []
+    red: list[int] = []
+    cols: list[int] = []
+    for i, ix in enumerate(b.index):
+        used = ix.vars()
+        if used and used <= col_dims:
+            cols.append(i)
+        elif used and used <= red_dims:
+            red.append(i)
+        elif used & (red_dims | col_dims):
+            return None
+        else:
+            rest.append(i)
+    if any(not b.index[i].is_plain_dim for i in cols):
+        # one axis read as the flattening of the column dims (``16*o + q`` over o, q): the fused column loop
+        # walks it with unit stride, so a split of it by the tile width is a panel
+        ix = b.index[cols[0]] if len(cols) == 1 else None
+        if ix is None or ix.const or ix.vars() != col_dims or any(
+                ix.coeff(d) != math.prod(st.extent[e] for e in n_dims[k + 1:]) for k, d in enumerate(n_dims)):
+            return None
+    else:
+        cols.sort(key=lambda i: n_dims.index(b.index[i].dims[0]))
+    red.sort(key=lambda i: min(reduce_order.index(v) for v in b.index[i].vars()))
+    return rest, red, cols
+
+
 def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
                          consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None,
                          keep: frozenset[str] | None = None,
@@ -197,7 +248,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     reduce_dims = list(st.reduce_dims)
     if 1 < len(reduce_dims) <= 3:
         perms = [list(p) for p in itertools.permutations(reduce_dims)]
-        reduce_dims = perms[kn.get(f"{s}.red_order", 0, tuple(range(len(perms))))]
+        walk = perms.index(reduction_walk(a, reduce_dims, types))
+        reduce_dims = perms[kn.get(f"{s}.red_order", walk, tuple(range(len(perms))))]
+    else:
+        reduce_dims = reduction_walk(a, reduce_dims, types)
+    reduce_order = list(reduce_dims)  # (the statement's dims: a k_tile split renames the first below)
     prims: list[Primitive] = []
     # loop order: M dims, then N dims, then reductions
     order = m_dims + n_dims + reduce_dims
@@ -243,6 +298,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     fused = len(n_dims) > 1
     if fused and ncol > width:
         width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
+    short = ext[m_dims[-1]] if m_dims and keep is None and rows2 == 1 else 0
+    if wide == 4 and width >= 4 * VECTOR and 6 < short <= 8 and short % _row_block(short, 6) \
+            and ncol % (2 * VECTOR) == 0:
+        # a short row loop that the 4-vector tile (6 rows at most) would split with a tail: one tile of all its
+        # rows x 2 vectors instead (every tile full, none in the slower remainder code). A conv's 7 output
+        # columns against a channels-last image, 128 output channels (capsule votes from ONNX): 1.25x
+        width = 2 * VECTOR
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
@@ -362,11 +424,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         prims += fprims
         prims.append(Parallel(s, fname))
     # pack the column operand so the vector loop reads it contiguously
-    if pack and b.tensor in inputs and all(ix.is_plain_dim or not ix.dims for ix in b.index):
-        axes = [ix.dims[0] if ix.dims else None for ix in b.index]
-        red = [i for i, d in enumerate(axes) if d in st.reduce_dims]
-        cols = sorted((i for i, d in enumerate(axes) if d in n_dims), key=lambda i: n_dims.index(axes[i]))
-        rest = [i for i in range(len(axes)) if i not in red and i not in cols]
+    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs else None
+    if roles is not None:
+        rest, red, cols = roles
+        axes = b.index
         perm = tuple(rest + red + cols)
         worth = not (perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts
                      and 4 * _footprint(b, st) <= target.l2_bytes)
@@ -374,8 +435,18 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # costs more than it saves; a large one is still packed: its strided panels thrash the TLB)
         if not kn.get(f"{s}.pack", worth, (True, False)):
             return prims
+        shape = types[b.tensor].shape if types is not None else None
+        inner = math.prod(shape[i] for i in cols[1:]) if shape is not None else 0
         if len(cols) == 1 and ncol > width:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
+        elif len(cols) > 1 and ncol > width and inner and width % inner == 0 and ncol == inner * shape[cols[0]] \
+                and kn.get(f"{s}.pack_panels", ncol >= 4 * width, (True, False)):
+            # several column axes (j, l of C[i,j,k,l]): split the outer one so each tile's columns form one
+            # contiguous panel over the reductions ([j_o][m][n][j_i][l]). Unsplit, every reduction step reads a
+            # tile's share of a row of all the columns: where that is a small share (576 columns, 48 per tile:
+            # a panel of 4096 steps spans 192 pages) the reads miss the TLB (1.29x measured on that einsum);
+            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split
+            prims.append(Pack(b.tensor, perm, len(rest) + len(red), width // inner))
         elif perm != tuple(range(len(axes))):
             prims.append(Pack(b.tensor, perm))
     return prims

@@ -1,0 +1,192 @@
+"""Layout moves of the contraction schedule: the column operand packed into the order the micro-kernel reads
+it (a reshape folded into its read included), the reductions ordered by the row operand's contiguity, and
+the capsule votes model with its weight as a run-time input keeping that schedule end to end."""
+
+import random
+
+import numpy as np
+import pytest
+
+from superopt.codegen.lower import ScheduleError, lower
+from superopt.interp import evaluate_compute
+from superopt.ir.expr import product_accesses
+from superopt.lang import compile_op
+from superopt.runtime.kernel import build_kernels
+from superopt.runtime.target import host_target
+from superopt.schedule.default import default_schedule, pack_roles, reduction_walk
+from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
+from superopt.schedule.space import ScheduleSpace, check
+
+# capsule votes' conv as the ONNX import leaves it: a channels-last image under a stride-2 window, the OHWI
+# weight's output channel read as 16*ob+ol (the blocked output's two dims): the vector loop (ob, ol fused)
+# reads the unpacked weight 9*C apart
+BLOCKED = "out0[n,ob,y,x,ol] += in0[n,2*y+kh,2*x+kw,c] * in1[4*ob+ol,kh,kw,c]"
+BLOCKED_SHAPES = {"in0": (2, 9, 9, 16), "in1": (32, 3, 3, 16)}
+BLOCKED_EXTENTS = {"ob": 8, "ol": 4, "y": 4, "x": 4}
+# indices permuted between the operands (chemistry-style einsum)
+PERMUTED = "C[i,j] += A[k,i,l] * B[l,k,j]"
+CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
+
+
+def _blocked():
+    return compile_op(BLOCKED, BLOCKED_SHAPES, extents=BLOCKED_EXTENTS)
+
+
+def _check_against_reference(c, traces, kernel_cache, seed=0):
+    args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, host_target(2))):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+def _contraction_loops(trace, stage):
+    """The loop order of the last Reorder of ``stage`` (the tile's final order) and its vector loop."""
+    order = [p for p in trace if isinstance(p, Reorder) and p.stage == stage][-1].order
+    vec = next(p.loop for p in trace if isinstance(p, Vectorize) and p.stage == stage)
+    return list(order), vec
+
+
+def test_a_run_time_weight_read_through_a_reshape_is_packed_in_the_order_the_tile_reads_it(kernel_cache):
+    """The default packs the run-time weight (no constant to prepack): its column axis last, split by the tile
+    width, the reductions in the loop order; the innermost reduction is the image's contiguous channel axis.
+    Without the pack the vector loop reads the weight with a stride of a whole row (9 * C)."""
+    c = _blocked()
+    trace = default_schedule(c, host_target(2), frozenset())
+    pack = next(p for p in trace if isinstance(p, Pack))
+    assert pack.stage == "in1" and pack.perm[-1] == 0  # the output-channel axis innermost in the panel
+    order, vec = _contraction_loops(trace, "out0")
+    red = [lp for lp in order if lp.split("_")[0] in ("kh", "kw", "c")]
+    assert red[-1] == "c" and vec.startswith("ob_ol")
+    assert pack.perm[:-1] == tuple(1 + ["kh", "kw", "c"].index(r) for r in red)  # panel rows in loop order
+    no_pack = [p for p in trace if not isinstance(p, Pack)]
+    lower(c, no_pack, host_target(2))  # (legal unpacked too: the pack is a layout choice, not a requirement)
+    _check_against_reference(c, [trace, no_pack], kernel_cache)
+
+
+def test_pack_roles_group_each_axis_and_refuse_a_mixed_one():
+    c = _blocked()
+    st = c.statements[0]
+    a, b = product_accesses(st.expr)
+    assert pack_roles(b, ["ob", "ol"], ["kh", "kw", "c"], st) == ([], [1, 2, 3], [0])
+    assert pack_roles(b, ["ob", "ol"], ["c", "kh", "kw"], st) == ([], [3, 1, 2], [0])
+    assert pack_roles(a, ["x"], ["kh", "kw", "c"], st) is None  # 2*x+kw mixes a column and a reduction
+    # a column axis that is not the flattening of the column loop (ol outer) cannot be one contiguous run
+    assert pack_roles(b, ["ol", "ob"], ["kh", "kw", "c"], st) is None
+    assert reduction_walk(a, ["c", "kh", "kw"], c.type_of) == ["kh", "kw", "c"]
+
+
+def test_permuted_indices_vectorize_the_contiguous_output_dim_and_pack_in_loop_order(kernel_cache):
+    """C[i,j] += A[k,i,l] * B[l,k,j]: the vector loop is j (contiguous in C and in B); the reductions walk A
+    with l innermost (its stride 1), and B's panel is packed [k, l, j] to match, where its own order is [l, k]."""
+    c = compile_op(PERMUTED, {"A": (24, 40, 40), "B": (40, 24, 96)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    order, vec = _contraction_loops(trace, "C")
+    assert vec.startswith("j")
+    red = [lp for lp in order if lp.split("_")[0] in ("k", "l")]
+    assert red[-1].startswith("l")
+    pack = next(p for p in trace if isinstance(p, Pack))
+    assert pack.stage == "B" and pack.perm == (1, 0, 2)
+    _check_against_reference(c, [trace], kernel_cache, seed=1)
+
+
+def test_a_pack_that_is_not_a_layout_of_the_input_is_rejected_with_a_reason():
+    c = _blocked()
+    base = default_schedule(c, host_target(2), frozenset())
+    unpacked = [p for p in base if not isinstance(p, Pack)]
+    for bad, why in [(Pack("in1", (0, 1, 2)), "not a permutation"), (Pack("out0", (0, 1, 2, 3, 4)), "kernel inputs"),
+                     (Pack("in1", (1, 2, 3, 0), 7, 4), "split axis")]:
+        with pytest.raises(ScheduleError, match=why):
+            check(c, [*unpacked, bad], host_target(2))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_points_of_the_blocked_conv_match_the_reference(seed, kernel_cache):
+    """Points of the space (pack on or off, any reduction order, tile sizes) are rejected with ScheduleError or
+    compute what the reference computes."""
+    c = _blocked()
+    space = ScheduleSpace(c, host_target(2), frozenset())
+    rng = random.Random(seed)
+    traces = []
+    for _ in range(50):
+        if len(traces) == 4:
+            break
+        try:
+            traces.append(space.trace(space.sample(rng)))
+        except ScheduleError:
+            continue
+    assert len(traces) == 4
+    _check_against_reference(c, traces, kernel_cache, seed=seed)
+
+
+def test_capsule_votes_from_onnx_with_the_weight_as_input_keep_the_packed_schedule():
+    """The exported model (weight a graph input, not an initializer) at a small size: its conv kernel packs
+    the run-time weight and streams the image's channels innermost; the program matches onnxruntime."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from benchmarks.workloads import _conv_weight, capsule_weight_input_onnx
+    from superopt.api import OptimizeConfig, optimize
+
+    g = torch.Generator().manual_seed(0)
+    P = torch.randn(2, 9, 9, 8, 4, 4, generator=g)
+    W = torch.randn(3, 3, 8, 8, 4, 4, generator=g) * 0.1
+    data = capsule_weight_input_onnx(P, W)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    assert len(names) == 2 and not any(i.name in names for i in onnx.load_from_string(data).graph.initializer)
+    Wo = _conv_weight(W).permute(0, 2, 3, 1).contiguous().numpy()  # OHWI, as the model takes it
+    feed = {names[0]: P.numpy(), names[1]: Wo}
+    prog = optimize(data, OptimizeConfig(threads=2, cost_model=None))
+    got = prog(P.numpy(), Wo)[0]
+    want = sess.run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    convs = [n for n in prog.graph.nodes if not n.is_extern and len(n.op.statements[-1].reduce_dims) == 3]
+    assert len(convs) == 1
+    conv = convs[0]
+    trace = prog.executor.traces[conv.name]
+    weight = next(local for local, gname in zip(conv.op.inputs, conv.inputs) if gname == prog.graph.inputs[1])
+    packs = [p for p in trace if isinstance(p, Pack)]
+    assert [p.stage for p in packs] == [weight], trace
+    st = conv.op.statements[-1]
+    image = next(a for a in product_accesses(st.expr) if a.tensor != weight)
+    order, _ = _contraction_loops(trace, st.out)
+    red = [lp for lp in order if lp in st.reduce_dims or lp.rsplit("_", 1)[0] in st.reduce_dims]
+    assert red[-1] == reduction_walk(image, list(st.reduce_dims), conv.op.type_of)[-1]
+
+
+def test_several_column_axes_are_packed_as_contiguous_panels_where_a_tile_reads_a_small_share(kernel_cache):
+    """C[i,j,k,l] += A[i,m,k,n] * B[j,n,l,m]: the vector columns are j and l fused; B is packed with the outer
+    column axis split by the tile so each tile's columns are one contiguous panel over (m, n). Capsule votes'
+    128 columns in 48-wide tiles keep one row of all columns per step (a third of it per tile)."""
+    c = compile_op("C[i,j,k,l] += A[i,m,k,n] * B[j,n,l,m]", {"A": (6, 8, 5, 16), "B": (16, 16, 16, 8)})
+    target = host_target(2)
+    trace = default_schedule(c, target, frozenset())
+    _, vec = _contraction_loops(trace, "C")
+    pack = next(p for p in trace if isinstance(p, Pack))
+    width = next(p.factor for p in trace if isinstance(p, Split) and p.loop == vec.removesuffix("_i"))
+    assert vec == "j_l_i" and pack.perm == (3, 1, 0, 2)  # [m, n, j, l]: reductions in loop order, then j, l
+    assert pack.split_axis == 2 and pack.factor * 16 == width  # j split: [j_o][m][n][j_i][l]
+    unsplit = [Pack("B", pack.perm) if p is pack else p for p in trace]
+    _check_against_reference(c, [trace, unsplit], kernel_cache, seed=2)
+    caps = compile_op(CAPSULE, {"P": (8, 15, 15, 32, 4, 4), "W": (3, 3, 32, 32, 4, 4)})
+    caps_pack = next(p for p in default_schedule(caps, target) if isinstance(p, Pack))
+    assert caps_pack.split_axis == -1
+
+
+def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(kernel_cache):
+    """7 output columns under the 4-vector tile (at most 6 rows) would leave a 3-row tail: the default takes
+    all 7 rows x 2 vectors instead (on 32 vector registers); 8 rows divide into 4s and keep the wide tile."""
+    from superopt.runtime.target import avx512_target
+
+    for x, whole in [(7, True), (8, False)]:
+        shapes = {"in0": (2, 15, 2 * x + 1, 16), "in1": (128, 3, 3, 16)}
+        c = compile_op(BLOCKED, shapes, extents={"ob": 32, "ol": 4, "y": 7, "x": x})
+        trace = default_schedule(c, avx512_target(2), frozenset())
+        splits = {p.loop: p.factor for p in trace if isinstance(p, Split)}
+        if whole:
+            assert "x" not in splits and splits["ob_ol"] == 32, trace
+        else:
+            assert splits["x"] == 4 and splits["ob_ol"] == 64, trace
+    c7 = compile_op(BLOCKED, {"in0": (2, 15, 15, 16), "in1": (128, 3, 3, 16)}, extents={"ob": 32, "ol": 4, "y": 7, "x": 7})
+    _check_against_reference(c7, [default_schedule(c7, host_target(2), frozenset())], kernel_cache)
