@@ -18,6 +18,7 @@ from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, 
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
 from superopt.runtime.target import Target, host_target
+from superopt.schedule.chained import chained_reductions, flops_per_byte, recompute_records, with_recomputes
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -509,6 +510,7 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     from superopt.codegen.lower import reduce_epilogue_dims
 
     stmts = list(compute.statements)
+    order = {s.out: k for k, s in enumerate(stmts)}
     out: dict[str, str] = {}
     for p in stmts:
         accs = product_accesses(p.expr)
@@ -516,8 +518,9 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
             continue
         for c in stmts:
             if c.reduce != "=" and c is not p and p.out in c.inputs() and not c.padding \
-                    and c.out not in out and reduce_epilogue_dims(c, p) is not None:
-                out[c.out] = p.out
+                    and c.out not in out and reduce_epilogue_dims(c, p) is not None \
+                    and all(order.get(t, -1) < order[p.out] for t in c.inputs() if t != p.out):
+                out[c.out] = p.out  # (one reading a stage computed after p is chained: schedule/chained.py)
     return out
 
 
@@ -653,7 +656,7 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
-    if foldable_reductions(compute):
+    if foldable_reductions(compute) or chained_reductions(compute):
         out.append(FOLD_REDUCTIONS)
     before, contraction, _ = final_contraction(compute)
     if before and len(compute.outputs) == 1 and _is_contraction(contraction) \
@@ -701,8 +704,13 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     # residual add) applied at the register tile's write-back when they read it at their own index
     use_contraction, use_epilogue = {STAGES_EPILOGUE: (True, True), STAGES: (True, False),
                                      STAGES_SIMPLE: (False, False), FOLD_REDUCTIONS: (True, True)}[sketch]
+    trace: list[Primitive] = []
+    if sketch == FOLD_REDUCTIONS:  # a reduction chained after another: recompute its contraction, or store it
+        trace += recompute_records(compute, flops_per_byte(target),
+                                   lambda c, default: kn.get(f"{c}.recompute", default, (True, False)))
+        compute = with_recomputes(compute, trace)
+        stmts = list(compute.statements)
     folded = foldable_reductions(compute) if sketch == FOLD_REDUCTIONS else {}
-    trace = []
     reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
     tiled: set[str] = set()
     inlined: set[str] = set()
