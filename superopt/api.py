@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from superopt.builder import GraphBuilder
-from superopt.interp import evaluate
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
@@ -295,24 +294,25 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
 
 
 def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
-           rtol: float | None = None) -> float:
+           rtol: float | None = None, random: bool = True) -> float:
     """The largest error of the compiled outputs against the float64 reference, each element measured against
     the magnitude of the terms it is computed from (``superopt.interp.tolerance``), on seeded random inputs
     and, where given, on ``inputs`` (the user's own, which may be far worse conditioned). Raises
     ``VerificationError`` naming the worst element when that error exceeds ``rtol`` (None: only on a shape or
-    NaN mismatch)."""
-    from superopt.interp.magnitude import graph_magnitudes
+    NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph)."""
+    from superopt.interp.magnitude import reference_with_magnitudes
     from superopt.interp.tolerance import check_outputs
 
-    feeds = [random_inputs(graph, seed)]
+    feeds = []
     if inputs is not None and all(n in inputs and np.shape(inputs[n]) == graph.type_of[n].shape
                                   for n in graph.inputs):
         feeds.append({n: np.asarray(inputs[n]).astype(graph.type_of[n].np_dtype, copy=False) for n in graph.inputs})
+    if random or not feeds:
+        feeds.insert(0, random_inputs(graph, seed))
     worst = 0.0
     for feed in feeds:
         got = executor(feed)
-        ref = evaluate(graph, feed, np.float64)
-        mags = graph_magnitudes(graph, feed)
+        ref, mags = reference_with_magnitudes(graph, feed)
         for check in check_outputs(graph.outputs, got, ref, mags, np.inf if rtol is None else rtol):
             if not check.ok:
                 raise VerificationError(f"compiled program differs from the reference: {check.message}")

@@ -210,29 +210,32 @@ def _perturb(value: np.ndarray, magnitude: np.ndarray, rng: np.random.Generator 
     return value + U32 * magnitude * rng.standard_normal(value.shape)
 
 
-def _run_compute(c: Compute, args: Mapping[str, np.ndarray], rng: np.random.Generator | None
-                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(outputs, their own rounding magnitudes) of ``c`` in float64; with ``rng``, each statement's result
-    moved by ``u`` times its rounding magnitude in a random direction before later statements read it."""
+def _run_compute(c: Compute, args: Mapping[str, np.ndarray], rng: np.random.Generator | None,
+                 local: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The outputs of ``c`` in float64. Without ``rng``: each float statement's own rounding magnitude is
+    stored in ``local`` (float32, by statement name); with it, each statement's result is moved by ``u`` times
+    that magnitude in a random direction before later statements read it."""
     env = {n: _as_input(args[n], c.type_of[n], np.dtype(np.float64), f"input {n!r}") for n in c.inputs}
-    local: dict[str, np.ndarray] = {}
     for st in c.statements:
         v = evaluate_statement(st, env, c.type_of[st.out], np.float64)
         if v.dtype.kind == "f":
-            local[st.out] = _local_magnitude(st, env, v)
-            v = _perturb(v, local[st.out], rng)
+            if rng is None:
+                local[st.out] = _local_magnitude(st, env, v).astype(np.float32)
+            else:
+                v = _perturb(v, local[st.out], rng)
         env[st.out] = v
-    return [env[o] for o in c.outputs], [local.get(o) for o in c.outputs]
+    return [env[o] for o in c.outputs]
 
 
 def _combine(value: np.ndarray, local: np.ndarray | None, runs: Sequence[np.ndarray]) -> np.ndarray | None:
+    """The own rounding magnitude plus the largest change over the perturbed runs, over ``u``."""
     if local is None or np.asarray(value).dtype.kind != "f":
         return None
     spread = np.zeros(np.shape(value))
     with np.errstate(invalid="ignore"):
         for r in runs:
             spread = np.fmax(spread, np.abs(np.asarray(r, np.float64) - value))
-    return local + spread / U32
+    return np.asarray(local, np.float64) + spread / U32
 
 
 def compute_magnitudes(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.ndarray],
@@ -241,18 +244,21 @@ def compute_magnitudes(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.
     None for a non-float output."""
     if not isinstance(args, Mapping):
         args = dict(zip(c.inputs, args, strict=True))
-    values, local = _run_compute(c, args, None)
+    local: dict[str, np.ndarray] = {}
+    values = _run_compute(c, args, None, local)
     rng = np.random.default_rng(seed)
-    runs = [_run_compute(c, args, rng)[0] for _ in range(samples)]
-    return [_combine(v, m, [r[k] for r in runs]) for k, (v, m) in enumerate(zip(values, local, strict=True))]
+    runs = [_run_compute(c, args, rng, local) for _ in range(samples)]
+    return [_combine(v, local.get(o), [r[k] for r in runs])
+            for k, (o, v) in enumerate(zip(c.outputs, values, strict=True))]
 
 
-def _run_graph(graph: Graph, inputs: Mapping[str, np.ndarray], rng: np.random.Generator | None
-               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray | None]]:
+def _run_graph(graph: Graph, inputs: Mapping[str, np.ndarray], rng: np.random.Generator | None,
+               local: dict[tuple[str, str], np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of ``graph`` in float64, as :func:`_run_compute` runs each node (``local`` keyed by
+    (node, statement); an extern op's result counts one rounding of its own)."""
     from superopt.ir.externs import evaluate_extern
 
     env: dict[str, np.ndarray] = {}
-    local: dict[str, np.ndarray | None] = {}
     for n in graph.inputs:
         env[n] = _as_input(inputs[n], graph.type_of[n], np.dtype(np.float64), f"graph input {n!r}")
     for n, cst in graph.constants:
@@ -261,29 +267,44 @@ def _run_graph(graph: Graph, inputs: Mapping[str, np.ndarray], rng: np.random.Ge
         ins = [env[i] for i in node.inputs]
         if node.is_extern:
             outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
-            mags = [np.abs(o.astype(np.float64)) if o.dtype.kind == "f" else None for o in outs]
-            outs = [_perturb(o, m, rng) if m is not None else o for o, m in zip(outs, mags, strict=True)]
+            if rng is not None:
+                outs = [_perturb(o, np.abs(o), rng) for o in outs]
         else:
-            outs, mags = _run_compute(node.op, dict(zip(node.op.inputs, ins, strict=True)), rng)
-        for name, val, m in zip(node.outputs, outs, mags, strict=True):
-            env[name], local[name] = val, m
-    return env, local
+            mine = {st: m for (nd, st), m in local.items() if nd == node.name}
+            outs = _run_compute(node.op, dict(zip(node.op.inputs, ins, strict=True)), rng, mine)
+            local.update({(node.name, st): m for st, m in mine.items()})
+        for name, val in zip(node.outputs, outs, strict=True):
+            env[name] = val
+    return env
+
+
+def _local_of(graph: Graph, local: Mapping[tuple[str, str], np.ndarray], env: Mapping[str, np.ndarray],
+              name: str) -> np.ndarray | None:
+    """The own rounding magnitude of graph tensor ``name`` (None: not a float)."""
+    if np.asarray(env[name]).dtype.kind != "f":
+        return None
+    for node in graph.nodes:
+        if name in node.outputs and not node.is_extern:
+            return local.get((node.name, node.op.outputs[node.outputs.index(name)]))
+    return np.abs(np.asarray(env[name], np.float64))  # an extern's result, or an input passed through
+
+
+def reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], samples: int = SAMPLES, seed: int = 0
+                              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray | None]]:
+    """(the float64 reference outputs, :func:`graph_magnitudes`) from one set of runs."""
+    local: dict[tuple[str, str], np.ndarray] = {}
+    env = _run_graph(graph, inputs, None, local)
+    rng = np.random.default_rng(seed)
+    runs = [_run_graph(graph, inputs, rng, local) for _ in range(samples)]
+    mags = {o: _combine(env[o], _local_of(graph, local, env, o), [r[o] for r in runs]) for o in graph.outputs}
+    return {o: env[o] for o in graph.outputs}, mags
 
 
 def graph_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], samples: int = SAMPLES, seed: int = 0
                      ) -> dict[str, np.ndarray | None]:
     """``compute_magnitudes`` through a graph, per graph output (the outputs of extern ops count one rounding
     of their own, and inherit as every result does)."""
-    env, local = _run_graph(graph, inputs, None)
-    rng = np.random.default_rng(seed)
-    runs = [_run_graph(graph, inputs, rng)[0] for _ in range(samples)]
-    out = {}
-    for o in graph.outputs:
-        m = local.get(o)
-        if m is None and o in env and np.asarray(env[o]).dtype.kind == "f":  # an input passed straight through
-            m = np.abs(np.asarray(env[o], np.float64))
-        out[o] = _combine(env[o], m, [r[o] for r in runs])
-    return out
+    return reference_with_magnitudes(graph, inputs, samples, seed)[1]
 
 
-__all__ = ["U32", "compute_magnitudes", "graph_magnitudes"]
+__all__ = ["U32", "compute_magnitudes", "graph_magnitudes", "reference_with_magnitudes"]
