@@ -191,6 +191,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # row operand reuses each column vector once per row; one the column operand also reads (an image's y
     # when only x is vectorized, weights as rows) loads a vector per FMA
     row_dims = [d for d in m_dims if ext[d] > 1]
+    shared = [d for d in row_dims if not any(ix.coeff(d) for ix in b.index)]
+    if keep is not None and shared and m_dims[-1] not in shared:
+        # (folded reductions, where the row knob is off: a row dim the column operand does not read, so each
+        # column vector loaded feeds every row; capsule votes' W[kx,ky,i,o,r,p] differs per i, not per y)
+        m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
         pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != pick] + [pick]
