@@ -10,7 +10,9 @@ Three families, each written once in index notation and compiled through ``super
   shapes (V from a few MB to hundreds of MB). The second pass reads MU, computed after V: superopt either
   stores V once (materialize) or computes it again tile by tile for the second pass (the ``Recompute``
   record), folding each pass into the contraction's write-back; the default picks by a roofline. Both are
-  timed. Eager PyTorch and torch.compile compute V with einsum over an unfolded window, then the sums.
+  timed, and so is the one-pass merge (``rewrite_rules/moments.py``: sums around a shift drawn from the data,
+  both folded into one pass of the contraction). Eager PyTorch and torch.compile compute V with einsum over
+  an unfolded window, then the sums.
 - ``moments``: one pass, ``T[i,j,k] += A[i,k,r] * B[r,j]; S[i,j] += T[i,j,k]; Q[i,j] += T[i,j,k]^2``
   (S and Q folded into the write-back, T never stored).
 - ``attention``: softmax over a contraction followed by a contraction, against torch's
@@ -44,10 +46,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import superopt  # noqa: E402
-from benchmarks.timing import FULL, QUICK, TimingConfig, time_alternating  # noqa: E402
+from benchmarks.timing import QUICK, TimingConfig, time_alternating  # noqa: E402
+from rewrite_rules.moments import SHIFTED_MOMENTS  # noqa: E402
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor  # noqa: E402
 from superopt.runtime.target import host_target  # noqa: E402
 from superopt.schedule.default import FOLD_REDUCTIONS, build_sketch  # noqa: E402
+from superopt.schedule.graph import default_schedules  # noqa: E402
 from superopt.schedule.knobs import KnobRecorder  # noqa: E402
 from superopt.schedule.primitives import Recompute  # noqa: E402
 
@@ -139,12 +143,15 @@ def em_row(name: str, shape: tuple[int, ...], threads: int, timing: TimingConfig
     other = build_sketch(compute, target, frozenset(compute.inputs), FOLD_REDUCTIONS,
                          KnobRecorder({f"{stage}.recompute": not recompute}))
     other_ex = GraphExecutor(prog.graph, {node.name: other}, ExecutorConfig(threads, None, target))
+    merged = SHIFTED_MOMENTS.first(prog.graph)  # one pass: the shifted sums, both folded into V's write-back
+    merge_ex = GraphExecutor(merged, default_schedules(merged, target), ExecutorConfig(threads, None, target))
     feed = dict(zip(prog.graph.inputs, (Pa, Wa, Ra), strict=True))
     Pt, Wt, Rt = (torch.from_numpy(a) for a in (Pa, Wa, Ra))
     compiled = torch.compile(em_torch)
     label = {True: "superopt (recompute)", False: "superopt (materialize)"}
     systems = {label[recompute]: lambda: op(Pa, Wa, Ra), label[not recompute]: lambda: other_ex(feed),
-               "eager": lambda: em_torch(Pt, Wt, Rt), "torch.compile": lambda: compiled(Pt, Wt, Rt)}
+               "superopt (merge)": lambda: merge_ex(feed), "eager": lambda: em_torch(Pt, Wt, Rt),
+               "torch.compile": lambda: compiled(Pt, Wt, Rt)}
     mu_ref, var_ref = em_reference(Pa, Wa, Ra)
     with torch.no_grad():
         for sys_name, fn in systems.items():
@@ -156,6 +163,7 @@ def em_row(name: str, shape: tuple[int, ...], threads: int, timing: TimingConfig
                 if not err < 1e-3:
                     raise SystemExit(f"em {name}: {sys_name} {what} wrong (relative error {err:.3g})")
         held = {label[recompute]: _largest(prog.executor), label[not recompute]: _largest(other_ex),
+                "superopt (merge)": _largest(merge_ex),
                 "eager": largest_torch_allocation(systems["eager"]),
                 "torch.compile": largest_torch_allocation(systems["torch.compile"])}
         times = time_alternating(systems, timing)
@@ -277,7 +285,8 @@ def markdown(report: dict) -> str:
              f"rounds, medians. {report['note']}", "",
              "GFLOP/s counts the flops each system executes (superopt's recompute runs the contraction twice) and "
              "the useful flops (the op's: the contraction once); fractions are of the FMA ceiling. Largest buffer: "
-             "superopt's memory plan; PyTorch's largest single allocation in one call (its profiler).", ""]
+             "superopt's memory plan (its largest is the packed weight, a copy of an input, where no intermediate is "
+             "stored); PyTorch's largest single allocation in one call (its profiler).", ""]
     for row in report["rows"]:
         inter = row["intermediate_bytes"] / 1e6
         lines += [f"## {row['row']}", "",
@@ -302,9 +311,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="small shapes, few rounds, no result files")
     ap.add_argument("--rows", default="em,moments,attention")
+    ap.add_argument("--rounds", type=int, default=9, help="alternated rounds per row (medians over them)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    timing = QUICK if args.quick else FULL
+    timing = QUICK if args.quick else TimingConfig(warmup_calls=2, rounds=args.rounds, min_sample_s=0.2)
     wanted = set(args.rows.split(","))
     rows = []
     if "em" in wanted:

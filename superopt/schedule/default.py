@@ -750,7 +750,9 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             except (ValueError, StopIteration):
                 pass
         producers = sorted(reads[st.out] & tiled)
-        if use_epilogue and st.reduce == "=" and len(producers) == 1:
+        position = {x.out: k for k, x in enumerate(stmts)}
+        if use_epilogue and st.reduce == "=" and len(producers) == 1 and all(
+                position.get(t, -1) <= position[producers[0]] for t in reads[st.out]):  # (none computed after it)
             trace.append(Epilogue(st.out, producers[0]))
             continue
         trace += simple_schedule(st, target, knobs=kn)
