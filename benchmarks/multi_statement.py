@@ -327,8 +327,12 @@ def main() -> None:
     if "attention" in wanted:
         rows.append(attention_row(args.threads, timing, args.quick))
         print(json.dumps(rows[-1]["systems"]), flush=True)
+    import os
+
     report = {"cpu": cpu_model(), "threads": args.threads, "fma_ceiling_gflops": fma_ceiling(args.threads),
-              "note": "Measured on a shared machine with other jobs running: compare systems within a row.",
+              "load_average_at_end": os.getloadavg()[0],
+              "note": f"Measured on a shared machine with other jobs running (load average {os.getloadavg()[0]:.1f} at "
+                      "the end): compare systems within a row; medians suffer most, minima least.",
               "rows": rows}
     text = markdown(report)
     print(text)

@@ -99,3 +99,32 @@ def test_an_illegal_recompute_is_rejected_with_a_reason():
         lower(c, [Recompute("V", "MU")], target)
     with pytest.raises(ScheduleError, match="no stage"):
         lower(c, [Recompute("V", "Q")], target)
+
+
+@pytest.mark.parametrize("shape", [em_shapes(), em_shapes(b=1, x=7, i=5, o=3, p=12)])
+def test_merge_is_one_pass_and_matches_the_reference(shape):
+    from rewrite_rules import RuleNotApplicable
+    from rewrite_rules.moments import SHIFTED_MOMENTS
+    from superopt.schedule.graph import default_schedules
+
+    b = GraphBuilder("em")
+    ins = {n: b.input(n.lower(), s) for n, s in shape.items()}
+    graph = b.build(list(b.compute(EM, ins, "em", outputs=["MU", "VAR"])))
+    merged = SHIFTED_MOMENTS.first(graph)
+    (node,) = merged.nodes
+    assert [s.out for s in node.op.statements if s.out.startswith("D")] == ["D_shift", "D_s1", "D_s2", "D"]
+    target = host_target(2)
+    schedules = default_schedules(merged, target)
+    trace = schedules[node.name]
+    assert ReduceEpilogue("D_s1", "V") in trace and ReduceEpilogue("D_s2", "V") in trace  # one pass over V
+    ex = GraphExecutor(merged, schedules, ExecutorConfig(2, None, target))
+    assert not ex.memory.holding("V", node.name)
+    rng = np.random.default_rng(0)
+    feed = {n: rng.standard_normal(graph.type_of[n].shape).astype(np.float32) for n in graph.inputs}
+    feed["r"] = np.abs(feed["r"])
+    got, ref, mags = ex(feed), evaluate(graph, feed, np.float64), graph_magnitudes(graph, feed)
+    for o in graph.outputs:
+        check = check_output(o, got[o], ref[o], mags[o], 1e-4)
+        assert check.ok, check.message
+    with pytest.raises(RuleNotApplicable, match="no weighted variance"):
+        SHIFTED_MOMENTS.apply(graph, ("em", "N"))
