@@ -503,6 +503,9 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     if config.verify:
         # against the graph as imported, before any pass
         err = verify(imported, executor, config.seed, verify_inputs, config.rtol)
+        if not err <= config.rtol:
+            raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
+                                    f"> {config.rtol}")
     t3 = time.perf_counter()
     n_compute = sum(not n.is_extern for n in graph.nodes)
     how = []
