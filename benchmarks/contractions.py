@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = select(args)
     if args.omp_wait:  # read by each OpenMP runtime when it loads: before torch, TBLIS and the first kernel
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait.upper()
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     set_threads(args.threads)
     target = host_target(args.threads)

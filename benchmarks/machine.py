@@ -10,7 +10,7 @@ import time
 def describe_machine(threads: int) -> dict:
     """CPU model, vector ISA and registers, cores and threads (``Target.describe``), logical CPUs, platform,
     the date and the load average (1 minute) when it is called."""
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     target = host_target(threads)
     return {"cpu_model": target.cpu_model, "target": target.describe(), "logical_cpus": os.cpu_count(),

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from superopt.builder import GraphBuilder
-from superopt.interp import evaluate
 from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 class OptimizeConfig:
     threads: int = 2
     verify: bool = True
-    rtol: float = 1e-3  # relative to the largest reference magnitude of each output
+    rtol: float = 1e-3  # of the magnitude of the terms each output element is computed from (interp.tolerance)
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
@@ -292,21 +291,30 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
     return import_onnx(model)
 
 
-def verify(graph: Graph, executor: GraphExecutor, seed: int = 0) -> float:
-    feed = random_inputs(graph, seed)
-    got = executor(feed)
-    ref = evaluate(graph, feed, np.float64)
+def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
+           rtol: float | None = None, random: bool = True) -> float:
+    """The largest error of the compiled outputs against the float64 reference, each element measured against
+    the magnitude of the terms it is computed from (``superopt.interp.tolerance``), on seeded random inputs
+    and, where given, on ``inputs`` (the user's own, which may be far worse conditioned). Raises
+    ``VerificationError`` naming the worst element when that error exceeds ``rtol`` (None: only on a shape or
+    NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph)."""
+    from superopt.interp.magnitude import reference_with_magnitudes
+    from superopt.interp.tolerance import check_outputs
+
+    feeds = []
+    if inputs is not None and all(n in inputs and np.shape(inputs[n]) == graph.type_of[n].shape
+                                  for n in graph.inputs):
+        feeds.append({n: np.asarray(inputs[n]).astype(graph.type_of[n].np_dtype, copy=False) for n in graph.inputs})
+    if random or not feeds:
+        feeds.insert(0, random_inputs(graph, seed))
     worst = 0.0
-    for o in graph.outputs:
-        r, g = np.asarray(ref[o], np.float64), np.asarray(got[o], np.float64)
-        if r.shape != g.shape:
-            raise VerificationError(f"output {o!r}: compiled shape {g.shape} != reference {r.shape}")
-        scale = max(float(np.abs(r).max(initial=0.0)), 1e-30)
-        if np.isnan(r).any() or np.isnan(g).any():
-            if not np.array_equal(np.isnan(r), np.isnan(g)):
-                raise VerificationError(f"output {o!r}: NaNs differ from the reference")
-            r, g = np.nan_to_num(r), np.nan_to_num(g)
-        worst = max(worst, float(np.abs(r - g).max(initial=0.0)) / scale)
+    for feed in feeds:
+        got = executor(feed)
+        ref, mags = reference_with_magnitudes(graph, feed)
+        for check in check_outputs(graph.outputs, got, ref, mags, np.inf if rtol is None else rtol):
+            if not check.ok:
+                raise VerificationError(f"compiled program differs from the reference: {check.message}")
+            worst = max(worst, check.error)
     return worst
 
 
@@ -413,13 +421,27 @@ def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None =
         return _optimize_onnx(model, example_inputs, config)
     t0 = time.perf_counter()
     imported = load_graph(model, example_inputs)  # load
-    return _optimize_graph(imported, config, t0)
+    return _optimize_graph(imported, config, t0, verify_inputs=_positional_feed(imported, example_inputs))
+
+
+def _positional_feed(graph: Graph, example_inputs) -> dict[str, np.ndarray] | None:
+    """A torch program's example arguments as a feed for the graph's inputs, where they line up one to one
+    (same count and shapes); None otherwise."""
+    if example_inputs is None or isinstance(example_inputs, Mapping):
+        return None
+    arrays = [np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x) for x in example_inputs]
+    if len(arrays) != len(graph.inputs) or any(a.shape != graph.type_of[n].shape
+                                               for a, n in zip(arrays, graph.inputs, strict=True)):
+        return None
+    return dict(zip(graph.inputs, arrays, strict=True))
 
 
 def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallbacks: Sequence = (),
                     input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
-                    shapes: Sequence[str] = ()) -> OptimizedProgram:
-    """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify."""
+                    shapes: Sequence[str] = (), verify_inputs: Mapping[str, np.ndarray] | None = None
+                    ) -> OptimizedProgram:
+    """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify (on seeded random inputs
+    and on ``verify_inputs``, the user's own, where given)."""
     graph, graph_report = search_rewrites(imported, config)  # rewrite
     rewrites = graph_report.applied if graph_report is not None else ()
     graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
@@ -438,7 +460,8 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     t2 = time.perf_counter()
     err = None
     if config.verify:
-        err = verify(imported, executor, config.seed)  # against the graph as imported, before any pass
+        # against the graph as imported, before any pass
+        err = verify(imported, executor, config.seed, verify_inputs, config.rtol)
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
@@ -509,7 +532,10 @@ def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Ma
     t0 = time.perf_counter()
     im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
-    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled)
+    names = im.input_names or im.graph.inputs
+    feed = {g: arrays[o] for o, g in zip(names, im.graph.inputs) if o in arrays}
+    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled,
+                           feed or None)
 
 
 def _optimize_onnx(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram | OptimizedModel:

@@ -115,7 +115,7 @@ def test_superopt_matches_the_reference_on_generated_cases(seed):
 
 
 def test_harness_runs_and_reports_a_case(tmp_path):
-    from superopt.runtime.target import host_target
+    from superopt.target import host_target
 
     target = host_target(1)
     ceilings = Ceilings(100.0, 10.0)

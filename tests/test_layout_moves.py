@@ -7,15 +7,15 @@ import random
 import numpy as np
 import pytest
 
-from superopt.codegen.lower import ScheduleError, lower
 from superopt.interp import evaluate_compute
 from superopt.ir.expr import product_accesses
 from superopt.lang import compile_op
 from superopt.runtime.kernel import build_kernels
-from superopt.runtime.target import host_target
 from superopt.schedule.default import default_schedule, pack_roles, reduction_walk
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
 from superopt.schedule.space import ScheduleSpace, check
+from superopt.target import host_target
 
 # capsule votes' conv as the ONNX import leaves it: a channels-last image under a stride-2 window, the OHWI
 # weight's output channel read as 16*ob+ol (the blocked output's two dims): the vector loop (ob, ol fused)
@@ -177,7 +177,7 @@ def test_several_column_axes_are_packed_as_contiguous_panels_where_a_tile_reads_
 def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(kernel_cache):
     """7 output columns under the 4-vector tile (at most 6 rows) would leave a 3-row tail: the default takes
     all 7 rows x 2 vectors instead (on 32 vector registers); 8 rows divide into 4s and keep the wide tile."""
-    from superopt.runtime.target import avx512_target
+    from superopt.target import avx512_target
 
     for x, whole in [(7, True), (8, False)]:
         shapes = {"in0": (2, 15, 2 * x + 1, 16), "in1": (128, 3, 3, 16)}

@@ -211,6 +211,7 @@ def _worker(request: Path, results: Path) -> int:
         return 3
     from superopt.interp import evaluate_compute
     from superopt.interp.inputs import random_kernel_inputs
+    from superopt.interp.magnitude import compute_magnitudes
     from superopt.measure.worker import outputs_match
     from superopt.runtime.gpu.kernel import build_gpu_kernels_each
     from superopt.schedule.plan import lower
@@ -230,7 +231,7 @@ def _worker(request: Path, results: Path) -> int:
     t0 = time.perf_counter()
     kernels, _ = build_gpu_kernels_each([(it.compute, it.trace) for it in legal], dev)
     build_s = (time.perf_counter() - t0) / max(len(legal), 1)
-    refs: dict[str, tuple[list[np.ndarray], list[np.ndarray]] | str] = {}  # workload digest -> (inputs, outputs)
+    refs: dict[str, tuple[list, list, list] | str] = {}  # workload digest -> (inputs, outputs, magnitudes)
     for it, k in zip(legal, kernels):
         c = it.compute
         base = {"index": it.index, "target": tdict, "build_s": build_s}
@@ -242,18 +243,19 @@ def _worker(request: Path, results: Path) -> int:
             if d not in refs:
                 try:
                     args = random_kernel_inputs(c, config.seed)
-                    refs[d] = (args, [np.asarray(r) for r in evaluate_compute(c, args, np.float64)])
+                    refs[d] = (args, [np.asarray(r) for r in evaluate_compute(c, args, np.float64)],
+                               compute_magnitudes(c, args))
                 except Exception as e:  # noqa: BLE001
                     refs[d] = f"reference interpreter failed: {type(e).__name__}: {e}"
             ref = refs[d]
             if isinstance(ref, str):
                 put({**base, "code": "RUNTIME_ERROR", "msg": ref[:2000]})
                 continue
-            args, expected = ref
+            args, expected, magnitudes = ref
             t1 = time.perf_counter()
             got = k(*args)
             first = time.perf_counter() - t1
-            ok, msg = outputs_match(got, expected, config.rtol, config.atol)
+            ok, msg = outputs_match(got, expected, config.rtol, config.atol, magnitudes)
             if not ok:
                 put({**base, "code": "WRONG_ANSWER", "msg": f"differs from the reference interpreter: {msg}"[:2000]})
                 continue

@@ -35,6 +35,7 @@ import numpy as np
 
 from superopt.codegen.c_emit import KernelSource, emit_c
 from superopt.interp.inputs import random_kernel_inputs
+from superopt.interp.magnitude import compute_magnitudes
 from superopt.interp.reference import evaluate_compute
 from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
@@ -244,7 +245,7 @@ class MeasureService:
         if self.config.workers < 1 or self.config.repeats < 1:
             raise ValueError("MeasureConfig needs workers >= 1 and repeats >= 1")
         self._workers: list[_WorkerProc | None] = [None] * self.config.workers
-        self._refs: OrderedDict[str, tuple[list[np.ndarray], list[np.ndarray]] | str] = OrderedDict()
+        self._refs: OrderedDict[str, tuple[list, list, list] | str] = OrderedDict()  # (inputs, refs, magnitudes)
         self._target: Target = self.config.resolved_target()
         # kernels this service compiled (their code, named or not) -> the library holding them and their source:
         # a candidate measured again (a tuner's confirmation rounds) is loaded, not compiled again
@@ -338,7 +339,7 @@ class MeasureService:
             ins = random_kernel_inputs(compute, self.config.seed)
             refs = [np.asarray(r, dtype=np.float64) if np.issubdtype(np.asarray(r).dtype, np.floating)
                     else np.asarray(r) for r in evaluate_compute(compute, ins, dtype=np.float64)]
-            val = (ins, refs)
+            val = (ins, refs, compute_magnitudes(compute, ins))
         except Exception as e:  # noqa: BLE001
             val = f"reference interpreter failed: {e!r}"
         self._refs[d] = val

@@ -17,6 +17,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
+from superopt.schedule.chained import chained_reductions, flops_per_byte, recompute_records, with_recomputes
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -242,6 +243,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # row operand reuses each column vector once per row; one the column operand also reads (an image's y
     # when only x is vectorized, weights as rows) loads a vector per FMA
     row_dims = [d for d in m_dims if ext[d] > 1]
+    shared = [d for d in row_dims if not any(ix.coeff(d) for ix in b.index)]
+    if keep is not None and shared and m_dims[-1] not in shared:
+        # (folded reductions, where the row knob is off: a row dim the column operand does not read, so each
+        # column vector loaded feeds every row; capsule votes' W[kx,ky,i,o,r,p] differs per i, not per y)
+        m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
         pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != pick] + [pick]
@@ -580,6 +586,7 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     from superopt.schedule.plan import reduce_epilogue_dims
 
     stmts = list(compute.statements)
+    order = {s.out: k for k, s in enumerate(stmts)}
     out: dict[str, str] = {}
     for p in stmts:
         accs = product_accesses(p.expr)
@@ -587,8 +594,9 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
             continue
         for c in stmts:
             if c.reduce != "=" and c is not p and p.out in c.inputs() and not c.padding \
-                    and c.out not in out and reduce_epilogue_dims(c, p) is not None:
-                out[c.out] = p.out
+                    and c.out not in out and reduce_epilogue_dims(c, p) is not None \
+                    and all(order.get(t, -1) < order[p.out] for t in c.inputs() if t != p.out):
+                out[c.out] = p.out  # (one reading a stage computed after p is chained: schedule/chained.py)
     return out
 
 
@@ -724,7 +732,7 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
-    if foldable_reductions(compute):
+    if foldable_reductions(compute) or chained_reductions(compute):
         out.append(FOLD_REDUCTIONS)
     before, contraction, _ = final_contraction(compute)
     if before and len(compute.outputs) == 1 and _is_contraction(contraction) \
@@ -772,8 +780,13 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     # residual add) applied at the register tile's write-back when they read it at their own index
     use_contraction, use_epilogue = {STAGES_EPILOGUE: (True, True), STAGES: (True, False),
                                      STAGES_SIMPLE: (False, False), FOLD_REDUCTIONS: (True, True)}[sketch]
+    trace: list[Primitive] = []
+    if sketch == FOLD_REDUCTIONS:  # a reduction chained after another: recompute its contraction, or store it
+        trace += recompute_records(compute, flops_per_byte(target),
+                                   lambda c, default: kn.get(f"{c}.recompute", default, (True, False)))
+        compute = with_recomputes(compute, trace)
+        stmts = list(compute.statements)
     folded = foldable_reductions(compute) if sketch == FOLD_REDUCTIONS else {}
-    trace = []
     reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
     tiled: set[str] = set()
     inlined: set[str] = set()
@@ -808,7 +821,9 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             except (ValueError, StopIteration):
                 pass
         producers = sorted(reads[st.out] & tiled)
-        if use_epilogue and st.reduce == "=" and len(producers) == 1:
+        position = {x.out: k for k, x in enumerate(stmts)}
+        if use_epilogue and st.reduce == "=" and len(producers) == 1 and all(
+                position.get(t, -1) <= position[producers[0]] for t in reads[st.out]):  # (none computed after it)
             trace.append(Epilogue(st.out, producers[0]))
             continue
         trace += simple_schedule(st, target, knobs=kn)

@@ -27,6 +27,7 @@ from superopt.schedule.primitives import (
     Parallel,
     Prefetch,
     Primitive,
+    Recompute,
     ReduceEpilogue,
     Reorder,
     Split,
@@ -245,6 +246,15 @@ def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | No
     target = target or host_target()
     for p in trace:
         _check_fields(p)
+    recomputes = [p for p in trace if isinstance(p, Recompute)]
+    if recomputes:  # copies of contractions, made before any stage exists (superopt/schedule/chained.py)
+        from superopt.schedule.chained import RecomputeError, with_recomputes
+
+        try:
+            compute = with_recomputes(compute, recomputes)
+        except RecomputeError as e:
+            raise ScheduleError(str(e)) from None
+        trace = [p for p in trace if not isinstance(p, Recompute)]
     statements = list(compute.statements)
     inlined: set[str] = set()
     for p in trace:

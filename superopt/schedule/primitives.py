@@ -142,6 +142,24 @@ class Inline(Primitive):
 
 
 @dataclass(frozen=True)
+class Recompute(Primitive):
+    """Compute contraction ``stage`` again, tile by tile, for the reduction ``consumer``, which then reads
+    the copy (a stage named ``recompute_name(stage, consumer)``, scheduled by the rest of the trace) instead
+    of ``stage``. For a reduction chained after another over the same contraction (a variance around a mean
+    that is itself a sum over the contraction): ``consumer`` may read values computed after ``stage``, so it
+    cannot be folded into ``stage``'s write-back, but it can be folded into the copy's, and no buffer the
+    size of the contraction is stored. Against storing ``stage`` once (no record): twice its flops, none of
+    its memory traffic (superopt/schedule/chained.py)."""
+
+    consumer: str
+
+
+def recompute_name(stage: str, consumer: str) -> str:
+    """The name of the copy of ``stage`` that :class:`Recompute` makes for ``consumer``."""
+    return f"{stage}_for_{consumer}"
+
+
+@dataclass(frozen=True)
 class Pack(Primitive):
     """Re-layout input tensor ``stage`` (a kernel input): permute its axes by ``perm``, then split
     axis ``split_axis`` (an index into the permuted axes) by ``factor``, moving the outer part first.
@@ -192,7 +210,7 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute)
 }
 
 
