@@ -24,6 +24,7 @@ from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
 from superopt.lang import compile_op
+from superopt.phases import PhaseTimer, phase
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.target import Target, host_target
@@ -94,6 +95,11 @@ class OptimizeReport:
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
     graph_search: dict | None = None  # search.graph.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
     schedule_source: dict = field(default_factory=dict)  # compute node -> "database" | "cost model" | "default"
+    # wall seconds per phase (superopt.phases.PHASES: load, rewrite, machine ceilings, schedule, codegen, C
+    # compile, build, verify), disjoint, summing to total_s but for the bookkeeping between them
+    phases: dict[str, float] = field(default_factory=dict)
+    total_s: float = 0.0
+    kernels_compiled: int = 0  # distinct kernels the C compiler built (0: every library came from the cache)
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -106,6 +112,9 @@ class OptimizeReport:
             else:
                 text += (f"; graph search ({g['strategy']}): predicted {g['cost_before'] * 1e3:.3g} -> "
                          f"{g['cost_after'] * 1e3:.3g} ms, {g['expansions']} expansions, {g['stop_reason']}")
+        if self.phases:
+            text += (f"; {self.total_s:.2f}s in all: " + ", ".join(f"{p} {t:.2f}s" for p, t in self.phases.items())
+                     + f"; {self.kernels_compiled} kernels compiled")
         if self.fallbacks:
             from superopt.frontends.onnx_fallback import summarize
 
@@ -320,7 +329,7 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
     return graph, (report.applied if report is not None else ())
 
 
-def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
+def search_rewrites(graph: Graph, config: OptimizeConfig | None = None, phases: PhaseTimer | None = None):
     """``rewrite_graph`` with the graph search's report (``search.graph.GraphSearchReport``; None when
     ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
     rules outside ``EXPLORATION_FAMILIES`` for greedy. The cost: ``search.graph_cost.GraphCost``, a
@@ -343,7 +352,7 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
                                 alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience,
                                 finish_descent=True)  # never worse than the greedy pass, whatever the budget
-    cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
+    cost = (lambda: _graph_cost(target, config.compiler, phases)) if target.kind == "cpu" else None
     graph, report = search_graph(graph, cost, gconfig, rules)
     # the global layout choice (search/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
     # blocked-conv tiles are CPU ones), a forced block anywhere
@@ -360,10 +369,11 @@ def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
     return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
 
 
-def _graph_cost(target: Target, compiler: CompilerConfig):
+def _graph_cost(target: Target, compiler: CompilerConfig, phases: PhaseTimer | None = None):
     from search.graph_cost import Ceilings, GraphCost
 
-    return GraphCost(Ceilings.measured(target, compiler), target)
+    with phase(phases, "ceilings"):  # measured once per machine and compiler cache, then read from it
+        return GraphCost(Ceilings.measured(target, compiler), target)
 
 
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
@@ -450,36 +460,43 @@ def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None =
             raise TypeError("optimize() got two configs")
         example_inputs, config = None, example_inputs
     config = config or OptimizeConfig()
+    phases = PhaseTimer()
     if not isinstance(model, Graph) and not _is_torch_program(model):
-        return _optimize_onnx(model, example_inputs, config)
+        return _optimize_onnx(model, example_inputs, config, phases)
     t0 = time.perf_counter()
-    imported = load_graph(model, example_inputs)  # load
-    return _optimize_graph(imported, config, t0)
+    with phases.phase("load"):
+        imported = load_graph(model, example_inputs)
+    return _optimize_graph(imported, config, t0, phases=phases)
 
 
 def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallbacks: Sequence = (),
                     input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
-                    shapes: Sequence[str] = ()) -> OptimizedProgram:
-    """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify."""
-    graph, graph_report = search_rewrites(imported, config)  # rewrite
-    rewrites = graph_report.applied if graph_report is not None else ()
-    graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
+                    shapes: Sequence[str] = (), phases: PhaseTimer | None = None) -> OptimizedProgram:
+    """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify. ``t0``: when the
+    pipeline started (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("rewrite"):
+        graph, graph_report = search_rewrites(imported, config, phases)
+        rewrites = graph_report.applied if graph_report is not None else ()
+        graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
     target = config.resolved_target()
-    model = load_cost_model(config.cost_model)
     database, tune = config.database, None
     deadline = t0 + 0.8 * config.budget_s if config.budget_s is not None else None
-    with tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
+    with phases.phase("schedule"), tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
+        model = load_cost_model(config.cost_model)
         if config.budget_s is not None or config.tune_trials is not None:  # schedule search
             database = database or Path(scratch) / "tuning.jsonl"
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
             tune = tune_schedules(graph, target, config, database, model, time_s)
-        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)  # schedule
-    executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
+        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)
+    with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
+        executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
     err = None
     if config.verify:
-        err = verify(imported, executor, config.seed)  # against the graph as imported, before any pass
+        with phases.phase("verify"):
+            err = verify(imported, executor, config.seed)  # against the graph as imported, before any pass
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
@@ -503,7 +520,8 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
                             len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune,
                             graph_report.to_dict() if graph_report is not None else None,
                             {n.name: "database" if n.name in hits else "cost model" if n.name in picked else "default"
-                             for n in graph.nodes if not n.is_extern})
+                             for n in graph.nodes if not n.is_extern},
+                            phases.ordered(), time.perf_counter() - t0, phases.counts.get("kernels_compiled", 0))
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
 
 
@@ -540,31 +558,39 @@ def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], di
 
 
 def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, np.ndarray],
-                          config: OptimizeConfig) -> OptimizedProgram:
+                          config: OptimizeConfig, phases: PhaseTimer | None = None,
+                          t0: float | None = None) -> OptimizedProgram:
     """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
     from superopt.frontends.onnx_fallback import set_threads
     from superopt.frontends.onnx_frontend import import_onnx_model
     from superopt.frontends.onnx_shapes import symbolic_inputs
 
     set_threads(config.threads)  # fallback nodes run by onnxruntime use the kernels' thread count
-    t0 = time.perf_counter()
-    im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
+    t0 = time.perf_counter() if t0 is None else t0
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("load"):
+        im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
-    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled)
+    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled,
+                           phases)
 
 
-def _optimize_onnx(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram | OptimizedModel:
+def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
+                   phases: PhaseTimer | None = None) -> OptimizedProgram | OptimizedModel:
     """An ONNX model: static -> one OptimizedProgram; symbolic dims -> an OptimizedModel that starts with
     the example shapes and specializes new ones on first use."""
     from superopt.frontends.onnx_frontend import _load
     from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
 
-    m = _load(model)
-    shapes, arrays = onnx_examples(m, example_inputs)
+    t0 = time.perf_counter()
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("load"):
+        m = _load(model)
+        shapes, arrays = onnx_examples(m, example_inputs)
     if not symbolic_inputs(m):
-        return _optimize_onnx_static(m, shapes, arrays, config)
+        return _optimize_onnx_static(m, shapes, arrays, config, phases, t0)
     full = resolve_shapes(m, shapes)  # a clear error when the shapes are missing
-    prog = _optimize_onnx_static(m, full, arrays, config)
+    prog = _optimize_onnx_static(m, full, arrays, config, phases, t0)
     from superopt.frontends.onnx_shapes import declared_inputs
 
     all_shapes = {n: full.get(n, s) for n, s in declared_inputs(m).items()}

@@ -158,7 +158,10 @@ class _StatementEval:
             if not any(letter[d] in s for s in subs):
                 scale *= self.space.ext[d]
         out_sub = "".join(letter[d] for d in self.st.out_dims if any(letter[d] in s for s in subs))
-        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=len(operands) > 2)
+        # optimize: the contractions go through BLAS (with einsum's own loops, the float64 reference of a
+        # convolutional model takes longer than compiling it); integer operands keep those loops
+        fast = len(operands) > 2 or all(o.dtype.kind in "fc" for o in operands)
+        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=fast)
         if scale != 1.0:
             res = res * scale
         # output dims referenced by no operand broadcast
