@@ -72,6 +72,9 @@ class OptimizeConfig:
     budget_s: float | None = None
     tune_trials: int | None = None
     progress: bool = False  # progress bars on stderr for the long passes
+    # keep each verified program of an ONNX model under the compiler cache (superopt.program_cache): a second
+    # optimize of the same model, inputs, config, compiler and code only loads it
+    program_cache: bool = True
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -462,7 +465,7 @@ def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None =
     config = config or OptimizeConfig()
     phases = PhaseTimer()
     if not isinstance(model, Graph) and not _is_torch_program(model):
-        return _optimize_onnx(model, example_inputs, config, phases)
+        return _optimize_onnx_cached(model, example_inputs, config, phases)
     t0 = time.perf_counter()
     with phases.phase("load"):
         imported = load_graph(model, example_inputs)
@@ -525,6 +528,43 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
 
 
+def _optimize_onnx_cached(model, example_inputs, config: OptimizeConfig,
+                          phases: PhaseTimer) -> OptimizedProgram | OptimizedModel:
+    """``_optimize_onnx`` through the program cache (``config.program_cache``): a verified program of the
+    same model, inputs, config, compiler and code is loaded; a new one is stored once verified."""
+    from superopt import program_cache
+
+    t0 = time.perf_counter()
+    where = None
+    if config.program_cache:
+        with phases.phase("cache"):
+            key = program_cache.program_key(model, example_inputs, config)
+            where = program_cache.entry_dir(config.compiler.cache_dir, key) if key is not None else None
+            hit = program_cache.fetch(where, phases) if where is not None else None
+        if hit is not None:
+            executor, saved, meta = hit
+            fields = {k: v for k, v in saved.get("optimize", {}).items() if k in OptimizeReport.__dataclass_fields__}
+            report = OptimizeReport(**fields)
+            total = time.perf_counter() - t0
+            report.import_s, report.compile_s, report.verify_s = 0.0, total, 0.0
+            report.phases, report.total_s = phases.ordered(), total
+            report.kernels_compiled = phases.counts.get("kernels_compiled", 0)
+            report.stop_reason = f"loaded from the program cache (verified when compiled; {report.stop_reason})"
+            dtypes = meta.get("output_dtypes")
+            return OptimizedProgram(executor.graph, executor, report, meta.get("input_names"),
+                                    None if dtypes is None else [np.dtype(d) for d in dtypes])
+    prog = _optimize_onnx(model, example_inputs, config, phases)
+    if where is not None and isinstance(prog, OptimizedProgram):  # (verified: a failure raised)
+        import dataclasses
+
+        with phases.phase("cache"):
+            meta = {"input_names": prog.input_names,
+                    "output_dtypes": None if prog.output_dtypes is None else [np.dtype(d).str for d in prog.output_dtypes]}
+            program_cache.store(where, prog.executor, {"optimize": dataclasses.asdict(prog.report)}, meta)
+        prog.report.phases, prog.report.total_s = phases.ordered(), time.perf_counter() - t0
+    return prog
+
+
 def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
     """``example_inputs`` for an ONNX model as (shapes, arrays) by input name: a dict name -> array or
     name -> shape, or a list of arrays or shapes in input order (a bare shape: the first input's)."""
@@ -571,6 +611,7 @@ def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Ma
     with phases.phase("load"):
         im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
+    del model  # (the protobuf is freed here when no caller holds it: its weights are the graph's now)
     return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled,
                            phases)
 
@@ -588,7 +629,9 @@ def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
         m = _load(model)
         shapes, arrays = onnx_examples(m, example_inputs)
     if not symbolic_inputs(m):
-        return _optimize_onnx_static(m, shapes, arrays, config, phases, t0)
+        box = [m]
+        del m  # handed over without a reference left here, so the import can free the protobuf
+        return _optimize_onnx_static(box.pop(), shapes, arrays, config, phases, t0)
     full = resolve_shapes(m, shapes)  # a clear error when the shapes are missing
     prog = _optimize_onnx_static(m, full, arrays, config, phases, t0)
     from superopt.frontends.onnx_shapes import declared_inputs
