@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,10 +307,12 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
     return import_onnx(model)
 
 
-def verify(graph: Graph, executor: GraphExecutor, seed: int = 0) -> float:
+def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, reference: Future | None = None) -> float:
+    """Max relative error of ``executor`` against the float64 reference of ``graph`` on ``random_inputs(graph,
+    seed)``; ``reference``: that reference's outputs, being computed (see :func:`start_reference`)."""
     feed = random_inputs(graph, seed)
     got = executor(feed)
-    ref = evaluate(graph, feed, np.float64)
+    ref = reference.result() if reference is not None else evaluate(graph, feed, np.float64)
     worst = 0.0
     for o in graph.outputs:
         r, g = np.asarray(ref[o], np.float64), np.asarray(got[o], np.float64)
@@ -322,6 +325,17 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0) -> float:
             r, g = np.nan_to_num(r), np.nan_to_num(g)
         worst = max(worst, float(np.abs(r - g).max(initial=0.0)) / scale)
     return worst
+
+
+def start_reference(graph: Graph, seed: int = 0) -> Future:
+    """The float64 reference outputs of ``graph`` on ``random_inputs(graph, seed)``, computed on a thread: it
+    runs while the C compiler does (a subprocess, which leaves the interpreter free) instead of after it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
+    future = pool.submit(lambda: evaluate(graph, random_inputs(graph, seed), np.float64))
+    pool.shutdown(wait=False)
+    return future
 
 
 def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[Graph, tuple[str, ...]]:
@@ -493,13 +507,14 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
             tune = tune_schedules(graph, target, config, database, model, time_s)
         schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)
+    reference = start_reference(imported, config.seed) if config.verify else None  # (while the build runs)
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
         executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
     err = None
     if config.verify:
-        with phases.phase("verify"):
-            err = verify(imported, executor, config.seed)  # against the graph as imported, before any pass
+        with phases.phase("verify"):  # against the graph as imported, before any pass
+            err = verify(imported, executor, config.seed, reference)
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
