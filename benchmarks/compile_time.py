@@ -281,11 +281,14 @@ def main() -> None:
                   f"  {r['cold'].get('phases', r['cold'].get('error'))}", flush=True)
             path.unlink()
             path.with_suffix(".npz").unlink()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, default=float))
-    (out / f"{args.name}.md").write_text(render(result))
+            write(result, Path(args.out), args.name)  # (after each model: a long run keeps what it measured)
     print(render(result))
+
+
+def write(result: dict, out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=float))
+    (out / f"{name}.md").write_text(render(result))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,10 @@ class OptimizeConfig:
     # Neither: no search (database, cost model and default heuristic only).
     budget_s: float | None = None
     tune_trials: int | None = None
+    # seconds the cost model's zero-measurement picks may take (kernels of most work first; the others keep
+    # the default heuristic); None: MODEL_PICK_S per distinct kernel, at least MODEL_PICK_MIN_S (each pick
+    # lowers and featurizes about a hundred candidate schedules); with budget_s, 80% of the budget instead
+    model_pick_s: float | None = None
     progress: bool = False  # progress bars on stderr for the long passes
     # keep each verified program of an ONNX model under the compiler cache (superopt.program_cache): a second
     # optimize of the same model, inputs, config, compiler and code only loads it
@@ -79,6 +83,10 @@ class OptimizeConfig:
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
+
+
+MODEL_PICK_S = 0.25
+MODEL_PICK_MIN_S = 2.0
 
 
 @dataclass
@@ -499,9 +507,15 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     t1 = time.perf_counter()
     target = config.resolved_target()
     database, tune = config.database, None
-    deadline = t0 + 0.8 * config.budget_s if config.budget_s is not None else None
     with phases.phase("schedule"), tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
         model = load_cost_model(config.cost_model)
+        if config.budget_s is not None:
+            deadline = t0 + 0.8 * config.budget_s
+        else:
+            kernels = len({n.op.digest() for n in graph.nodes if not n.is_extern})
+            pick_s = config.model_pick_s if config.model_pick_s is not None else \
+                max(MODEL_PICK_MIN_S, MODEL_PICK_S * kernels)
+            deadline = time.perf_counter() + pick_s
         if config.budget_s is not None or config.tune_trials is not None:  # schedule search
             database = database or Path(scratch) / "tuning.jsonl"
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())

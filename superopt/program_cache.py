@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import asdict, replace
@@ -128,7 +129,37 @@ def store(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta
                       extra_files={"program.json": json.dumps(meta).encode(),
                                    "sources.pkl": pickle.dumps(sources, protocol=pickle.HIGHEST_PROTOCOL)})
     except (ArtifactError, OSError):
-        pass
+        return
+    evict(directory.parent, keep=directory)
+
+
+# the programs kept under one compiler cache, in bytes: past it, the least recently used entries go
+MAX_BYTES = 4 << 30
+
+
+def evict(root: Path, keep: Path | None = None, max_bytes: int = MAX_BYTES) -> list[Path]:
+    """Remove the least recently used entries under ``root`` until they hold at most ``max_bytes`` (``keep``
+    stays); returns the removed ones."""
+    import shutil
+
+    entries = []
+    for d in root.iterdir():
+        if d.is_dir() and not d.name.startswith("."):
+            try:
+                entries.append((d.stat().st_mtime, sum(f.stat().st_size for f in d.rglob("*") if f.is_file()), d))
+            except OSError:
+                continue
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    for _, size, d in sorted(entries):
+        if total <= max_bytes:
+            break
+        if keep is not None and d == keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        total -= size
+        removed.append(d)
+    return removed
 
 
 def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], dict[str, Any]] | None:
@@ -146,6 +177,10 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
         meta = json.loads((directory / "program.json").read_text())
     except (ArtifactError, OSError, ValueError, pickle.UnpicklingError, EOFError, KeyError):
         return None
+    try:
+        os.utime(directory)  # recently used: the last to be evicted
+    except OSError:
+        pass
     target = program["target"]
     compiler = replace(program["compiler"], cache_dir=directory / "kernels")
     executor = GraphExecutor(program["graph"], {n: _trace(t) for n, t in
@@ -160,4 +195,4 @@ def _trace(doc: Any) -> list:
     return trace_from_json(json.dumps(doc))
 
 
-__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch"]
+__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch", "evict"]

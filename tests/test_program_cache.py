@@ -89,3 +89,19 @@ def test_no_program_cache_compiles_every_time(setup):
     optimize(str(path), off)
     assert "program cache" not in optimize(str(path), off).report.stop_reason
     assert not (cfg.compiler.cache_dir / "programs").exists()
+
+
+def test_the_least_recently_used_entries_are_evicted_past_the_size_cap(tmp_path):
+    import os
+
+    from superopt.program_cache import evict
+
+    for i, size in enumerate((300, 300, 300)):
+        d = tmp_path / f"e{i}"
+        d.mkdir()
+        (d / "program.pkl").write_bytes(b"x" * size)
+        os.utime(d, (1000 + i, 1000 + i))
+    os.utime(tmp_path / "e0", (2000, 2000))  # e0 used last
+    removed = evict(tmp_path, keep=tmp_path / "e2", max_bytes=700)
+    assert removed == [tmp_path / "e1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e0", "e2"]
