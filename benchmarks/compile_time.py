@@ -41,6 +41,11 @@ def cpu_model() -> str:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM: of its own address space; ``ru_maxrss`` would carry the
+    parent's peak over the exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # (Linux: kilobytes)
@@ -77,7 +82,8 @@ def child(system: str, path: str, cache: str, threads: int) -> dict:
         from superopt.api import OptimizeConfig, optimize
         from superopt.runtime.compiler import CompilerConfig
 
-        cfg = OptimizeConfig(threads=threads, compiler=CompilerConfig(cache_dir=Path(cache)))
+        # (a generous per-unit compiler timeout: on a machine shared by many, a unit can wait minutes)
+        cfg = OptimizeConfig(threads=threads, compiler=CompilerConfig(cache_dir=Path(cache), timeout_s=900.0))
         t0 = time.perf_counter()
         prog = optimize(path, cfg)
         t1 = time.perf_counter()

@@ -583,7 +583,8 @@ def _optimize_onnx_cached(model, example_inputs, config: OptimizeConfig,
             return OptimizedProgram(executor.graph, executor, report, meta.get("input_names"),
                                     None if dtypes is None else [np.dtype(d) for d in dtypes])
     prog = _optimize_onnx(model, example_inputs, config, phases)
-    if where is not None and isinstance(prog, OptimizedProgram):  # (verified: a failure raised)
+    # (verified: a failure raised); a program with ONNX fallback nodes is not kept (its report names them)
+    if where is not None and isinstance(prog, OptimizedProgram) and not prog.report.fallbacks:
         import dataclasses
 
         with phases.phase("cache"):
