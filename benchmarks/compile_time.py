@@ -198,7 +198,7 @@ def render(result: dict) -> str:
         return "error" if "error" in d else (f"{d[k] * scale:{fmt}}" if d.get(k) is not None else "-")
 
     if result.get("baseline"):
-        lines[-2] = lines[-2][:-1] + " before: cold / warm (s), RSS cold (MB) |"
+        lines[-2] += " before: cold / warm (s), RSS cold (MB) |"
         lines[-1] += "---:|"
     for name, r in result["models"].items():
         c, w, o, v = r["cold"], r["warm"], r["onnxruntime"], r["openvino"]

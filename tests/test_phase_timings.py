@@ -71,8 +71,14 @@ def test_report_phases_sum_to_the_total_and_count_the_kernels_compiled(model_pat
 
 
 def test_cli_json_carries_the_phase_timings(model_path, capsys):
-    assert main(["optimize", str(model_path), "--threads", "1", "--no-cost-model", "--no-db", "--json",
-                 "--repeat", "1"]) == 0
+    args = ["optimize", str(model_path), "--threads", "1", "--no-cost-model", "--no-db", "--json", "--repeat", "1"]
+    assert main([*args, "--no-program-cache"]) == 0
     doc = json.loads(capsys.readouterr().out)
     _check_phases(doc["report"])
     assert isinstance(doc["report"]["kernels_compiled"], int)
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0  # loads the program the run before kept
+    warm = json.loads(capsys.readouterr().out)["report"]
+    assert "program cache" in warm["stop_reason"] and warm["kernels_compiled"] == 0
+    assert abs(sum(warm["phases"].values()) - warm["total_s"]) <= 0.1 * warm["total_s"]
