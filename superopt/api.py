@@ -13,6 +13,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
+from superopt.phases import PhaseTimer
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.graph_defaults import default_schedules
@@ -73,7 +75,14 @@ class OptimizeConfig:
     # Neither: no search (database, cost model and default heuristic only).
     budget_s: float | None = None
     tune_trials: int | None = None
+    # seconds the cost model's zero-measurement picks may take (kernels of most work first; the others keep
+    # the default heuristic); None: MODEL_PICK_S per distinct kernel, at least MODEL_PICK_MIN_S (each pick
+    # lowers and featurizes about a hundred candidate schedules); with budget_s, 80% of the budget instead
+    model_pick_s: float | None = None
     progress: bool = False  # progress bars on stderr for the long passes
+    # keep each verified program of an ONNX model under the compiler cache (superopt.program_cache): a second
+    # optimize of the same model, inputs, config, compiler and code only loads it
+    program_cache: bool = True
 
     def resolved_target(self) -> Target:
         return self.target if self.target is not None else host_target(self.threads, self.compiler.cc)
@@ -85,6 +94,10 @@ class OptimizeConfig:
         return RewriteConfig(self.resolved_target(), self.compiler, self.fuse, self.rules, self.graph_search,
                              self.graph_budget_s, self.graph_expansions, self.graph_alpha, self.graph_patience,
                              self.seed, self.layout, self.winograd)
+
+
+MODEL_PICK_S = 0.25
+MODEL_PICK_MIN_S = 2.0
 
 
 @dataclass
@@ -105,6 +118,11 @@ class OptimizeReport:
     tune: dict | None = None  # the schedule search's summary (measured, elapsed_s, stop_reason) when one ran
     graph_search: dict | None = None  # search.graph.search.GraphSearchReport.to_dict() of the rewrite pass (None: no rewrites)
     schedule_source: dict = field(default_factory=dict)  # compute node -> "database" | "cost model" | "default"
+    # wall seconds per phase (superopt.phases.PHASES: load, rewrite, machine ceilings, schedule, codegen, C
+    # compile, build, verify), disjoint, summing to total_s but for the bookkeeping between them
+    phases: dict[str, float] = field(default_factory=dict)
+    total_s: float = 0.0
+    kernels_compiled: int = 0  # distinct kernels the C compiler built (0: every library came from the cache)
 
     def __str__(self) -> str:
         err = "not verified" if self.max_error is None else f"max rel. error {self.max_error:.2e}"
@@ -117,6 +135,9 @@ class OptimizeReport:
             else:
                 text += (f"; graph search ({g['strategy']}): predicted {g['cost_before'] * 1e3:.3g} -> "
                          f"{g['cost_after'] * 1e3:.3g} ms, {g['expansions']} expansions, {g['stop_reason']}")
+        if self.phases:
+            text += (f"; {self.total_s:.2f}s in all: " + ", ".join(f"{p} {t:.2f}s" for p, t in self.phases.items())
+                     + f"; {self.kernels_compiled} kernels compiled")
         if self.fallbacks:
             from superopt.frontends.onnx_fallback import summarize
 
@@ -292,12 +313,13 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
 
 
 def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
-           rtol: float | None = None, random: bool = True) -> float:
+           rtol: float | None = None, random: bool = True, reference: Future | None = None) -> float:
     """The largest error of the compiled outputs against the float64 reference, each element measured against
     the magnitude of the terms it is computed from (``superopt.interp.tolerance``), on seeded random inputs
     and, where given, on ``inputs`` (the user's own, which may be far worse conditioned). Raises
     ``VerificationError`` naming the worst element when that error exceeds ``rtol`` (None: only on a shape or
-    NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph)."""
+    NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph). ``reference``: the reference
+    and magnitudes on the seeded random inputs, being computed (see :func:`start_reference`)."""
     from superopt.interp.magnitude import reference_with_magnitudes
     from superopt.interp.tolerance import check_outputs
 
@@ -307,15 +329,31 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping
         feeds.append({n: np.asarray(inputs[n]).astype(graph.type_of[n].np_dtype, copy=False) for n in graph.inputs})
     if random or not feeds:
         feeds.insert(0, random_inputs(graph, seed))
+    else:
+        reference = None  # computed for the random inputs, which are not checked
     worst = 0.0
-    for feed in feeds:
+    for k, feed in enumerate(feeds):
         got = executor(feed)
-        ref, mags = reference_with_magnitudes(graph, feed)
+        ref, mags = reference.result() if k == 0 and reference is not None else reference_with_magnitudes(graph, feed)
         for check in check_outputs(graph.outputs, got, ref, mags, np.inf if rtol is None else rtol):
             if not check.ok:
                 raise VerificationError(f"compiled program differs from the reference: {check.message}")
             worst = max(worst, check.error)
     return worst
+
+
+def start_reference(graph: Graph, seed: int = 0) -> Future:
+    """The float64 reference outputs of ``graph`` and their magnitudes (:func:`verify`) on
+    ``random_inputs(graph, seed)``, computed on a thread: it runs while the C compiler does (a subprocess, which
+    leaves the interpreter free) instead of after it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from superopt.interp.magnitude import reference_with_magnitudes
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
+    future = pool.submit(lambda: reference_with_magnitudes(graph, random_inputs(graph, seed)))
+    pool.shutdown(wait=False)
+    return future
 
 
 def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[Graph, tuple[str, ...]]:
@@ -326,12 +364,12 @@ def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[G
     return graph, (report.applied if report is not None else ())
 
 
-def search_rewrites(graph: Graph, config: OptimizeConfig | None = None):
+def search_rewrites(graph: Graph, config: OptimizeConfig | None = None, phases: PhaseTimer | None = None):
     """``rewrite_graph`` with the graph search's report (``search.graph.search.GraphSearchReport``; None when
     ``config.fuse`` is off): :func:`search.graph.rewrite.search_rewrites` with ``config``'s settings."""
     from search.graph.rewrite import search_rewrites as run
 
-    return run(graph, (config or OptimizeConfig()).rewrite_config())
+    return run(graph, (config or OptimizeConfig()).rewrite_config(), phases)
 
 
 def compile_graph(graph: Graph, config: OptimizeConfig | None = None) -> GraphExecutor:
@@ -417,11 +455,14 @@ def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None =
             raise TypeError("optimize() got two configs")
         example_inputs, config = None, example_inputs
     config = config or OptimizeConfig()
+    phases = PhaseTimer()
     if not isinstance(model, Graph) and not _is_torch_program(model):
-        return _optimize_onnx(model, example_inputs, config)
+        return _optimize_onnx_cached(model, example_inputs, config, phases)
     t0 = time.perf_counter()
-    imported = load_graph(model, example_inputs)  # load
-    return _optimize_graph(imported, config, t0, verify_inputs=_positional_feed(imported, example_inputs))
+    with phases.phase("load"):
+        imported = load_graph(model, example_inputs)
+    return _optimize_graph(imported, config, t0, verify_inputs=_positional_feed(imported, example_inputs),
+                           phases=phases)
 
 
 def _positional_feed(graph: Graph, example_inputs) -> dict[str, np.ndarray] | None:
@@ -438,30 +479,41 @@ def _positional_feed(graph: Graph, example_inputs) -> dict[str, np.ndarray] | No
 
 def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallbacks: Sequence = (),
                     input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
-                    shapes: Sequence[str] = (), verify_inputs: Mapping[str, np.ndarray] | None = None
-                    ) -> OptimizedProgram:
+                    shapes: Sequence[str] = (), verify_inputs: Mapping[str, np.ndarray] | None = None,
+                    phases: PhaseTimer | None = None) -> OptimizedProgram:
     """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify (on seeded random inputs
-    and on ``verify_inputs``, the user's own, where given)."""
-    graph, graph_report = search_rewrites(imported, config)  # rewrite
-    rewrites = graph_report.applied if graph_report is not None else ()
-    graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
+    and on ``verify_inputs``, the user's own, where given). ``t0``: when the pipeline started
+    (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("rewrite"):
+        graph, graph_report = search_rewrites(imported, config, phases)
+        rewrites = graph_report.applied if graph_report is not None else ()
+        graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     t1 = time.perf_counter()
     target = config.resolved_target()
-    model = load_cost_model(config.cost_model)
     database, tune = config.database, None
-    deadline = t0 + 0.8 * config.budget_s if config.budget_s is not None else None
-    with tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
+    with phases.phase("schedule"), tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
+        model = load_cost_model(config.cost_model)
+        if config.budget_s is not None:
+            deadline = t0 + 0.8 * config.budget_s
+        else:
+            kernels = len({n.op.digest() for n in graph.nodes if not n.is_extern})
+            pick_s = config.model_pick_s if config.model_pick_s is not None else \
+                max(MODEL_PICK_MIN_S, MODEL_PICK_S * kernels)
+            deadline = time.perf_counter() + pick_s
         if config.budget_s is not None or config.tune_trials is not None:  # schedule search
             database = database or Path(scratch) / "tuning.jsonl"
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
             tune = tune_schedules(graph, target, config, database, model, time_s)
-        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)  # schedule
-    executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target))  # build
+        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)
+    reference = start_reference(imported, config.seed) if config.verify else None  # (while the build runs)
+    with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
+        executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
     err = None
     if config.verify:
-        # against the graph as imported, before any pass
-        err = verify(imported, executor, config.seed, verify_inputs, config.rtol)
+        with phases.phase("verify"):  # against the graph as imported, before any pass
+            err = verify(imported, executor, config.seed, verify_inputs, config.rtol, reference=reference)
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
@@ -485,8 +537,47 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
                             len(rewrites), n_compute, len(hits), len(picked), list(fallbacks), list(shapes), tune,
                             graph_report.to_dict() if graph_report is not None else None,
                             {n.name: "database" if n.name in hits else "cost model" if n.name in picked else "default"
-                             for n in graph.nodes if not n.is_extern})
+                             for n in graph.nodes if not n.is_extern},
+                            phases.ordered(), time.perf_counter() - t0, phases.counts.get("kernels_compiled", 0))
     return OptimizedProgram(graph, executor, report, input_names, output_dtypes)
+
+
+def _optimize_onnx_cached(model, example_inputs, config: OptimizeConfig,
+                          phases: PhaseTimer) -> OptimizedProgram | OptimizedModel:
+    """``_optimize_onnx`` through the program cache (``config.program_cache``): a verified program of the
+    same model, inputs, config, compiler and code is loaded; a new one is stored once verified."""
+    from superopt import program_cache
+
+    t0 = time.perf_counter()
+    where = None
+    if config.program_cache:
+        with phases.phase("cache"):
+            key = program_cache.program_key(model, example_inputs, config)
+            where = program_cache.entry_dir(config.compiler.cache_dir, key) if key is not None else None
+            hit = program_cache.fetch(where, phases) if where is not None else None
+        if hit is not None:
+            executor, saved, meta = hit
+            fields = {k: v for k, v in saved.get("optimize", {}).items() if k in OptimizeReport.__dataclass_fields__}
+            report = OptimizeReport(**fields)
+            total = time.perf_counter() - t0
+            report.import_s, report.compile_s, report.verify_s = 0.0, total, 0.0
+            report.phases, report.total_s = phases.ordered(), total
+            report.kernels_compiled = phases.counts.get("kernels_compiled", 0)
+            report.stop_reason = f"loaded from the program cache (verified when compiled; {report.stop_reason})"
+            dtypes = meta.get("output_dtypes")
+            return OptimizedProgram(executor.graph, executor, report, meta.get("input_names"),
+                                    None if dtypes is None else [np.dtype(d) for d in dtypes])
+    prog = _optimize_onnx(model, example_inputs, config, phases)
+    # (verified: a failure raised); a program with ONNX fallback nodes is not kept (its report names them)
+    if where is not None and isinstance(prog, OptimizedProgram) and not prog.report.fallbacks:
+        import dataclasses
+
+        with phases.phase("cache"):
+            meta = {"input_names": prog.input_names,
+                    "output_dtypes": None if prog.output_dtypes is None else [np.dtype(d).str for d in prog.output_dtypes]}
+            program_cache.store(where, prog.executor, {"optimize": dataclasses.asdict(prog.report)}, meta)
+        prog.report.phases, prog.report.total_s = phases.ordered(), time.perf_counter() - t0
+    return prog
 
 
 def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray]]:
@@ -522,34 +613,44 @@ def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], di
 
 
 def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, np.ndarray],
-                          config: OptimizeConfig) -> OptimizedProgram:
+                          config: OptimizeConfig, phases: PhaseTimer | None = None,
+                          t0: float | None = None) -> OptimizedProgram:
     """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
     from superopt.frontends.onnx_fallback import set_threads
     from superopt.frontends.onnx_frontend import import_onnx_model
     from superopt.frontends.onnx_shapes import symbolic_inputs
 
     set_threads(config.threads)  # fallback nodes run by onnxruntime use the kernels' thread count
-    t0 = time.perf_counter()
-    im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
+    t0 = time.perf_counter() if t0 is None else t0
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("load"):
+        im = import_onnx_model(model, shapes=shapes, strict=config.strict, example=arrays)
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
     names = im.input_names or im.graph.inputs
     feed = {g: arrays[o] for o, g in zip(names, im.graph.inputs) if o in arrays}
+    del model  # (the protobuf is freed here when no caller holds it: its weights are the graph's now)
     return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled,
-                           feed or None)
+                           feed or None, phases)
 
 
-def _optimize_onnx(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram | OptimizedModel:
+def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
+                   phases: PhaseTimer | None = None) -> OptimizedProgram | OptimizedModel:
     """An ONNX model: static -> one OptimizedProgram; symbolic dims -> an OptimizedModel that starts with
     the example shapes and specializes new ones on first use."""
     from superopt.frontends.onnx_frontend import _load
     from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
 
-    m = _load(model)
-    shapes, arrays = onnx_examples(m, example_inputs)
+    t0 = time.perf_counter()
+    phases = phases if phases is not None else PhaseTimer()
+    with phases.phase("load"):
+        m = _load(model)
+        shapes, arrays = onnx_examples(m, example_inputs)
     if not symbolic_inputs(m):
-        return _optimize_onnx_static(m, shapes, arrays, config)
+        box = [m]
+        del m  # handed over without a reference left here, so the import can free the protobuf
+        return _optimize_onnx_static(box.pop(), shapes, arrays, config, phases, t0)
     full = resolve_shapes(m, shapes)  # a clear error when the shapes are missing
-    prog = _optimize_onnx_static(m, full, arrays, config)
+    prog = _optimize_onnx_static(m, full, arrays, config, phases, t0)
     from superopt.frontends.onnx_shapes import declared_inputs
 
     all_shapes = {n: full.get(n, s) for n, s in declared_inputs(m).items()}

@@ -45,7 +45,11 @@ class ArtifactError(ValueError):
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:  # in blocks: a program's weights are not read into memory at once
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _libraries(executor: GraphExecutor) -> list[Path]:

@@ -174,7 +174,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                                    cost_model=_cost_model_arg(args), strict=args.strict, target=target,
                                    seed=args.seed, budget_s=budget, tune_trials=args.trials,
                                    progress=not (args.no_progress or args.json), graph_search=args.graph_search,
-                                   **graph))
+                                   program_cache=not args.no_program_cache, **graph))
     log = sys.stderr if args.json else sys.stdout
     print(f"optimized {args.model}: {prog.report}", file=log)
     for line in prog.report.fallback_lines():
@@ -183,7 +183,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         from superopt.cli_artifact import write_artifact
 
         first = getattr(prog, "first", prog)  # an OptimizedModel (symbolic dims): its first compiled shape
-        source = model.SerializeToString()
+        source = Path(path).read_bytes()  # (the file optimize parsed: not parsed a second time)
         rep = first.report
         out, report = write_artifact(first, args.out, Path(path).name, source, first.input_names, args.threads,
                                      tuple((rep.graph_search or {}).get("applied", ())), rep.schedule_source)
@@ -472,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="write the compiled artifact, optimized.onnx and report.md/json/png to this directory "
                         "(atomically); reload with superopt run OUT or superopt.load(OUT)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout (logs on stderr)")
+    p.add_argument("--no-program-cache", action="store_true",
+                   help="compile even when the compiler cache holds this model's verified program (and keep none)")
     p.add_argument("--budget", default=None, metavar="TIME",
                    help="wall-clock budget of the whole optimization, e.g. 90s, 5m: the schedule search over the "
                         "kernels the database lacks gets half of it (default: no schedule search)")

@@ -57,6 +57,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               f"Search: {report['search']['trials']} trials, {report['search']['seconds']:.1f} s"]
     if report.get("rewrites"):
         lines.append(f"Rewrites applied ({len(report['rewrites'])}): {', '.join(report['rewrites'])}")
+    phases = report.get("optimize", {}).get("phases") or {}
+    if phases:
+        opt = report["optimize"]
+        lines += ["", f"Optimized in {opt.get('total_s', 0.0):.2f} s, {opt.get('kernels_compiled', 0)} kernels compiled "
+                  f"(of {opt.get('kernels', 0)} distinct):", "", "| phase | seconds |", "|---|---:|"]
+        lines += [f"| {p} | {t:.2f} |" for p, t in phases.items()]
+        lines.append("")
     fallbacks = report.get("optimize", {}).get("fallbacks") or []
     if fallbacks:
         lines.append(f"Not optimized (fallback): {len(fallbacks)} node(s)")

@@ -20,8 +20,8 @@ PACKAGES = ("superopt", "search", "costmodel", "rewrite_rules")
 # bottom first; an entry names a package or a module
 LAYERS: tuple[tuple[str, ...], ...] = (
     # leaves and loaders: the IR, the index-notation language, the reference interpreter, the ops and the
-    # graph builder, the ONNX / torch.fx importers, the description of the machine
-    ("superopt.target", "superopt.ir", "superopt.lang", "superopt.interp", "superopt.builder", "superopt.ops",
+    # graph builder, the ONNX / torch.fx importers, the description of the machine, the phase timer
+    ("superopt.target", "superopt.phases", "superopt.ir", "superopt.lang", "superopt.interp", "superopt.builder", "superopt.ops",
      "superopt.frontends", "superopt.onnx_export", "superopt.report"),
     # what a choice means: schedules (space, knobs, default heuristics, plan and its check), rewrite rules
     ("superopt.schedule", "rewrite_rules"),
@@ -37,7 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("search", "costmodel.workloads", "costmodel.collect"),
     # front doors: the Python API, the CLI, the torch and ONNX-backend front doors, user ops, the test tools
     ("superopt.api", "superopt.cli", "superopt.cli_artifact", "superopt.cli_costmodel", "superopt.cli_dataset",
-     "superopt.backend", "superopt.user_op", "superopt.frontends.torch_backend", "superopt.testing", "superopt"),
+     "superopt.backend", "superopt.user_op", "superopt.frontends.torch_backend", "superopt.testing",
+     "superopt.program_cache", "superopt"),
 )
 ROOT_ONLY = frozenset({"superopt"})  # entries that hold only the package's own __init__, not its subpackages
 

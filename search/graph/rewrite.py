@@ -13,6 +13,7 @@ from search.graph.layout import choose_layouts
 from search.graph.search import GraphSearchConfig, GraphSearchReport, default_rules, search_graph
 from superopt.ir.graph import Graph
 from superopt.ir.prune import prune_graph
+from superopt.phases import PhaseTimer, phase
 from superopt.runtime.compiler import CompilerConfig
 from superopt.target import Target
 
@@ -43,7 +44,8 @@ def rewrite_graph(graph: Graph, config: RewriteConfig) -> tuple[Graph, tuple[str
     return graph, (report.applied if report is not None else ())
 
 
-def search_rewrites(graph: Graph, config: RewriteConfig) -> tuple[Graph, GraphSearchReport | None]:
+def search_rewrites(graph: Graph, config: RewriteConfig,
+                    phases: PhaseTimer | None = None) -> tuple[Graph, GraphSearchReport | None]:
     """The graph passes before scheduling (prune dead code, then the rewrite rules: fusion, layout, algebraic,
     chosen by the graph search ``config.graph_search``), with the graph search's report (None when
     ``config.fuse`` is off). Rules: ``config.rules`` by name, else ``ALL_RULES`` for the search and the
@@ -63,7 +65,7 @@ def search_rewrites(graph: Graph, config: RewriteConfig) -> tuple[Graph, GraphSe
     gconfig = GraphSearchConfig(strategy=strategy, budget_s=config.graph_budget_s, max_expansions=config.graph_expansions,
                                 alpha=config.graph_alpha, seed=config.seed, patience=config.graph_patience,
                                 finish_descent=True)  # never worse than the greedy pass, whatever the budget
-    cost = (lambda: _graph_cost(target, config.compiler)) if target.kind == "cpu" else None
+    cost = (lambda: _graph_cost(target, config.compiler, phases)) if target.kind == "cpu" else None
     graph, report = search_graph(graph, cost, gconfig, rules)
     # the global layout choice (search/graph/layout.py), after the rewrites; "auto" on CPUs only (its cost and the
     # blocked-conv tiles are CPU ones), a forced block anywhere
@@ -74,5 +76,6 @@ def search_rewrites(graph: Graph, config: RewriteConfig) -> tuple[Graph, GraphSe
     return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
 
 
-def _graph_cost(target: Target, compiler: CompilerConfig):
-    return GraphCost(Ceilings.measured(target, compiler), target)
+def _graph_cost(target: Target, compiler: CompilerConfig, phases: PhaseTimer | None = None):
+    with phase(phases, "ceilings"):  # measured once per machine and compiler cache, then read from it
+        return GraphCost(Ceilings.measured(target, compiler), target)

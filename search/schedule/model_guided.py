@@ -185,14 +185,19 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
     """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
     picked once; after ``deadline`` (a ``time.perf_counter()`` value) no new kernel is picked (those nodes are
-    left out: the caller gives them the default). Returns the schedules and each node's :class:`ModelPick`."""
+    left out: the caller gives them the default), so with a deadline the kernels of most work are picked
+    first. Returns the schedules and each node's :class:`ModelPick`."""
+    from superopt.runtime.kernel import kernel_work
     from superopt.schedule.graph_defaults import constant_inputs
 
     skip = set(skip)
     cache: dict[tuple[str, frozenset[str]], ModelPick] = {}
     out: dict[str, list[Primitive]] = {}
     picks: dict[str, ModelPick] = {}
-    for n in graph.nodes:
+    nodes = [n for n in graph.nodes if not n.is_extern]
+    if deadline is not None:
+        nodes.sort(key=lambda n: -kernel_work(n.op))
+    for n in nodes:
         if n.is_extern or n.name in skip:
             continue
         consts = constant_inputs(graph, n)

@@ -148,6 +148,42 @@ def check_opset(m: onnx.ModelProto) -> int:
     return opset
 
 
+_WEIGHT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
+_WEIGHT_ELEMENTS = 1024
+
+
+def _without_weights(m: onnx.ModelProto) -> onnx.ModelProto:
+    """``m`` whose large floating-point initializers are graph inputs of their type and shape instead: ONNX
+    shape inference serializes the model and parses its result, so with the weights inside it holds four
+    copies of them at once; their values decide no shape (data propagation follows integer tensors)."""
+    weights = {t.name for t in m.graph.initializer
+               if t.data_type in _WEIGHT_TYPES and int(np.prod(t.dims, dtype=np.int64)) > _WEIGHT_ELEMENTS}
+    if not weights:
+        return m
+    light = onnx.ModelProto()
+    for fd, value in m.ListFields():
+        if fd.name != "graph":
+            _copy_field(light, fd, value)
+    for fd, value in m.graph.ListFields():
+        if fd.name == "initializer":
+            light.graph.initializer.extend(t for t in value if t.name not in weights)
+        else:
+            _copy_field(light.graph, fd, value)
+    declared = {vi.name for vi in m.graph.input}
+    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in m.graph.initializer if t.name in weights and t.name not in declared)
+    return light
+
+
+def _copy_field(dst, fd, value) -> None:
+    if fd.is_repeated:
+        getattr(dst, fd.name).extend(value)
+    elif fd.type == fd.TYPE_MESSAGE:
+        getattr(dst, fd.name).CopyFrom(value)
+    else:
+        setattr(dst, fd.name, value)
+
+
 def _infer_shapes(m: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference, strict for models in the default domain (a malformed model is an error);
     lenient where other domains appear (their ops may have no schema here: they fall back)."""
@@ -233,13 +269,13 @@ def import_onnx_model(model: str | Path | bytes | onnx.ModelProto, bind: Mapping
             wanted.setdefault(n, np.shape(v))
     if sym or wanted:
         m = specialize(m, resolve_shapes(m, {n: s for n, s in wanted.items() if n in declared_inputs(m)}))
-    m = _infer_shapes(m)
+    init = {t.name: t for t in m.graph.initializer}
+    m = _infer_shapes(_without_weights(m))  # (the weights are read from the model as given)
     g = m.graph
     opsets = [(o.domain, int(o.version)) for o in m.opset_import]
     b = GraphBuilder(_clean_name(g.name or "onnx"))
     env: dict[str, str] = {}
     elem_of: dict[str, int] = {}  # ONNX element type of every tensor in env
-    init = {t.name: t for t in g.initializer}
     for name, t in init.items():
         a = _edge_array(t, "initializer")
         env[name] = b.constant(a, name, dtype=a.dtype.name)

@@ -158,7 +158,10 @@ class _StatementEval:
             if not any(letter[d] in s for s in subs):
                 scale *= self.space.ext[d]
         out_sub = "".join(letter[d] for d in self.st.out_dims if any(letter[d] in s for s in subs))
-        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=len(operands) > 2)
+        # optimize: the contractions go through BLAS (with einsum's own loops, the float64 reference of a
+        # convolutional model takes longer than compiling it); integer operands keep those loops
+        fast = len(operands) > 2 or all(o.dtype.kind in "fc" for o in operands)
+        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=fast)
         if scale != 1.0:
             res = res * scale
         # output dims referenced by no operand broadcast
@@ -239,6 +242,10 @@ def evaluate_compute(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.nd
     return [env[o] for o in c.outputs]
 
 
+def _constant(c, float_dtype: np.dtype) -> np.ndarray:
+    return c.array.astype(float_dtype) if is_float(c.type.dtype) else c.array
+
+
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], dtype=np.float32,
              keep_intermediates: bool = False) -> dict[str, np.ndarray]:
     """Run a graph; returns its outputs by name (or every tensor, with ``keep_intermediates``)."""
@@ -251,11 +258,20 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
     env: dict[str, np.ndarray] = {}
     for n in graph.inputs:
         env[n] = _as_input(inputs[n], graph.type_of[n], float_dtype, f"graph input {n!r}")
-    for n, c in graph.constants:
-        a = c.array
-        env[n] = a.astype(float_dtype) if is_float(c.type.dtype) else a
-    for node in graph.nodes:
-        ins = [env[i] for i in node.inputs]
+    # a constant is converted when first read and every tensor dropped after its last reader (unless kept):
+    # at most the live tensors are held, not the whole model's weights in float64 besides its float32 ones
+    constants = dict(graph.constants)
+    last_use = {t: i for i, node in enumerate(graph.nodes) for t in node.inputs}
+    keep = set(graph.outputs) | set(graph.inputs)
+    if keep_intermediates:
+        keep |= set(constants)
+    for n in (set(constants) & set(graph.outputs)) | (set(constants) if keep_intermediates else set()):
+        env[n] = _constant(constants[n], float_dtype)
+    for i, node in enumerate(graph.nodes):
+        for t in node.inputs:
+            if t not in env and t in constants:
+                env[t] = _constant(constants[t], float_dtype)
+        ins = [env[t] for t in node.inputs]
         if node.is_extern:
             outs = evaluate_extern(node.op.kind, ins, node.op.attr)
         else:
@@ -265,6 +281,11 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
             if tuple(val.shape) != t.shape and not dynamic:  # (a run-time shape: its type is an upper bound)
                 raise ValueError(f"node {node.name!r} produced {name!r} with shape {val.shape}, expected {t.shape}")
             env[name] = val
+        if not keep_intermediates:
+            for t in node.inputs:
+                if last_use.get(t) == i and t not in keep:
+                    env.pop(t, None)
+        del ins
     if keep_intermediates:
         return env
     return {o: env[o] for o in graph.outputs}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from superopt.codegen.c_emit import PRELUDE
 from superopt.codegen.c_prelude import THREAD_CONTROL
+from superopt.phases import PhaseTimer, phase
 from superopt.target import Target, compiler_version, host_target
 
 # the target's own flags (vector width) are added by compile_library
@@ -109,9 +110,20 @@ def _file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def compile_library(sources: list[str], config: CompilerConfig | None = None, target: Target | None = None) -> Path:
+def compile_library(sources: list[str], config: CompilerConfig | None = None, target: Target | None = None,
+                    phases: PhaseTimer | None = None) -> Path:
     """Compile (or fetch from cache) one shared library holding all ``sources``, for ``target``
-    (None: this machine); the target's flags are part of the cache key."""
+    (None: this machine); the target's flags are part of the cache key. ``phases``: charged the time as
+    ``compile``, and counts ``libraries_compiled`` (cache misses)."""
+    with phase(phases, "compile"):
+        so = _compile_library(sources, config, target)
+    if phases is not None and so[1]:
+        phases.add("libraries_compiled")
+    return so[0]
+
+
+def _compile_library(sources: list[str], config: CompilerConfig | None, target: Target | None) -> tuple[Path, bool]:
+    """The library's path, and whether it was compiled now (False: from the cache)."""
     config = config or CompilerConfig()
     target = target or host_target(cc=config.cc)
     config = replace(config, flags=(*config.flags, *target.compile_flags()))
@@ -123,7 +135,7 @@ def compile_library(sources: list[str], config: CompilerConfig | None = None, ta
     if so.exists() and sha.exists():
         try:
             if sha.read_text().strip() == _file_sha(so):
-                return so
+                return so, False
         except OSError:
             pass
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -144,7 +156,7 @@ def compile_library(sources: list[str], config: CompilerConfig | None = None, ta
         os.replace(out, so)
         sha.write_text(_file_sha(so))
     (cache / f"{digest}.c").write_text(code)
-    return so
+    return so, True
 
 
 def load_library(path: Path) -> ctypes.CDLL:

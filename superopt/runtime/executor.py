@@ -26,9 +26,11 @@ from typing import Literal
 
 import numpy as np
 
+from superopt.codegen.c_emit import KernelSource
 from superopt.ir.compute import Compute
 from superopt.ir.externs import check_run_time_shapes, evaluate_extern
 from superopt.ir.graph import Graph, Node
+from superopt.phases import PhaseTimer
 from superopt.runtime.buffers import ALIGN, aligned_empty, aligned_empty_at, data_address
 from superopt.runtime.chain import RUNNER_SOURCE, Chain, function_address, load_runner
 from superopt.runtime.compiler import CompilerConfig
@@ -223,10 +225,13 @@ def plan_memory(graph: Graph, elide_concats: bool = True) -> tuple[MemoryPlan, d
 
 class GraphExecutor:
     """Compile every compute node of ``graph`` with the complete ``schedules`` it is given (node name ->
-    trace; the schedule pass decides them, the executor never does) and run it."""
+    trace; the schedule pass decides them, the executor never does) and run it. ``sources``: the distinct
+    kernels' C sources as this executor printed them before (``[k.source for k in kernels]``, from a
+    program cache entry keyed by the code that printed them): not lowered and printed again."""
 
     def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]],
-                 config: ExecutorConfig | None = None) -> None:
+                 config: ExecutorConfig | None = None, phases: PhaseTimer | None = None,
+                 sources: Sequence[KernelSource] | None = None) -> None:
         check_run_time_shapes(graph)  # a value-dependent shape (NonZero, ...) may only be a graph output
         self.graph = graph
         self.config = config or ExecutorConfig()
@@ -264,7 +269,7 @@ class GraphExecutor:
         lib: ctypes.CDLL | None = None
         if items or self.natives:
             lib, self.kernels = build_library(items, self.config.compiler, self.target.threads, self.target, extra,
-                                              self.config.serial_below)
+                                              self.config.serial_below, phases, sources)
         self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}
         for n in self.compiled:  # pack constant weights once, ahead of time

@@ -11,6 +11,7 @@ import numpy as np
 
 from superopt.codegen.c_emit import PARALLEL_FILL, PARALLEL_FOR, KernelSource, emit_c
 from superopt.ir.compute import Compute
+from superopt.phases import PhaseTimer, phase
 from superopt.runtime.buffers import aligned_copy, aligned_empty, is_aligned
 from superopt.runtime.compiler import CompilerConfig, compile_library, load_library
 from superopt.schedule.plan import lower
@@ -151,17 +152,28 @@ def without_parallel_regions(source: KernelSource) -> KernelSource:
 def build_library(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: CompilerConfig | None = None,
                   threads: int | None = None, target: Target | None = None,
                   extra_sources: Sequence[str] | Callable[[list[KernelSource]], list[str]] = (),
-                  serial_below: int = 0) -> tuple[ctypes.CDLL, list[CompiledKernel]]:
+                  serial_below: int = 0, phases: PhaseTimer | None = None,
+                  sources: Sequence[KernelSource] | None = None) -> tuple[ctypes.CDLL, list[CompiledKernel]]:
     """Lower, emit and compile many kernels, plus ``extra_sources`` (C functions the caller looks up itself;
     or a function of the kernels' sources that returns them), into ONE shared library (one compiler start),
     for ``target`` (None: this machine with ``threads`` threads). A kernel whose :func:`kernel_work` is
-    under ``serial_below`` is compiled without parallel regions."""
+    under ``serial_below`` is compiled without parallel regions. ``phases``: charged ``codegen`` (lower and
+    print) and ``compile`` (the C compiler, the library's load); counts ``kernels_compiled``. ``sources``:
+    the items' sources printed before by this function with the same arguments (nothing is lowered)."""
     target = target or host_target(threads or 1)
-    sources = [emit_c(lower(c, tr, target), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
-    sources = [without_parallel_regions(s) if kernel_work(c) < serial_below else s
-               for s, (c, _) in zip(sources, items)]
-    extra = extra_sources(sources) if callable(extra_sources) else list(extra_sources)
-    lib = load_library(compile_library([s.code for s in sources] + extra, config, target))
+    with phase(phases, "codegen"):
+        if sources is None or len(sources) != len(items):
+            sources = [emit_c(lower(c, tr, target), kernel_name(c, tr, i)) for i, (c, tr) in enumerate(items)]
+            sources = [without_parallel_regions(s) if kernel_work(c) < serial_below else s
+                       for s, (c, _) in zip(sources, items)]
+        sources = list(sources)
+        extra = extra_sources(sources) if callable(extra_sources) else list(extra_sources)
+    built = phases.counts.get("libraries_compiled", 0) if phases is not None else 0
+    path = compile_library([s.code for s in sources] + extra, config, target, phases)
+    if phases is not None and phases.counts.get("libraries_compiled", 0) > built:
+        phases.add("kernels_compiled", len(items))
+    with phase(phases, "compile"):
+        lib = load_library(path)
     kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]
     if threads is not None:
         lib.so_set_threads(ctypes.c_int(threads))
