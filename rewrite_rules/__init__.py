@@ -98,10 +98,21 @@ def node_named(graph: Graph, name: str):
 
 
 def _registry() -> list[Rule]:
-    from rewrite_rules import algebraic, folding, fusion, layout, layout_choice, merging, movement, vertical_fusion, winograd
+    from rewrite_rules import (
+        algebraic,
+        folding,
+        fusion,
+        grouped_conv,
+        layout,
+        layout_choice,
+        merging,
+        movement,
+        vertical_fusion,
+        winograd,
+    )
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *vertical_fusion.RULES, *winograd.RULES]
+            *layout_choice.RULES, *grouped_conv.RULES, *vertical_fusion.RULES, *winograd.RULES]
 
 
 RULES: list[Rule] = _registry()
