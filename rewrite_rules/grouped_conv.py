@@ -27,7 +27,7 @@ from superopt.ir.prune import prune_graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
-FAMILY = "layout_choice"
+FAMILY = "layout_pass"  # applied by search.layout on its blocked candidates, never by the graph search
 MAX_GROUPS = 16  # a depthwise conv (a group per channel) is no ordinary conv per group
 
 
