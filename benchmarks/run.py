@@ -213,6 +213,10 @@ def write_markdown(path: str, report: dict) -> None:
         "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
         "- systems skipped: "
         + (", ".join(f"{k} ({v})" for k, v in report["skipped_systems"].items()) or "none"),
+        *([f"- rows merged from {len(report['merged_from'])} runs (the systems of each row timed together in one "
+           "process): " + "; ".join(f"{r['rows']} at {r['date']} (load {r['loadavg_start'][0]:.1f} -> "
+                                      f"{r['loadavg_end'][0]:.1f})" for r in report["merged_from"])]
+          if report.get("merged_from") else []),
         "",
         "Times are medians over alternating rounds (per call, ms); each system is timed in its own block of "
         "calls after warm-up calls. Speed = eager time / system time (higher is better). "
@@ -300,6 +304,36 @@ def write_chart(path: str, report: dict) -> None:
     plt.close(fig)
 
 
+def write_report(report: dict, out: str, name: str) -> None:
+    report["geomeans"] = geomeans(report)
+    report["goals"] = evaluate_goals(report)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    write_markdown(os.path.join(out, f"{name}.md"), report)
+    write_chart(os.path.join(out, report["chart"]), report)
+
+
+def merge_reports(paths: list[str], out: str, name: str) -> int:
+    """One report of the rows of several runs (a long suite run in parts on a loaded machine)."""
+    reports = []
+    for p in paths:
+        with open(p) as f:
+            reports.append(json.load(f))
+    merged = dict(reports[0])
+    merged["workloads"] = [w for r in reports for w in r["workloads"]]
+    merged["main_systems"] = list(dict.fromkeys(s for r in reports for s in r["main_systems"]))
+    merged["merged_from"] = [{"rows": ", ".join(w["workload"] for w in r["workloads"]), "date": r["date"],
+                              "loadavg_start": r["machine"]["loadavg_start"], "loadavg_end": r["machine"]["loadavg_end"],
+                              "sgemm_median_gflops": r["machine"]["sgemm"]["median_gflops"]} for r in reports]
+    merged["machine"] = dict(reports[0]["machine"], sgemm_end=reports[-1]["machine"]["sgemm_end"],
+                             loadavg_end=reports[-1]["machine"]["loadavg_end"])
+    merged["chart"] = "chart.png" if name == "results" else f"{name}.png"
+    write_report(merged, out, name)
+    print(f"merged {len(reports)} runs into {out}/{name}.md, {name}.json")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats; skip big-model torch.compile")
@@ -307,7 +341,11 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default="", help="comma-separated systems (default: all registered)")
     ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
     ap.add_argument("--name", default="results", help="file stem: NAME.md, NAME.json (default: results)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="write the rows of earlier runs' JSON files as one report (no timing)")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge_reports(args.merge, args.out, args.name)
 
     torch.set_num_threads(THREADS)
     t_start = time.perf_counter()
@@ -349,13 +387,7 @@ def main(argv=None) -> int:
     report["machine"]["sgemm_end"] = machine_sgemm_gflops()
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["total_seconds"] = time.perf_counter() - t_start
-    report["geomeans"] = geomeans(report)
-    report["goals"] = evaluate_goals(report)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    write_markdown(os.path.join(args.out, f"{args.name}.md"), report)
-    write_chart(os.path.join(args.out, report["chart"]), report)
+    write_report(report, args.out, args.name)
     log(f"done in {report['total_seconds']:.0f}s; wrote {args.out}/{args.name}.md, {args.name}.json, "
         f"{report['chart']}")
     return 0

@@ -27,7 +27,6 @@ class Superopt(System):
     def prepare(self, instance, quick=False):
         from superopt.api import OptimizeConfig, optimize
         from superopt.builder import GraphBuilder
-
         from superopt.runtime.compiler import CompilerConfig
 
         # a generous compile limit: on a loaded machine gcc needs minutes for a large model's kernels, and the
