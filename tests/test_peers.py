@@ -120,3 +120,11 @@ def test_the_benchmark_flags_a_row_whose_output_is_constant(constant, tmp_path):
     text = (tmp_path / "r.md").read_text()
     assert ("| row **FLAGGED: all zeros** |" in text) == constant
     assert "superopt / openvino" in text
+    if constant:  # two runs' rows merge into one report, flags kept
+        import json
+
+        for k in (1, 2):
+            (tmp_path / f"r{k}.json").write_text(json.dumps(report))
+        assert run.merge_reports([str(tmp_path / "r1.json"), str(tmp_path / "r2.json")], str(tmp_path), "merged") == 0
+        merged = (tmp_path / "merged.md").read_text()
+        assert merged.count("| row **FLAGGED: all zeros** |") == 2 and "rows merged from 2 runs" in merged
