@@ -42,7 +42,8 @@ def results_section(report: dict, results_name: str = "results") -> str:
                     f"{versus('onnxruntime')} | {versus('openvino')} |")
     goals = report.get("goals") or evaluate_goals(report)
     goal_rows = [f"| {g['goal'].split(': ', 1)[1]} | {g['workload']} | {g['baseline']} | "
-                 f"{'n/a' if g['ratio'] is None else format(g['ratio'], '.2f')} | "
+                 f"{'n/a' if g['ratio'] is None else format(g['ratio'], '.2f')}"
+                 f"{' (output flagged: ' + g['flagged'] + ')' if g.get('flagged') else ''} | "
                  f"{'met' if g['met'] else '**not met**'} |" for g in goals]
     mode = "full setting: 21 alternating rounds of >= 0.2 s samples" if not report["quick"] else "--quick"
     return "\n".join([
