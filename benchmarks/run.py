@@ -209,7 +209,8 @@ def write_markdown(path: str, report: dict) -> None:
         f"- machine sgemm (torch.matmul {m['sgemm']['n']}^3, {m['threads']} threads): "
         f"{m['sgemm']['median_gflops']:.1f} GFLOP/s median (best {m['sgemm']['best_gflops']:.1f}); "
         f"at end of run: {m['sgemm_end']['median_gflops']:.1f} (a large drop means a contended machine)",
-        f"- load average (1/5/15 min) at start {m['loadavg_start']}, at end {m['loadavg_end']}",
+        f"- load average (1/5/15 min) at start {m['loadavg_start']}, at end {m['loadavg_end']}; "
+        f"OMP_WAIT_POLICY {m.get('omp_wait_policy', 'unset')}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
         "- systems skipped: "
         + (", ".join(f"{k} ({v})" for k, v in report["skipped_systems"].items()) or "none"),
@@ -374,7 +375,10 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "timing": vars(cfg),
         "machine": {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "threads": THREADS,
-                    "platform": platform.platform(), "sgemm": sg, "loadavg_start": os.getloadavg()},
+                    "platform": platform.platform(), "sgemm": sg, "loadavg_start": os.getloadavg(),
+                    # OpenMP workers (superopt's kernels, torch) spin after each parallel region unless this is
+                    # PASSIVE; on an oversubscribed machine that decides superopt's times (see results)
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")},
         "versions": versions(systems),
         "skipped_systems": skipped,
         "main_systems": [s.name for s in systems],
