@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint bench bench-quick clean
+.PHONY: venv demo test lint bench-deps bench bench-quick clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,10 +22,13 @@ test: venv
 lint: venv
 	$(VENV)/bin/ruff check superopt search costmodel rewrite_rules tests benchmarks
 
-bench-quick: venv
+bench-deps: venv
+	$(PY) -m pip install -q -e '.[dev,bench]'
+
+bench-quick: bench-deps
 	$(PY) benchmarks/run.py --quick
 
-bench: venv
+bench: bench-deps
 	$(PY) benchmarks/run.py
 
 clean:

@@ -1,9 +1,7 @@
 """Minimal local loader/randomizer for the onnx "light" models + ONNX->torch converter.
 
-NOTE: ``superopt/frontends/light_models.py`` (another engineer) is the intended
-loader; :func:`load_light_model` uses it when it exists and exposes
-``load_light_model(name, seed)`` returning a ``ModelProto``; otherwise it falls
-back to the local randomizer below.
+:func:`load_light_model` uses the shared loader ``superopt.frontends.light_models``
+when it is importable, and falls back to the local randomizer below.
 
 The light models replace every weight by a ``ConstantOfShape`` node.  We
 replace those (and all float initializers) by seeded random initializers chosen
@@ -13,6 +11,7 @@ positive variances, small biases.
 
 from __future__ import annotations
 
+import copy
 import glob
 import math
 import os
@@ -24,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from onnx import helper, numpy_helper
 
-MODEL_NAMES = ("resnet50", "squeezenet", "inception_v1")
+MODEL_NAMES = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+               "squeezenet", "vgg19", "zfnet512")
 
 
 def light_model_path(name: str) -> str:
@@ -97,19 +97,39 @@ def _randomize(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
     return out
 
 
-def load_light_model(name: str, seed: int = 0) -> onnx.ModelProto:
-    """Randomized light model (ModelProto)."""
-    try:  # prefer the shared loader when it exists
-        from superopt.testing import light_models as shared  # type: ignore
+def load_light_model(name: str, seed: int = 0, batch: int = 1) -> onnx.ModelProto:
+    """Randomized light model (ModelProto) taking ``batch`` images.
 
-        fn = getattr(shared, "load_light_model", None)
-        if fn is not None:
-            m = fn(name, seed=seed)
-            if isinstance(m, onnx.ModelProto):
-                return m
+    The shared loader (``superopt.frontends.light_models``) sees through the Unsqueeze in front of the
+    batch-norm scales of DenseNet and Inception v2; the local randomizer is the fallback. For a batch
+    other than 1, the input's leading axis becomes ``batch`` and a Reshape to a leading 1 (the flatten
+    before the classifier) reshapes to -1 instead, so the model takes any batch."""
+    try:  # prefer the shared loader when it exists
+        from superopt.frontends.light_models import randomized_light_model
+
+        model = randomized_light_model(name, seed=seed)
     except ImportError:
-        pass
-    return _randomize(onnx.load(light_model_path(name)), seed)
+        model = _randomize(onnx.load(light_model_path(name)), seed)
+    return model if batch == 1 else with_batch(model, batch)
+
+
+def with_batch(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
+    model = copy.deepcopy(model)
+    g = model.graph
+    g.input[0].type.tensor_type.shape.dim[0].dim_value = batch
+    reshape_shapes = {n.input[1] for n in g.node if n.op_type == "Reshape"}
+    for i, t in enumerate(g.initializer):
+        if t.name in reshape_shapes:
+            v = numpy_helper.to_array(t).copy()
+            if v.ndim == 1 and v.size and v[0] == 1:
+                v[0] = -1
+                g.initializer[i].CopyFrom(numpy_helper.from_array(v, t.name))
+    for o in g.output:
+        if o.type.tensor_type.shape.dim:
+            o.type.tensor_type.shape.dim[0].dim_value = batch
+    del g.value_info[:]
+    onnx.checker.check_model(model)
+    return model
 
 
 # --------------------------------------------------------------------------------------
@@ -191,8 +211,11 @@ class OnnxTorchModule(torch.nn.Module):
             elif op == "AveragePool":
                 k, s = tuple(a["kernel_shape"]), tuple(a.get("strides", [1, 1]))
                 pads = a.get("pads", [0, 0, 0, 0])
+                sym, pad = _pad_arg(pads)
                 if not any(pads):
                     y = F.avg_pool2d(x[0], k, s)
+                elif sym:  # symmetric pads: torch takes them as (ph, pw)
+                    y = F.avg_pool2d(x[0], k, s, padding=pad, count_include_pad=bool(a.get("count_include_pad", 0)))
                 elif a.get("count_include_pad", 0):
                     y = F.avg_pool2d(F.pad(x[0], _pad_arg(pads)[1]), k, s)
                 else:
@@ -223,6 +246,14 @@ class OnnxTorchModule(torch.nn.Module):
                     y = x[0].reshape(math.prod(shp[:ax]), -1).softmax(-1).reshape(shp)
                 else:
                     y = x[0].softmax(ax)
+            elif op == "Mul":
+                y = x[0] * x[1]
+            elif op == "Unsqueeze":
+                y = x[0]
+                for ax in sorted(a["axes"]):
+                    y = y.unsqueeze(ax)
+            elif op == "Transpose":
+                y = x[0].permute(*a["perm"])
             elif op in ("Dropout", "Identity"):
                 y = x[0]
             elif op == "LRN":

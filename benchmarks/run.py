@@ -1,8 +1,11 @@
-"""Run the benchmark suite (benchmarks/workloads.py against PyTorch eager, torch.compile and onnxruntime).
+"""Run the benchmark suite: superopt beside PyTorch eager, torch.compile, onnxruntime and OpenVINO.
 
     python benchmarks/run.py [--quick] [--only name,...] [--systems name,...] [--out benchmarks/results]
+                             [--name results]
 
-Writes results.md, results.json and chart.png into --out.
+Writes NAME.md, NAME.json and a chart (chart.png for the default name, else NAME.png) into --out. Every
+system's output is checked against onnxruntime's and the float64 reference; an output that is all zeros or
+constant is flagged in both files, since agreeing with a constant reference proves nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import traceback
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)  # run as a script: benchmarks/search.py would shadow the search package
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -31,6 +36,9 @@ from benchmarks.goals import evaluate_goals, goals_markdown  # noqa: E402
 from benchmarks.systems import SYSTEM_MODULES, load_system  # noqa: E402
 from benchmarks.systems.base import THREADS  # noqa: E402
 from benchmarks.workloads import WORKLOADS, WORKLOADS_BY_NAME  # noqa: E402
+from superopt.measure.peers import output_flag  # noqa: E402
+
+PEERS = ("onnxruntime", "openvino")  # the ratio columns: peer time / superopt time
 
 
 def cpu_model() -> str:
@@ -90,7 +98,8 @@ def run_workload(w, systems, quick: bool, cfg: timing.TimingConfig, log) -> dict
     log(f"  built in {time.perf_counter() - t_build:.1f}s")
     res = {"workload": w.name, "description": w.description, "flops": inst.flops, "systems": {},
            "meta": {k: v for k, v in inst.meta.items() if isinstance(v, (str, int, float, list))}}
-    fns, eager_out = {}, None
+    fns, eager_out, outs = {}, None, {}
+    res["output_flag"] = output_flag(inst.reference) if inst.reference is not None else None
     entries = [(s.name, s) for s in systems]
     # capsule: the other torch formulations are timed as extra eager systems
     from benchmarks.systems.torch_eager import eager_fn
@@ -124,6 +133,8 @@ def run_workload(w, systems, quick: bool, cfg: timing.TimingConfig, log) -> dict
             rec["prepare_s"] = prep
             rec["err_vs_eager"] = max_err(out, eager_out) if eager_out is not None else None
             rec["err_vs_ref"] = max_err(out, inst.reference)
+            rec["output_flag"] = output_flag(out)
+            outs[name] = out
             fns[name] = fn
             log(f"  {name}: prepared in {prep:.2f}s, err vs eager {rec['err_vs_eager']}, "
                 f"vs f64 {rec['err_vs_ref']}")
@@ -131,6 +142,13 @@ def run_workload(w, systems, quick: bool, cfg: timing.TimingConfig, log) -> dict
             rec.update(status=f"error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             log(f"  {name}: FAILED {rec['status']}")
             traceback.print_exc(limit=3)
+    ort_out = outs.get("onnxruntime")
+    for name, out in outs.items():
+        res["systems"][name]["err_vs_onnxruntime"] = max_err(out, ort_out) if ort_out is not None else None
+        if res["output_flag"] is None and res["systems"][name]["output_flag"] is not None:
+            res["output_flag"] = f"{name}: {res['systems'][name]['output_flag']}"
+    if res["output_flag"]:
+        log(f"  FLAGGED: output {res['output_flag']}")
     if fns:
         tr = timing.time_alternating(fns, cfg)
         base = tr["eager"].median_s if "eager" in tr else None
@@ -142,9 +160,34 @@ def run_workload(w, systems, quick: bool, cfg: timing.TimingConfig, log) -> dict
             if inst.flops:
                 rec["gflops"] = inst.flops / r.median_s / 1e9
             log(f"  {name:28s} {r.median_s * 1e3:9.3f} ms  x{rec['speedup_vs_eager'] or 0:.2f}")
+        ours = res["systems"].get("superopt", {}).get("median_ms")
+        for peer in PEERS:
+            theirs = res["systems"].get(peer, {}).get("median_ms")
+            if ours and theirs:
+                res[f"superopt_vs_{peer}"] = theirs / ours
     del inst, fns
     gc.collect()
     return res
+
+
+def ratio_cell(w: dict, peer: str) -> str:
+    r = w.get(f"superopt_vs_{peer}")
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def geomean(values: list[float]) -> float | None:
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def geomeans(report: dict) -> dict[str, float | None]:
+    """superopt's geomean speedup over each peer, over the batch-1 rows and over the batched rows."""
+    out = {}
+    for peer in PEERS:
+        for label, batched in (("batch 1", False), ("batched", True)):
+            vals = [w[f"superopt_vs_{peer}"] for w in report["workloads"]
+                    if w.get(f"superopt_vs_{peer}") and (w.get("meta", {}).get("batch", 1) > 1) == batched]
+            out[f"{peer}, {label}"] = geomean(vals)
+    return out
 
 
 def fmt(v, spec: str, none: str = "-") -> str:
@@ -166,20 +209,29 @@ def write_markdown(path: str, report: dict) -> None:
         f"- machine sgemm (torch.matmul {m['sgemm']['n']}^3, {m['threads']} threads): "
         f"{m['sgemm']['median_gflops']:.1f} GFLOP/s median (best {m['sgemm']['best_gflops']:.1f}); "
         f"at end of run: {m['sgemm_end']['median_gflops']:.1f} (a large drop means a contended machine)",
-        f"- load average (1/5/15 min) at start {m['loadavg_start']}, at end {m['loadavg_end']}",
+        f"- load average (1/5/15 min) at start {m['loadavg_start']}, at end {m['loadavg_end']}; "
+        f"OMP_WAIT_POLICY {m.get('omp_wait_policy', 'unset')}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
         "- systems skipped: "
         + (", ".join(f"{k} ({v})" for k, v in report["skipped_systems"].items()) or "none"),
+        *([f"- rows merged from {len(report['merged_from'])} runs (the systems of each row timed together in one "
+           "process): " + "; ".join(f"{r['rows']} at {r['date']} (load {r['loadavg_start'][0]:.1f} -> "
+                                      f"{r['loadavg_end'][0]:.1f})" for r in report["merged_from"])]
+          if report.get("merged_from") else []),
         "",
-        "Times are medians over alternating rounds (per call, ms). Speed = eager time / system time "
-        "(higher is better). Errors are max |diff| vs PyTorch eager float32 and vs a float64 reference. "
-        "Prepare = torch.compile compile time (incl. first call) / onnxruntime session creation.",
+        "Times are medians over alternating rounds (per call, ms); each system is timed in its own block of "
+        "calls after warm-up calls. Speed = eager time / system time (higher is better). "
+        "superopt / peer = the peer's time / superopt's time. Errors are max |diff| vs PyTorch eager float32, "
+        "vs onnxruntime and vs a float64 reference. Prepare = torch.compile compile time (incl. first call) / "
+        "onnxruntime session creation / OpenVINO read + compile. **FLAGGED** marks a row whose output is all "
+        "zeros or (nearly) constant: agreement with the reference means little there.",
         "",
     ]
     sys_names = report["main_systems"]
+    peers = [p for p in PEERS if p in sys_names and "superopt" in sys_names]
     lines += ["## Summary: speed relative to PyTorch eager", "",
-              "| workload | eager ms | " + " | ".join(sys_names[1:]) + " |",
-              "|---|---:|" + "---:|" * (len(sys_names) - 1)]
+              "| workload | eager ms | " + " | ".join(sys_names[1:]) + "".join(f" | superopt / {p}" for p in peers)
+              + " |", "|---|---:|" + "---:|" * (len(sys_names) - 1 + len(peers))]
     for w in report["workloads"]:
         e = w["systems"].get("eager", {})
         cells = []
@@ -187,20 +239,26 @@ def write_markdown(path: str, report: dict) -> None:
             r = w["systems"].get(s, {})
             sp = r.get("speedup_vs_eager")
             cells.append(f"{sp:.2f}x" if sp else r.get("status", "-"))
-        lines.append(f"| {w['workload']} | {fmt(e.get('median_ms'), '.3f')} | " + " | ".join(cells) + " |")
+        cells += [ratio_cell(w, p) for p in peers]
+        label = w["workload"] + (f" **FLAGGED: {w['output_flag']}**" if w.get("output_flag") else "")
+        lines.append(f"| {label} | {fmt(e.get('median_ms'), '.3f')} | " + " | ".join(cells) + " |")
+    gm = report.get("geomeans") or geomeans(report)
+    lines += ["", "Geomean of superopt / peer: " + ", ".join(
+        f"{k} {fmt(v, '.2f')}x" for k, v in gm.items() if v is not None) + "."]
     lines += [""] + goals_markdown(report.get("goals") or evaluate_goals(report))
     lines += ["", "## Details", "",
               "| workload | system | time ms (median) | min ms | speed vs eager | GFLOP/s | err vs eager "
-              "| err vs f64 ref | prepare s | status |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| err vs onnxruntime | err vs f64 ref | prepare s | output | status |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for w in report["workloads"]:
         for s, r in w["systems"].items():
             lines.append(
                 f"| {w['workload']} | {s} | {fmt(r.get('median_ms'), '.3f')} | "
                 f"{fmt(r.get('min_ms'), '.3f')} | "
                 f"{fmt(r.get('speedup_vs_eager'), '.2f')} | {fmt(r.get('gflops'), '.1f')} | "
-                f"{fmt(r.get('err_vs_eager'), '.1e')} | {fmt(r.get('err_vs_ref'), '.1e')} | "
-                f"{fmt(r.get('prepare_s'), '.2f')} | {r.get('status', '')} |")
+                f"{fmt(r.get('err_vs_eager'), '.1e')} | {fmt(r.get('err_vs_onnxruntime'), '.1e')} | "
+                f"{fmt(r.get('err_vs_ref'), '.1e')} | {fmt(r.get('prepare_s'), '.2f')} | "
+                f"{'**' + r['output_flag'] + '**' if r.get('output_flag') else 'ok'} | {r.get('status', '')} |")
     cap = next((w for w in report["workloads"] if w["workload"] == "capsule_votes"), None)
     if cap:
         sg = m["sgemm"]["median_gflops"]
@@ -215,7 +273,7 @@ def write_markdown(path: str, report: dict) -> None:
             if r.get("gflops"):
                 lines.append(f"| {s} | {r['median_ms']:.3f} | {r['gflops']:.1f} | "
                              f"{100 * r['gflops'] / sg:.0f}% | {fmt(r.get('err_vs_ref'), '.1e')} |")
-    lines += ["", "![speed relative to eager](chart.png)", ""]
+    lines += ["", f"![speed relative to eager]({report.get('chart', 'chart.png')})", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -247,13 +305,48 @@ def write_chart(path: str, report: dict) -> None:
     plt.close(fig)
 
 
+def write_report(report: dict, out: str, name: str) -> None:
+    report["geomeans"] = geomeans(report)
+    report["goals"] = evaluate_goals(report)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    write_markdown(os.path.join(out, f"{name}.md"), report)
+    write_chart(os.path.join(out, report["chart"]), report)
+
+
+def merge_reports(paths: list[str], out: str, name: str) -> int:
+    """One report of the rows of several runs (a long suite run in parts on a loaded machine)."""
+    reports = []
+    for p in paths:
+        with open(p) as f:
+            reports.append(json.load(f))
+    merged = dict(reports[0])
+    merged["workloads"] = [w for r in reports for w in r["workloads"]]
+    merged["main_systems"] = list(dict.fromkeys(s for r in reports for s in r["main_systems"]))
+    merged["merged_from"] = [{"rows": ", ".join(w["workload"] for w in r["workloads"]), "date": r["date"],
+                              "loadavg_start": r["machine"]["loadavg_start"], "loadavg_end": r["machine"]["loadavg_end"],
+                              "sgemm_median_gflops": r["machine"]["sgemm"]["median_gflops"]} for r in reports]
+    merged["machine"] = dict(reports[0]["machine"], sgemm_end=reports[-1]["machine"]["sgemm_end"],
+                             loadavg_end=reports[-1]["machine"]["loadavg_end"])
+    merged["chart"] = "chart.png" if name == "results" else f"{name}.png"
+    write_report(merged, out, name)
+    print(f"merged {len(reports)} runs into {out}/{name}.md, {name}.json")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats; skip big-model torch.compile")
     ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
     ap.add_argument("--systems", default="", help="comma-separated systems (default: all registered)")
     ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
+    ap.add_argument("--name", default="results", help="file stem: NAME.md, NAME.json (default: results)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="write the rows of earlier runs' JSON files as one report (no timing)")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge_reports(args.merge, args.out, args.name)
 
     torch.set_num_threads(THREADS)
     t_start = time.perf_counter()
@@ -282,11 +375,15 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "timing": vars(cfg),
         "machine": {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "threads": THREADS,
-                    "platform": platform.platform(), "sgemm": sg, "loadavg_start": os.getloadavg()},
+                    "platform": platform.platform(), "sgemm": sg, "loadavg_start": os.getloadavg(),
+                    # OpenMP workers (superopt's kernels, torch) spin after each parallel region unless this is
+                    # PASSIVE; on an oversubscribed machine that decides superopt's times (see results)
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")},
         "versions": versions(systems),
         "skipped_systems": skipped,
         "main_systems": [s.name for s in systems],
         "workloads": [],
+        "chart": "chart.png" if args.name == "results" else f"{args.name}.png",
     }
     for name in wanted:
         log(f"== {name}")
@@ -294,13 +391,9 @@ def main(argv=None) -> int:
     report["machine"]["sgemm_end"] = machine_sgemm_gflops()
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["total_seconds"] = time.perf_counter() - t_start
-    report["goals"] = evaluate_goals(report)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    write_markdown(os.path.join(args.out, "results.md"), report)
-    write_chart(os.path.join(args.out, "chart.png"), report)
-    log(f"done in {report['total_seconds']:.0f}s; wrote {args.out}/results.md, results.json, chart.png")
+    write_report(report, args.out, args.name)
+    log(f"done in {report['total_seconds']:.0f}s; wrote {args.out}/{args.name}.md, {args.name}.json, "
+        f"{report['chart']}")
     return 0
 
 

@@ -389,20 +389,38 @@ def build_sgemm() -> WorkloadInstance:
     return _block("sgemm", MatMul(), (a, b), 2 * 1024 ** 3)
 
 
-def build_model(name: str) -> Callable[[], WorkloadInstance]:
+def build_ffn_batched(batch: int = 16) -> Callable[[], WorkloadInstance]:
+    def build() -> WorkloadInstance:
+        torch.manual_seed(SEED)
+        m = FFNBlock()
+        x = _randn(batch, 128, 768, g=_gen())
+        return _block(f"ffn_block_b{batch}", m, (x,), 2 * 2 * batch * 128 * 768 * 3072, meta={"batch": batch})
+
+    return build
+
+
+def build_model(name: str, batch: int = 1) -> Callable[[], WorkloadInstance]:
     def build() -> WorkloadInstance:
         from benchmarks.light_models_local import OnnxTorchModule, input_shape, load_light_model
 
-        model = load_light_model(name, seed=SEED)
+        model = load_light_model(name, seed=SEED, batch=batch)
         module = OnnxTorchModule(model).eval()
         x = _randn(*input_shape(model), g=_gen())
         data = model.SerializeToString()
         ref = float64_reference(module, (x,))
-        return WorkloadInstance(f"{name}", module, (x,), lambda: data, ref, None, is_model=True,
-                                meta={"source": f"onnx light_{name}.onnx, seeded random weights"})
+        label = name if batch == 1 else f"{name}_b{batch}"
+        return WorkloadInstance(label, module, (x,), lambda: data, ref, None, is_model=True,
+                                meta={"source": f"onnx light_{name}.onnx, seeded random weights", "batch": batch})
 
     return build
 
+
+LIGHT_MODELS = {
+    "bvlc_alexnet": "AlexNet", "densenet121": "DenseNet-121", "inception_v1": "Inception v1",
+    "inception_v2": "Inception v2", "resnet50": "ResNet-50", "shufflenet": "ShuffleNet", "squeezenet": "SqueezeNet",
+    "vgg19": "VGG-19", "zfnet512": "ZFNet-512",
+}
+BATCHED = 16
 
 WORKLOADS: list[Workload] = [
     Workload("capsule_votes", build_capsule, description="matrix-capsule conv votes, stride 2"),
@@ -415,9 +433,13 @@ WORKLOADS: list[Workload] = [
     Workload("layernorm", build_layernorm, description="LayerNorm [4096,1024]"),
     Workload("softmax", build_softmax, description="softmax [4096,1024]"),
     Workload("sgemm", build_sgemm, description="1024^3 matmul"),
-    Workload("resnet50", build_model("resnet50"), is_model=True, description="onnx light_resnet50, batch 1"),
-    Workload("squeezenet", build_model("squeezenet"), is_model=True, description="onnx light_squeezenet"),
-    Workload("inception_v1", build_model("inception_v1"), is_model=True,
-             description="onnx light_inception_v1"),
+    *(Workload(name, build_model(name), is_model=True, description=f"onnx light_{name} ({label}), batch 1")
+      for name, label in LIGHT_MODELS.items()),
+    Workload(f"resnet50_b{BATCHED}", build_model("resnet50", BATCHED), is_model=True,
+             description=f"onnx light_resnet50, batch {BATCHED}"),
+    Workload(f"squeezenet_b{BATCHED}", build_model("squeezenet", BATCHED), is_model=True,
+             description=f"onnx light_squeezenet, batch {BATCHED}"),
+    Workload(f"ffn_block_b{BATCHED}", build_ffn_batched(BATCHED),
+             description=f"transformer FFN block, {BATCHED} sequences of x[128,768]"),
 ]
 WORKLOADS_BY_NAME = {w.name: w for w in WORKLOADS}

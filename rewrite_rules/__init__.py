@@ -56,10 +56,10 @@ class RewriteReport:
 
 # families whose rules grow the graph or undo each other (a layout conversion and its inverse): moves
 # for the graph search only, never given to a greedy driver (which would not terminate or would undo itself)
-EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration", "algorithm")
+EXPLORATION_FAMILIES: tuple[str, ...] = ("layout_choice", "exploration", "algorithm", "layout_pass")
 # families applied as passes of their own after the layout choice, not by the graph search (their sites, blocked
 # convs, exist only then): ``search.graph.rewrite.search_rewrites``
-PASS_FAMILIES: tuple[str, ...] = ("algorithm",)
+PASS_FAMILIES: tuple[str, ...] = ("algorithm", "layout_pass")  # layout_pass: inside search.graph.layout
 
 
 def fresh_name(base: str, used: set[str]) -> str:
@@ -102,6 +102,7 @@ def _registry() -> list[Rule]:
         algebraic,
         folding,
         fusion,
+        grouped_conv,
         layout,
         layout_choice,
         merging,
@@ -112,7 +113,7 @@ def _registry() -> list[Rule]:
     )
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *vertical_fusion.RULES, *winograd.RULES, *moments.RULES]
+            *layout_choice.RULES, *grouped_conv.RULES, *vertical_fusion.RULES, *winograd.RULES, *moments.RULES]
 
 
 RULES: list[Rule] = _registry()

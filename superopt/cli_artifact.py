@@ -2,7 +2,7 @@
 
     superopt run OUT/ [--inputs in.npz] [--output out.npz] [--json]
     superopt explain OUT/ [--json]
-    superopt bench MODEL.onnx|OUT/ [--threads T] [--json]
+    superopt bench MODEL.onnx|OUT/ [--threads T] [--json]   (OpenVINO too when installed: superopt[bench])
 
 ``write_artifact`` is what ``optimize -o`` calls: it times the optimized program against onnxruntime (with
 and without onnxruntime's graph optimizations) in alternation, builds the report, and saves everything —
@@ -42,23 +42,49 @@ def _ort_session(model_bytes: bytes, threads: int, optimized: bool = True):
 
 
 def time_systems(executor, source_onnx: bytes | None, input_names: list[str] | None, threads: int,
-                 rounds: int = QUICK_ROUNDS) -> dict[str, float]:
+                 rounds: int = QUICK_ROUNDS, openvino: bool = False) -> dict[str, float]:
     """Median seconds per run of superopt and, for an ONNX source, onnxruntime with and without its graph
-    optimizations, timed in alternation on the same random inputs."""
+    optimizations (and OpenVINO when ``openvino``), timed in alternation on the same random inputs."""
+    return bench_systems(executor, source_onnx, input_names, threads, rounds, openvino)["latency_s"]
+
+
+def bench_systems(executor, source_onnx: bytes | None, input_names: list[str] | None, threads: int,
+                  rounds: int = QUICK_ROUNDS, openvino: bool = False) -> dict[str, Any]:
+    """``time_systems`` with the checks: each system's first output against onnxruntime's (max abs error),
+    a flag when onnxruntime's output is all zeros or constant, and a note per peer that did not run.
+
+    Each system is timed in its own block of calls after warm-up calls, the blocks alternating over rounds.
+    OpenVINO gets the LATENCY hint for a batch of 1 (the first input's leading axis), else THROUGHPUT."""
+    from dataclasses import replace
+
+    from superopt.measure.peers import openvino_available, openvino_runner, output_flag
     from superopt.measure.timing import QUICK, time_alternating
 
     feed = random_inputs(executor.graph)
-    fns = {"superopt": lambda: executor(feed)}
+    first_out = executor.graph.outputs[0]
+    fns = {"superopt": lambda: executor(feed)[first_out]}
+    notes: dict[str, str] = {}
     if source_onnx is not None:
         names = input_names or list(executor.graph.inputs)
         ort_feed = {o: feed[g] for g, o in zip(executor.graph.inputs, names, strict=True)}
         for label, opt in (("onnxruntime", True), ("onnxruntime (no graph optimizations)", False)):
             sess = _ort_session(source_onnx, threads, opt)
-            fns[label] = lambda sess=sess: sess.run(None, ort_feed)
-    from dataclasses import replace
-
+            fns[label] = lambda sess=sess: sess.run(None, ort_feed)[0]
+        if openvino:
+            ok, why = openvino_available()
+            if ok:
+                xs = [feed[g] for g in executor.graph.inputs]
+                batched = bool(xs) and xs[0].ndim > 0 and xs[0].shape[0] > 1
+                fns["openvino"] = openvino_runner(source_onnx, xs, threads, batched).run
+            else:
+                notes["openvino"] = why
+    outs = {k: np.asarray(fn()) for k, fn in fns.items()}
+    ref = outs.get("onnxruntime")
+    errors = {k: float(np.max(np.abs(v.astype(np.float64) - ref))) if v.shape == ref.shape else float("nan")
+              for k, v in outs.items()} if ref is not None else {}
     res = time_alternating(fns, replace(QUICK, rounds=rounds))
-    return {k: r.median_s for k, r in res.items()}
+    return {"latency_s": {k: r.median_s for k, r in res.items()}, "err_vs_onnxruntime": errors,
+            "output_flag": output_flag(ref if ref is not None else outs["superopt"]), "notes": notes}
 
 
 def write_artifact(prog, out: str | Path, model_label: str, source_onnx: bytes | None = None,
@@ -194,16 +220,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         source = target.read_bytes()
         names = import_onnx_model(source).input_names
         ex = optimize(source, OptimizeConfig(threads=args.threads)).executor
-    latency = time_systems(ex, source, names, args.threads, rounds=args.rounds)
+    bench = bench_systems(ex, source, names, args.threads, rounds=args.rounds, openvino=True)
+    latency, errors = bench["latency_s"], bench["err_vs_onnxruntime"]
     base = latency["superopt"]
+    for why in bench["notes"].values():
+        print(why, file=sys.stderr)
     if args.json:
         print(json.dumps({"model": str(target), "threads": args.threads, "latency_ms": {k: v * 1e3 for k, v in
                                                                                        latency.items()},
-                          "speedup_vs": {k: v / base for k, v in latency.items() if k != "superopt"}}, indent=1))
+                          "speedup_vs": {k: v / base for k, v in latency.items() if k != "superopt"},
+                          "err_vs_onnxruntime": errors, "output_flag": bench["output_flag"],
+                          "not_run": bench["notes"]}, indent=1))
     else:
         print(f"{target} ({args.threads} threads), median of {args.rounds} alternating rounds:")
         for k, v in latency.items():
-            print(f"  {k:40s} {v * 1e3:9.3f} ms  {v / base:6.2f}x superopt's time")
+            err = f"  max |diff| vs onnxruntime {errors[k]:.1e}" if k in errors else ""
+            print(f"  {k:40s} {v * 1e3:9.3f} ms  {v / base:6.2f}x superopt's time{err}")
+        if bench["output_flag"]:
+            print(f"  FLAGGED: the output is {bench['output_flag']}; agreement with onnxruntime means little")
     return 0
 
 
@@ -220,7 +254,8 @@ def register(sub: Any) -> None:
     e.add_argument("artifact", help="artifact directory")
     e.add_argument("--json", action="store_true", help="one JSON document on stdout")
     e.set_defaults(fn=cmd_explain)
-    b = sub.add_parser("bench", help="time a model or artifact side by side with onnxruntime, in alternation")
+    b = sub.add_parser("bench", help="time a model or artifact side by side with onnxruntime and OpenVINO "
+                                     "(when installed), in alternation")
     b.add_argument("model", help="an ONNX model file, or an artifact directory")
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--rounds", type=int, default=QUICK_ROUNDS, help="alternating timing rounds (median)")

@@ -175,3 +175,23 @@ def test_run_rejects_wrong_shape_dtype_and_names_and_propagates_nan(artifact, mo
     got = np.load(tmp_path / "special_out.npz")
     (want,) = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(got[list(got.keys())[0]], want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_bench_times_openvino_beside_onnxruntime_and_checks_its_output(artifact, capsys):
+    pytest.importorskip("openvino", reason="openvino is not installed (the optional 'bench' extra)")
+    assert main(["bench", str(artifact), "--rounds", "2", "--threads", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["latency_ms"]["openvino"] > 0 and "openvino" in doc["speedup_vs"]
+    errors = doc["err_vs_onnxruntime"]
+    assert errors["onnxruntime"] == 0.0 and errors["openvino"] < 1e-5 and errors["superopt"] < 1e-5
+    assert doc["output_flag"] is None and doc["not_run"] == {}
+
+
+def test_bench_without_openvino_says_so_in_one_line_and_times_the_rest(artifact, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
+    assert main(["bench", str(artifact), "--rounds", "2", "--threads", "1"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert lines == ["openvino is not installed (pip install 'superopt[bench]' or pip install openvino); "
+                     "timing without it"]
+    assert "openvino" not in captured.out and "onnxruntime" in captured.out

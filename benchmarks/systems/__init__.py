@@ -12,6 +12,7 @@ SYSTEM_MODULES: dict[str, str] = {
     "eager": "benchmarks.systems.torch_eager",
     "torch.compile": "benchmarks.systems.torch_compile",
     "onnxruntime": "benchmarks.systems.onnxruntime_system",
+    "openvino": "benchmarks.systems.openvino_system",
     "superopt": "benchmarks.systems.superopt_system",
 }
 

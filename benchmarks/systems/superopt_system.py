@@ -27,8 +27,11 @@ class Superopt(System):
     def prepare(self, instance, quick=False):
         from superopt.api import OptimizeConfig, optimize
         from superopt.builder import GraphBuilder
+        from superopt.runtime.compiler import CompilerConfig
 
-        cfg = OptimizeConfig(threads=THREADS)
+        # a generous compile limit: on a loaded machine gcc needs minutes for a large model's kernels, and the
+        # compile time is reported as the prepare time, not a failure of the row
+        cfg = OptimizeConfig(threads=THREADS, compiler=CompilerConfig(timeout_s=900.0))
         t0 = time.perf_counter()
         if instance.name == "capsule_votes":
             W = instance.meta["W_tensor"].detach().numpy().astype(np.float32)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rewrite_rules import RuleNotApplicable
+from rewrite_rules.grouped_conv import split_where
 from rewrite_rules.layout_choice import (
     BLOCKS,
     absorb_all,
@@ -54,7 +55,9 @@ def is_conv(graph: Graph, node: Node) -> bool:
         if st.reduce != "+=" or not st.reduce_dims:
             continue
         for a in st.expr.accesses():
-            if a.tensor in acts and len(a.index) >= 3 and a.index[1].is_plain_dim and a.index[1].dims[0] in st.reduce_dims:
+            # a plain channel index, or a grouped conv's ci + Cin*g
+            if a.tensor in acts and len(a.index) >= 3 and any(
+                    c == 1 and d in st.reduce_dims for d, c in a.index[1].terms):
                 return True
     return False
 
@@ -75,7 +78,9 @@ def _reads_only_conversions(graph: Graph, node: Node, block: int) -> bool:
 
 
 def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
-    """Every conv blocked, conversions pushed through what follows and cancelled; the blocked nodes."""
+    """Every conv blocked (a grouped conv first split into a conv per group when its channels per group
+    are multiples of the block), conversions pushed through what follows and cancelled; the blocked nodes."""
+    graph = split_where(graph, block)
     done: list[str] = []
     for name in [n.name for n in graph.nodes if is_conv(graph, n)]:
         node = next(n for n in graph.nodes if n.name == name)
