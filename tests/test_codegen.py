@@ -403,7 +403,7 @@ def test_index_comparisons_compile_as_integer_compares(shape, k):
 def test_large_packs_are_split_among_the_threads(cols, kernel_cache):
     """A pack of at least PARALLEL_PACK_ELEMENTS elements runs as a parallel loop (a run-time input is
     packed on every call); an exact last panel needs no range test, a partial one zero-fills its tail."""
-    from superopt.loopnest.build import PARALLEL_PACK_ELEMENTS
+    from superopt.loopnest.build_packs import PARALLEL_PACK_ELEMENTS
 
     c = compile_op("O[i,j] += A[i,k] * B[k,j]", {"A": (64, 256), "B": (256, cols)})
     target = host_target(2)
