@@ -44,8 +44,9 @@ from superopt.loopnest.statements import (
 )
 from superopt.loopnest.values import Literal, Load, Value
 from superopt.loopnest.versioning import peel_tile_tails
-from superopt.schedule.plan import KernelPlan, Stage, local_shape, reduce_epilogue_dims
-from superopt.schedule.plan import Loop as PlanLoop
+from superopt.schedule.kernel_plan import KernelPlan, Stage, local_shape
+from superopt.schedule.kernel_plan import Loop as PlanLoop
+from superopt.schedule.plan_check import reduce_epilogue_dims
 
 Bounds = dict[str, tuple[TailLimit, ...]]  # loop var -> its tail limits
 

@@ -22,7 +22,7 @@ from superopt.ir.types import is_float
 from superopt.lang.parser import infer_dtype
 from superopt.loopnest.index import BufferAccess, FlatIndex, InBounds, WrappedTerm
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value
-from superopt.schedule.plan import Stage, local_shape
+from superopt.schedule.kernel_plan import Stage, local_shape
 
 
 class AccessBuilding:

@@ -12,8 +12,9 @@ from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.loop import CLAUSE_OP, Loop, ReductionClause
 from superopt.loopnest.statements import Accumulate, Assign, Node
 from superopt.loopnest.values import Literal, Load
-from superopt.schedule.plan import Loop as PlanLoop
-from superopt.schedule.plan import Stage, local_shape, next_row_shift, reduce_epilogue_dims
+from superopt.schedule.kernel_plan import Loop as PlanLoop
+from superopt.schedule.kernel_plan import Stage, local_shape
+from superopt.schedule.plan_check import next_row_shift, reduce_epilogue_dims
 
 
 class FoldedRows:

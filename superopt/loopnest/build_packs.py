@@ -11,8 +11,8 @@ from superopt.loopnest.index import FlatIndex
 from superopt.loopnest.kernel import Joined, PackNest
 from superopt.loopnest.loop import Loop
 from superopt.loopnest.statements import Node, Prefetch
-from superopt.schedule.plan import Loop as PlanLoop
-from superopt.schedule.plan import Stage
+from superopt.schedule.kernel_plan import Loop as PlanLoop
+from superopt.schedule.kernel_plan import Stage
 
 PARALLEL_PACK_ELEMENTS = 1 << 16  # a pack this large is split among the threads (a parallel region costs a few us)
 

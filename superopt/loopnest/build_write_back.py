@@ -7,7 +7,7 @@ from superopt.ir.expr import Affine, substitute_dims
 from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.statements import Accumulate, Assign, Epilogue, Guard, Node, WriteBack
 from superopt.loopnest.values import Load, Value
-from superopt.schedule.plan import Stage
+from superopt.schedule.kernel_plan import Stage
 
 
 class WriteBacks:

@@ -143,7 +143,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             keep = None
             readers = [c for c, p in folded.items() if p == st.out]
             if readers:  # the dims every folded reduction keeps, named as this stage's dims
-                from superopt.schedule.plan import reduce_epilogue_dims
+                from superopt.schedule.plan_check import reduce_epilogue_dims
 
                 keep = frozenset(st.out_dims)
                 for c in readers:

@@ -54,7 +54,7 @@ def foldable_reductions(compute: Compute) -> dict[str, str]:
     """Reduction stage -> the two-operand contraction whose result it reads at that result's own index
     (``S[i,j] += T[i,j,k]`` of ``T[i,j,k] += A[i,k,r] * B[r,j]``): folded by :class:`ReduceEpilogue`, the
     contraction's tile is consumed at its write-back and, with no other reader, never stored."""
-    from superopt.schedule.plan import reduce_epilogue_dims
+    from superopt.schedule.plan_check import reduce_epilogue_dims
 
     stmts = list(compute.statements)
     order = {s.out: k for k, s in enumerate(stmts)}
@@ -161,7 +161,7 @@ def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, S
 def _row_sum_of(t: Statement, rows: dict[str, Statement], depth: int) -> str | None:
     """The row buffer ``t`` sums over a whole row of, read at one index (then ``t`` can be folded into
     that buffer's loop), or None."""
-    from superopt.schedule.plan import reduce_epilogue_dims
+    from superopt.schedule.plan_check import reduce_epilogue_dims
 
     read = [x for x in t.inputs() if x in rows]
     if t.reduce != "+=" or len(read) != 1 or t.padding:
