@@ -15,7 +15,7 @@ from superopt.codegen.cuda_emit import CudaSource
 from superopt.ir.flops import flop_count
 from superopt.loopnest import LoopNest, accesses
 from superopt.schedule.cuda_legality import REGISTER_OVERHEAD
-from superopt.schedule.plan import KernelPlan
+from superopt.schedule.kernel_plan import KernelPlan
 from superopt.target import Target
 
 GPU_FEATURE_VERSION = 1

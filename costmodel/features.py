@@ -65,7 +65,8 @@ from superopt.loopnest import (
     statement_ops,
     walk,
 )
-from superopt.schedule.plan import KernelPlan, ScheduleError, lower
+from superopt.schedule.kernel_plan import KernelPlan
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import trace_to_json
 from superopt.target import Target
 

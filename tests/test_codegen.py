@@ -403,7 +403,7 @@ def test_index_comparisons_compile_as_integer_compares(shape, k):
 def test_large_packs_are_split_among_the_threads(cols, kernel_cache):
     """A pack of at least PARALLEL_PACK_ELEMENTS elements runs as a parallel loop (a run-time input is
     packed on every call); an exact last panel needs no range test, a partial one zero-fills its tail."""
-    from superopt.loopnest.build import PARALLEL_PACK_ELEMENTS
+    from superopt.loopnest.build_packs import PARALLEL_PACK_ELEMENTS
 
     c = compile_op("O[i,j] += A[i,k] * B[k,j]", {"A": (64, 256), "B": (256, cols)})
     target = host_target(2)
@@ -481,7 +481,7 @@ def test_vectorized_exp_is_within_one_ulp_and_keeps_its_edges(kernel_cache):
 def test_a_short_window_reduction_is_unrolled_and_a_matrix_reduction_is_not(kernel_cache):
     """The tiled contraction fully unrolls its innermost reduction when it is a conv window's columns of at
     most UNROLL_REDUCTION steps (kw in X[.., x+kw]); capsule votes' 4-step matrix reduction r stays rolled."""
-    from superopt.schedule.default import UNROLL_REDUCTION
+    from superopt.schedule.contraction import UNROLL_REDUCTION
 
     conv = compile_op(CONV_BIAS_RELU, {"X": (1, 8, 12, 12), "W": (16, 8, 3, 3), "B": (16,)},
                       extents={"y": 12, "x": 12}, padding={"X": 0.0}, outputs=["O"])

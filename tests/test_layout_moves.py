@@ -11,7 +11,8 @@ from superopt.interp import evaluate_compute
 from superopt.ir.expr import product_accesses
 from superopt.lang import compile_op
 from superopt.runtime.kernel import build_kernels
-from superopt.schedule.default import default_schedule, pack_roles, reduction_walk
+from superopt.schedule.contraction import pack_roles, reduction_walk
+from superopt.schedule.default import default_schedule
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
 from superopt.schedule.space import ScheduleSpace, check

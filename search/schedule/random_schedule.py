@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from superopt.ir.compute import Compute
-from superopt.schedule.plan import KernelPlan, ScheduleError, lower
+from superopt.schedule.kernel_plan import KernelPlan
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import (
     CacheWrite,
     ComputeAt,

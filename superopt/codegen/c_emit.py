@@ -46,7 +46,7 @@ from superopt.loopnest import (
     build_loopnest,
 )
 from superopt.loopnest.walk import allocations
-from superopt.schedule.plan import KernelPlan
+from superopt.schedule.kernel_plan import KernelPlan
 
 # OpenMP's iteration schedule for every parallel loop. Guided (chunks of what is left over the thread
 # count, shrinking) rather than static: a thread that starts late (a worker waking from its futex on a

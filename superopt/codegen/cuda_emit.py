@@ -27,7 +27,7 @@ from superopt.ir.types import DTYPES
 from superopt.loopnest import Alloc, CombineLanes, Fill, Loop, LoopNest, Node, PackNest, Scope, StageNest, build_loopnest
 from superopt.loopnest.gpu import Barrier, SharedLoad, ThreadReduce
 from superopt.loopnest.loop import GPU_LOOP_KINDS
-from superopt.schedule.plan import KernelPlan, PackLayout
+from superopt.schedule.kernel_plan import KernelPlan, PackLayout
 
 __all__ = ["CUDA_PRELUDE", "EMULATION_PRELUDE", "CudaSource", "Launch", "emit_cuda", "emulation_source", "print_cuda"]
 

@@ -1,6 +1,6 @@
 """The loop-nest IR: one explicit, target-independent tree per kernel, between lowering and printing.
 
-``lower(compute, trace, target)`` applies a schedule (a :class:`~superopt.schedule.plan.KernelPlan`);
+``lower(compute, trace, target)`` applies a schedule (a :class:`~superopt.schedule.kernel_plan.KernelPlan`);
 :func:`build_loopnest` turns the plan into a :class:`LoopNest` holding every structural decision
 (loops with kinds and tail bounds, allocations, init / accumulate / write-back / epilogue,
 flattened accesses with strides). Printers (C now, CUDA later) and the cost-model feature extractor

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from superopt.ir.expr import Affine
-from superopt.schedule.plan import PackLayout
+from superopt.schedule.kernel_plan import PackLayout
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from superopt.loopnest.alloc import Alloc
 from superopt.loopnest.statements import StageNest
-from superopt.schedule.plan import PackLayout
+from superopt.schedule.kernel_plan import PackLayout
 
 
 @dataclass(frozen=True)

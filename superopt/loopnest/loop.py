@@ -35,6 +35,9 @@ class ReductionClause:
     var: str
 
 
+CLAUSE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}  # reduce kind -> its ReductionClause op
+
+
 @dataclass(frozen=True)
 class Loop:
     """``for var in [0, min(extent, limit - offset for each tail)):`` body.

@@ -33,7 +33,7 @@ from superopt.loopnest.gpu import Barrier, SharedLoad
 from superopt.schedule.cuda_legality import SharedBox, shared_box
 
 if TYPE_CHECKING:
-    from superopt.schedule.plan import KernelPlan
+    from superopt.schedule.kernel_plan import KernelPlan
 
 
 def _flat(parts: tuple[Affine, ...], shape: tuple[int, ...]) -> Affine:

@@ -41,7 +41,7 @@ def _is_contraction(st: Statement) -> bool:
 def chained_reductions(compute: Compute) -> dict[str, str]:
     """Reduction -> the contraction it reads at the contraction's own index, for the reductions that also
     read a stage computed after that contraction (so ``ReduceEpilogue`` cannot fold them into it)."""
-    from superopt.schedule.plan import reduce_epilogue_dims
+    from superopt.schedule.plan_check import reduce_epilogue_dims
 
     stmts = list(compute.statements)
     order = {s.out: k for k, s in enumerate(stmts)}

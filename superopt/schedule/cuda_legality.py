@@ -25,7 +25,7 @@ from superopt.ir.expr import Affine
 from superopt.schedule.primitives import GPU_AXES
 
 if TYPE_CHECKING:
-    from superopt.schedule.plan import KernelPlan, Stage
+    from superopt.schedule.kernel_plan import KernelPlan, Stage
 
 # registers a thread needs besides its accumulator tile (indices, pointers, loaded operands): an estimate
 REGISTER_OVERHEAD = 32

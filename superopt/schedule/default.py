@@ -5,531 +5,33 @@ so the vector loop reads it contiguously; multi-statement row-wise ops (softmax,
 computed one row at a time inside the final stage's outer loop; everything else is parallelized
 on outer loops and vectorized on the innermost contiguous one. Candidate traces are tried from the
 most aggressive down; the first that lowers legally wins.
+
+This module names the sketches and assembles them; the schedules of each family live in
+``contraction`` (register tiles, packs), ``rowwise`` (rows, folded reductions), ``elementwise``
+(parallel and vector loops, transposes, inlining), ``rows_contraction``, ``tile_transform`` and
+``blocked_conv``.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Mapping, Sequence
-
 from superopt.ir.compute import Compute
-from superopt.ir.expr import Access, Affine, Binary, Const, Unary, flat_offset, product_accesses
-from superopt.ir.statement import Statement
-from superopt.ir.types import TensorType, is_float
+from superopt.ir.expr import product_accesses
 from superopt.schedule.chained import chained_reductions, flops_per_byte, recompute_records, with_recomputes
-from superopt.schedule.knobs import KnobRecorder, divisor_like
+from superopt.schedule.contraction import contraction_schedule, final_contraction, is_contraction
+from superopt.schedule.elementwise import inlinable, simple_schedule
+from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
-    CacheWrite,
-    ComputeAt,
     Epilogue,
-    Fuse,
     Inline,
     InPlace,
     NextRow,
-    Pack,
-    Parallel,
     Primitive,
     ReduceEpilogue,
-    Reorder,
-    Split,
-    Unroll,
-    Vectorize,
 )
+from superopt.schedule.rows_contraction import rows_into_contraction
+from superopt.schedule.rowwise import foldable_reductions, rowwise_schedule
+from superopt.schedule.tile_transform import TILE_TRANSFORM, applies, tile_transform_schedule
 from superopt.target import Target, host_target
-
-# functions worth computing once into a row buffer rather than recomputing at every use
-EXPENSIVE_FNS = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "sin", "cos", "reciprocal", "tan",
-                           "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"})
-EXPENSIVE_OPS = frozenset({"/", "pow", "mod", "fmod"})
-# the longest innermost reduction loop of a register tile that is fully unrolled (a conv window's columns);
-# longer ones (16 blocked-input lanes under a 5 x 64 tile) only grow the code: under a tile that large the
-# loop's own counter and pointer updates are already a small share of its FMAs
-UNROLL_REDUCTION = 8
-
-
-def _is_cheap(e) -> bool:
-    """Only adds, multiplies, compares and the like: recomputing it beats a store and a reload. A division
-    by a constant power of two counts as a multiply (the compiler emits the exact reciprocal's multiply)."""
-    for x in e.walk():
-        if isinstance(x, Unary) and x.fn in EXPENSIVE_FNS:
-            return False
-        if isinstance(x, Binary) and x.op in EXPENSIVE_OPS and not (x.op == "/" and _power_of_two(x.b)):
-            return False
-    return True
-
-
-def _power_of_two(e) -> bool:
-    """``e`` is a floating constant +-2**k: dividing by it is exactly multiplying by its reciprocal."""
-    if not isinstance(e, Const) or isinstance(e.value, bool) or not is_float(e.dtype):
-        return False
-    v = abs(float(e.value))
-    return math.isfinite(v) and v > 0 and math.frexp(v)[0] == 0.5
-
-
-def _fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent: int) -> tuple[list, str, int]:
-    """Fuse outer loops left to right until the fused extent reaches min_extent."""
-    prims: list[Primitive] = []
-    name, ext = loops[0], extents[loops[0]]
-    divided = False  # the loop so far is a fuse of two loops of extent > 1: fusing it again is not expressible
-    for nxt in loops[1:]:
-        if ext >= min_extent or divided and extents[nxt] > 1:
-            break
-        prims.append(Fuse(stage, name, nxt))
-        divided = divided or (ext > 1 and extents[nxt] > 1)
-        name, ext = f"{name}_{nxt}", ext * extents[nxt]
-    return prims, name, ext
-
-
-def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
-    """Whether every tensor the statement reads or writes moves ``extent(inner)`` times as far per step of
-    ``outer`` as per step of ``inner``: the fused loop over both walks one contiguous run (no padding)."""
-    if st.pad_value:
-        return False
-    for tensor, index in st.indexed():
-        flat = flat_offset(index, types[tensor].shape)
-        if flat.coeff(outer) != st.extent[inner] * flat.coeff(inner):
-            return False
-    return True
-
-
-def _is_window(acc: Access) -> bool:
-    """Indexed by a sum or a stride of loop variables somewhere (an image under a sliding window)."""
-    return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
-
-
-def _row_block(n: int, most: int) -> int:
-    """Rows per register tile: the largest of most..4 that wastes fewest padded rows (55 -> 5, 13 -> 7)."""
-    return min(range(most, 3, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
-
-
-def _footprint(acc: Access, st: Statement) -> int:
-    """Elements of the operand the statement reads (the product of the extents of the dims indexing it)."""
-    return math.prod(st.extent[d] for d in {d for ix in acc.index for d in ix.dims})
-
-
-def _batch_dims(a: Access, b: Access, st: Statement) -> frozenset[str]:
-    """Output dims that index both operands: the batch of a batched contraction."""
-    dims_a = {d for ix in a.index for d in ix.dims}
-    return frozenset(d for d in st.out_dims if d in dims_a and any(d in ix.dims for ix in b.index))
-
-
-def _own_dims(b: Access, a: Access, st: Statement) -> list[str]:
-    """Output dims (of extent > 1) that index ``b`` but not ``a``: candidates for the vector columns."""
-    in_a = {d for ix in a.index for d in ix.dims}
-    in_b = {d for ix in b.index for d in ix.dims}
-    return [d for d in st.out_dims if d in in_b and d not in in_a and st.extent[d] > 1]
-
-
-def reduction_walk(a: Access, reduce_dims: Sequence[str], types: Mapping[str, TensorType] | None) -> list[str]:
-    """The reduction loops ordered so the innermost walks row operand ``a`` (read one broadcast element per
-    row and step) with its smallest stride: the loop nest then streams ``a`` instead of jumping a row of it per
-    step (a conv's taps over a channels-last image: channels innermost). Ties, and reductions that do not
-    index ``a``, keep the statement's order."""
-    if types is None or a.tensor not in types:
-        return list(reduce_dims)
-    flat = flat_offset(a.index, types[a.tensor].shape)
-    strides = {d: abs(flat.coeff(d)) for d in reduce_dims}
-    if not all(strides.values()):
-        return list(reduce_dims)
-    return sorted(reduce_dims, key=lambda d: -strides[d])
-
-
-def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st: Statement
-               ) -> tuple[list[int], list[int], list[int]] | None:
-    """The axes of column operand ``b`` as (rest, reduction, column) groups, the order of its packed panel
-    (the GETT order: what the micro-kernel walks innermost last; reduction axes in the order of the loops
-    ``reduce_order``, so each step reads the next panel row), or None when some axis mixes the groups
-    (a window ``2*y+kh``) or the column axes cannot be laid out as one contiguous run of the fused column
-    loop. An axis may be any affine index of its group's dims: ``W[16*o+q, ...]`` (a reshape folded into the
-    read) is the column axis of the fused ``o_q`` loop, so the pack makes its stride-1152 reads contiguous."""
-    if b.tensor in st.pad_value:
-        return None
-    red_dims, col_dims = set(st.reduce_dims), set(n_dims)
-    rest: list[int] = []
-    red: list[int] = []
-    cols: list[int] = []
-    for i, ix in enumerate(b.index):
-        used = ix.vars()
-        if used and used <= col_dims:
-            cols.append(i)
-        elif used and used <= red_dims:
-            red.append(i)
-        elif used & (red_dims | col_dims):
-            return None
-        else:
-            rest.append(i)
-    if any(not b.index[i].is_plain_dim for i in cols):
-        # one axis read as the flattening of the column dims (``16*o + q`` over o, q): the fused column loop
-        # walks it with unit stride, so a split of it by the tile width is a panel
-        ix = b.index[cols[0]] if len(cols) == 1 else None
-        if ix is None or ix.const or ix.vars() != col_dims or any(
-                ix.coeff(d) != math.prod(st.extent[e] for e in n_dims[k + 1:]) for k, d in enumerate(n_dims)):
-            return None
-    else:
-        cols.sort(key=lambda i: n_dims.index(b.index[i].dims[0]))
-    red.sort(key=lambda i: min(reduce_order.index(v) for v in b.index[i].vars()))
-    return rest, red, cols
-
-
-def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, pack: bool = True,
-                         consts: frozenset[str] | None = None, knobs: KnobRecorder | None = None,
-                         keep: frozenset[str] | None = None,
-                         types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
-    """Register-tiled schedule for ``out += A[...] * B[...]``: the ``tiled_contraction`` sketch.
-
-    Every parameter is a knob named ``<stage>.<role>``; without overrides each takes the heuristic's
-    value below. Loop nest (SSRSRS-like): outer spatial blocks (optionally with an outer reduction
-    block, ``k_tile``/``k_pos``), then the reductions, then rows x a vector of columns in registers.
-
-    ``keep``: the output dims that reductions folded into the write-back keep (``ReduceEpilogue``):
-    the vector columns and the parallel loop then walk only those, and the reduction is not blocked
-    (the tile must hold whole sums when the folded reductions read it)."""
-    kn = knobs or KnobRecorder()
-    from superopt.schedule.blocked_conv import blocked_conv_schedule  # a conv on NCHWc tensors (search/graph/layout.py)
-
-    blocked = blocked_conv_schedule(st, target, consts, kn)
-    if blocked is not None:
-        return blocked
-    VECTOR, threads = target.lanes("float32"), target.threads
-    s = st.out
-    ext = st.extent
-    accs = product_accesses(st.expr)
-    if not accs or len(accs) != 2 or accs[0] == accs[1] or not st.reduce_dims:
-        raise ValueError("not a two-operand contraction")  # (X[i,j] * X[i,j] is a sum of squares)
-    last = st.out_dims[-1]
-    b = next(a for a in accs if any(ix.coeff(last) for ix in a.index))
-    a = next(x for x in accs if x is not b)
-    a_cols, b_cols = _own_dims(a, b, st), _own_dims(b, a, st)
-    narrow = math.prod(ext[d] for d in b_cols[-2:]) < 4 * VECTOR <= math.prod(ext[d] for d in a_cols[-2:])
-    # the weight is the operand to pack (for free, ahead of time) and vectorize over
-    weight_on_rows = consts is not None and a.tensor in consts and b.tensor not in consts \
-        and math.prod(ext[d] for d in a_cols[-2:]) >= 2 * VECTOR
-    weights_as_columns = bool(a_cols) and not _is_window(a) and (_is_window(b) or narrow or weight_on_rows)
-    if keep is not None:  # vector columns the folded reductions keep: their lanes never collide
-        def kept_columns(bb: Access, aa: Access) -> bool:
-            own_dims = _own_dims(bb, aa, st)
-            return bool(own_dims) and own_dims[-1] in keep and not _is_window(bb)
-        if not kept_columns(b, a) and not kept_columns(a, b):
-            raise ValueError("no vector column dim that the folded reductions keep")
-        weights_as_columns = not kept_columns(b, a)
-    elif a_cols and not _is_window(a):
-        weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
-    if weights_as_columns:
-        # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
-        # dims (output channels) instead, packed contiguous; the image is read as one broadcast scalar per
-        # row, any bounds checks stay off the vector loop, and strided windows need no gathers. Likewise
-        # when b's own columns are too few to fill vectors (a 7x7 image against 2048 output channels)
-        a, b = b, a
-    own = _own_dims(b, a, st)
-    n_dims = own[-2:]  # fuse at most two column dims
-    if keep is not None and not set(n_dims) <= keep:
-        n_dims = own[-1:]
-    if len(n_dims) == 2:
-        # (two fused column dims split by multiples of the inner one: an inner dim past 16 vectors makes
-        # a tile over the register budget, so one column dim then)
-        n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
-    # bounds checks on a fused column loop defeat vectorization, and a window over the column dims (a
-    # padded copy's X[c, y+kh, x+kw], rows longer than the output's) makes the fused index a div/mod: gathers
-    # (reductions of one step, a 1x1 conv's kernel window, are no window)
-    window = any(set(ix.vars()) & set(n_dims) and set(ix.vars()) & {d for d in st.reduce_dims if ext[d] > 1}
-                 for ix in b.index)
-    if b.tensor in st.pad_value or window or not n_dims:
-        n_dims = [last]
-    m_dims = [d for d in st.out_dims if d not in n_dims]
-    if not n_dims:
-        raise ValueError("no column dims")
-    # the register tile's row dim: the innermost other output dim by default. One that indexes only the
-    # row operand reuses each column vector once per row; one the column operand also reads (an image's y
-    # when only x is vectorized, weights as rows) loads a vector per FMA
-    row_dims = [d for d in m_dims if ext[d] > 1]
-    shared = [d for d in row_dims if not any(ix.coeff(d) for ix in b.index)]
-    if keep is not None and shared and m_dims[-1] not in shared:
-        # (folded reductions, where the row knob is off: a row dim the column operand does not read, so each
-        # column vector loaded feeds every row; capsule votes' W[kx,ky,i,o,r,p] differs per i, not per y)
-        m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
-    if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
-        pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
-        m_dims = [d for d in m_dims if d != pick] + [pick]
-    reduce_dims = list(st.reduce_dims)
-    if 1 < len(reduce_dims) <= 3:
-        perms = [list(p) for p in itertools.permutations(reduce_dims)]
-        walk = perms.index(reduction_walk(a, reduce_dims, types))
-        reduce_dims = perms[kn.get(f"{s}.red_order", walk, tuple(range(len(perms))))]
-    else:
-        reduce_dims = reduction_walk(a, reduce_dims, types)
-    reduce_order = list(reduce_dims)  # (the statement's dims: a k_tile split renames the first below)
-    prims: list[Primitive] = []
-    # loop order: M dims, then N dims, then reductions
-    order = m_dims + n_dims + reduce_dims
-    prims.append(Reorder(s, tuple(order)))
-    extents = dict(ext)
-    col = n_dims[0]
-    for d in n_dims[1:]:
-        prims.append(Fuse(s, col, d))
-        extents[f"{col}_{d}"] = extents[col] * extents[d]
-        col = f"{col}_{d}"
-    ncol = extents[col]
-    # vectors per tile row: 4 on a 32-register file (4 rows x 4 vectors: 4 loads + 4 broadcasts per 16 FMAs;
-    # 4 x 2 takes 2 + 4 per 8, so the load ports rather than the FMA pipes would bound it), else 2
-    wide = 4 if target.vector_registers >= 32 else 2
-    width = next((v * VECTOR for v in (wide, 2) if ncol >= v * VECTOR), VECTOR if ncol >= VECTOR else ncol)
-    # few rows (capsule's 4x4 p): a second row dim, an outer output dim split by ``rows2`` with its inner part
-    # in the register tile too, so each vector of the column operand feeds more rows. 2 x 4 rows x 3 vectors
-    # (24 accumulators) leaves registers for the operands where 4 x 8 vectors (32 accumulators) spills and
-    # 4 x 4 loads a vector per 4 FMAs; without a second row dim the tile widens instead
-    rows2_dims = [d for d in m_dims[:-1] if ext[d] >= 2] if keep is None else []
-    few_rows = bool(m_dims) and ext[m_dims[-1]] <= 4 and ncol >= 3 * VECTOR
-    rows2_dim, rows2 = None, 1
-    if rows2_dims and ext[m_dims[-1]] <= 8:
-        even = [d for d in rows2_dims if ext[d] % 2 == 0]
-        rows2_dim = rows2_dims[kn.get(f"{s}.rows2_dim", rows2_dims.index(even[0]) if even else len(rows2_dims) - 1,
-                                      tuple(range(len(rows2_dims))))]
-        rows2 = kn.get(f"{s}.rows2", 2 if few_rows and wide == 4 else 1,
-                       [r for r in (1, 2, 3, 4) if r <= ext[rows2_dim]])
-    if few_rows and rows2 == 1 and ncol >= 4 * VECTOR:
-        # 4 rows x 8 vectors: each broadcast feeds 8 FMAs instead of 4 (fits 16 registers with the rows rolled)
-        width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
-    elif few_rows and rows2 > 1:
-        width = min(4, max(1, (target.vector_registers - 8) // (ext[m_dims[-1]] * rows2))) * VECTOR
-    if window and ncol > width and 0 < ncol % width < VECTOR and math.ceil(ncol / VECTOR) <= wide:
-        # a window's row of few columns in one tile (its last vector partial) rather than a last tile
-        # narrower than a vector: that tile's vector loop runs whole in gcc's scalar remainder (depthwise
-        # convs of 19-45 columns). A tail of a vector or more stays (56 columns as 32 + 24): a tile of 56
-        # columns would need more accumulators than the registers hold
-        width = ncol
-    # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
-    # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
-    # 1x1 conv's pixels in 64-wide tiles, no 56-column rows with a half-vector tail)
-    fused = len(n_dims) > 1
-    if fused and ncol > width:
-        width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
-    short = ext[m_dims[-1]] if m_dims and keep is None and rows2 == 1 else 0
-    if wide == 4 and width >= 4 * VECTOR and 6 < short <= 8 and short % _row_block(short, 6) \
-            and ncol % (2 * VECTOR) == 0:
-        # a short row loop that the 4-vector tile (6 rows at most) would split with a tail: one tile of all its
-        # rows x 2 vectors instead (every tile full, none in the slower remainder code). A conv's 7 output
-        # columns against a channels-last image, 128 output channels (capsule votes from ONNX): 1.25x
-        width = 2 * VECTOR
-    width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
-                   + ([ncol] if ncol < 8 * VECTOR else []))
-    if fused and ncol > width and width % ext[n_dims[-1]] and not (
-            types is not None and contiguous_dims(st, types, *n_dims)):
-        width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
-    col_o = None
-    if ncol > width:
-        prims.append(Split(s, col, width))
-        col_o, col_i = f"{col}_o", f"{col}_i"
-        extents[col_o] = math.ceil(ncol / width)
-    else:
-        col_i = col
-    rows_o, row_i = None, None
-    outer_m = list(m_dims)
-    factor = 1
-    row = None
-    if m_dims:
-        row = m_dims[-1]
-        outer_m = m_dims[:-1]
-        # rows x vectors of accumulators: 8 x 2, or 6 x 4 on a 32-register file when the tile is 4 vectors wide
-        # (24 accumulators; one AVX-512 core: sgemm 1024^3 93%, a 3x3 conv 77% of the FMA ceiling)
-        rows = 6 if math.ceil(width / VECTOR) >= 4 and wide == 4 else 8
-        if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
-            # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
-            vecs = max(1, math.ceil(width / VECTOR))
-            rows = max(4, min(rows, (target.vector_registers - vecs - 1) // vecs))
-        # (the full tiles are peeled from the last one, loopnest.versioning: a tail costs one slower tile,
-        # so only short row loops pick a tile size that divides them better)
-        factor = extents[row] if extents[row] <= rows else rows if extents[row] >= 4 * rows \
-            else _row_block(extents[row], rows)
-        factor = kn.get(f"{s}.rows", factor, [r for r in range(1, 17) if r <= extents[row]])
-        if extents[row] > factor:
-            prims.append(Split(s, row, factor))
-            rows_o, row_i = f"{row}_o", f"{row}_i"
-            extents[rows_o] = math.ceil(extents[row] / factor)
-        else:
-            row_i = row
-    rows2_i = None
-    if rows2 > 1 and rows2_dim is not None:
-        prims.append(Split(s, rows2_dim, rows2))
-        rows2_i = f"{rows2_dim}_i"
-        extents[f"{rows2_dim}_o"] = math.ceil(ext[rows2_dim] / rows2)
-        outer_m = [f"{rows2_dim}_o" if d == rows2_dim else d for d in outer_m]
-    # panels of the column operand outermost when it is the bigger one (weights of a small-batch linear
-    # layer, deep conv layers): each panel then stays in cache across all rows and the operand is read
-    # from memory once instead of once per row block
-    panel_outer = _footprint(b, st) >= _footprint(a, st)
-    if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o):
-        # too few panels for the threads, the last one partial (a tailed loop is not fused with the next):
-        # rows outermost, or one thread would do all the work (a depthwise 3x3 conv over 56 columns)
-        panel_outer = False
-    if col_o and (outer_m or rows_o):
-        panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
-    if panel_outer:
-        # (outside the row loops but inside a batch's loops, the output dims both operands walk: a panel is not
-        # reused from one batch to the next, so each batch's panel is read while it is still in cache: this
-        # matters most for many small GEMMs with a large constant operand each, as Winograd's batched matmuls)
-        batch = _batch_dims(a, b, st)
-        if rows2_i and rows2_dim in batch:  # (its outer loop walks the batch too)
-            batch |= {f"{rows2_dim}_o"}
-        outer = [d for d in outer_m if d in batch] + ([col_o] if col_o else []) \
-            + [d for d in outer_m if d not in batch] + ([rows_o] if rows_o else [])
-    else:
-        outer = outer_m + ([rows_o] if rows_o else [])
-        if col_o:
-            # the panels between the row loops: each panel stays in cache across the inner row loops
-            # (innermost, a panel is reloaded for every row block; outermost, the rows' operand leaves the
-            # cache between panels)
-            pos = kn.get(f"{s}.panel_pos", 1 if rows2_i else len(outer), tuple(range(1, len(outer) + 1))) \
-                if len(outer) > 1 else len(outer)
-            outer = outer[:pos] + [col_o] + outer[pos:]
-    # unit loops (a batch of 1) innermost among the outer ones: the parallel loop must be a real one
-    outer = [x for x in outer if extents.get(x, 2) > 1] + [x for x in outer if extents.get(x, 2) == 1]
-    # an outer block of the first reduction (GotoBLAS' kc): the operands' panels of k_tile stay in cache
-    # while the rows stream past; the register tile then accumulates a partial sum (init + read-modify-write)
-    r0 = reduce_dims[0]
-    k_tile = kn.get(f"{s}.k_tile", 0, [0] + divisor_like(ext[r0], 16, ext[r0] // 2, 8)) \
-        if ext[r0] >= 32 and keep is None else 0
-    if k_tile and k_tile < ext[r0]:
-        prims.append(Split(s, r0, k_tile))
-        k_pos = kn.get(f"{s}.k_pos", len(outer), tuple(range(1, len(outer) + 1)) or (0,))
-        outer = outer[:k_pos] + [f"{r0}_o"] + outer[k_pos:]
-        reduce_dims = [f"{r0}_i"] + reduce_dims[1:]
-    walks = {lp: {lp} for lp in outer_m} | {rows_o: {row}, col_o: set(n_dims)}
-    if rows2_i:
-        walks[f"{rows2_dim}_o"] = {rows2_dim}
-    if keep is not None and outer and not walks[outer[0]] <= keep:
-        # the parallel loop may only walk kept dims (threads would otherwise update one folded element)
-        outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
-    inner = reduce_dims + ([rows2_i] if rows2_i else []) + ([row_i] if row_i else []) + [col_i]
-    prims.append(Reorder(s, tuple(outer + inner)))
-    prims.append(CacheWrite(s, reduce_dims[0]))
-    if rows2_i:
-        prims.append(Unroll(s, rows2_i))
-    if row_i and kn.get(f"{s}.unroll", True, (True, False)):
-        prims.append(Unroll(s, row_i))
-    # the innermost reduction, when short (a conv window's columns), fully unrolled: gcc leaves loops rolled
-    # at -O3, and a short loop around the tile's FMAs costs its counter and pointer updates at every step
-    # (only a window loop, which indexes an operand together with an output dim: unrolling a short matrix
-    # reduction such as capsule votes' 4 steps only grows the code)
-    red_in = reduce_dims[-1]
-    windowed = any(red_in in ix.vars() and set(ix.vars()) & set(st.out_dims) for acc in accs for ix in acc.index)
-    if windowed and ext[red_in] <= UNROLL_REDUCTION and kn.get(f"{s}.unroll_red", True, (True, False)):
-        prims.append(Unroll(s, red_in))
-    prims.append(Vectorize(s, col_i))
-    if outer and not outer[0].startswith(f"{r0}_o") and (keep is None or walks[outer[0]] <= keep):
-        # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
-        tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None,
-                  f"{rows2_dim}_o" if rows2_i and ext[rows2_dim] % rows2 else None}
-        chain = [outer[0]]
-        for lp in outer[1:]:
-            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o" or keep is not None and not walks[lp] <= keep:
-                break
-            chain.append(lp)
-        par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
-        fprims, fname, _ = _fuse_chain(s, chain, extents, par * threads)
-        prims += fprims
-        prims.append(Parallel(s, fname))
-    # pack the column operand so the vector loop reads it contiguously
-    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs else None
-    if roles is not None:
-        rest, red, cols = roles
-        axes = b.index
-        perm = tuple(rest + red + cols)
-        worth = not (perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts
-                     and 4 * _footprint(b, st) <= target.l2_bytes)
-        # (a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
-        # costs more than it saves; a large one is still packed: its strided panels thrash the TLB)
-        if not kn.get(f"{s}.pack", worth, (True, False)):
-            return prims
-        shape = types[b.tensor].shape if types is not None else None
-        inner = math.prod(shape[i] for i in cols[1:]) if shape is not None else 0
-        if len(cols) == 1 and ncol > width:
-            prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
-        elif len(cols) > 1 and ncol > width and inner and width % inner == 0 and ncol == inner * shape[cols[0]] \
-                and kn.get(f"{s}.pack_panels", ncol >= 4 * width, (True, False)):
-            # several column axes (j, l of C[i,j,k,l]): split the outer one so each tile's columns form one
-            # contiguous panel over the reductions ([j_o][m][n][j_i][l]). Unsplit, every reduction step reads a
-            # tile's share of a row of all the columns: where that is a small share (576 columns, 48 per tile:
-            # a panel of 4096 steps spans 192 pages) the reads miss the TLB (1.29x measured on that einsum);
-            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split
-            prims.append(Pack(b.tensor, perm, len(rest) + len(red), width // inner))
-        elif perm != tuple(range(len(axes))):
-            prims.append(Pack(b.tensor, perm))
-    return prims
-
-
-def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
-    """A pure copy whose input's contiguous axis is not the output's: square blocks (``<stage>.block``,
-    a vector by default, half a vector where both sides divide by that and not by a vector; the last block
-    of a side that is not a multiple of it is partial), so both the strided side and the contiguous side
-    stay in L1 (attention's K transpose; NCHW16c back to NCHW), where a row-by-row copy walks the strided side
-    through memory. Whole blocks of 8 or 16 are copied by register shuffles."""
-    kn = knobs or KnobRecorder()
-    s, ext = st.out, st.extent
-    VECTOR, threads = target.lanes("float32"), target.threads
-    if st.reduce != "=" or not isinstance(st.expr, Access) or st.padding or len(st.out_dims) < 2:
-        raise ValueError("not a transpose")
-    src = st.expr.index[-1]
-    d_out = st.out_dims[-1]
-    if not src.is_plain_dim or src.dims[0] == d_out or any(not ix.is_plain_dim for ix in st.expr.index):
-        raise ValueError("not a transpose")
-    d_in = src.dims[0]
-    if ext[d_in] < VECTOR or ext[d_out] < VECTOR:
-        raise ValueError("transpose extents are shorter than the vector width")
-    # a block both sides divide is copied whole by register shuffles (the loop nest's ``transposed`` loops)
-    fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
-    block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
-    outer = [d for d in st.out_dims if d not in (d_in, d_out)]
-    blocks = (f"{d_out}_o", f"{d_in}_i", f"{d_out}_i")
-    prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block)]
-    # (scalar copies: vectorizing either side of a block turns the other into gathers or scatters)
-    if math.prod(ext[d] for d in outer) >= 2 * threads:
-        fprims, fname, _ = _fuse_chain(s, outer, dict(ext), 4 * threads)
-        return prims + [Reorder(s, (*outer, f"{d_in}_o", *blocks))] + fprims + [Parallel(s, fname)]
-    return prims + [Reorder(s, (f"{d_in}_o", *outer, *blocks)), Parallel(s, f"{d_in}_o")]
-
-
-def simple_schedule(st: Statement, target: Target, attached: bool = False,
-                    knobs: KnobRecorder | None = None) -> list[Primitive]:
-    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks)."""
-    kn = knobs or KnobRecorder()
-    VECTOR, threads = target.lanes("float32"), target.threads
-    s = st.out
-    ext = st.extent
-    loops = [d for d, _ in st.extents]
-    if not attached:
-        try:
-            return transpose_schedule(st, target, kn)
-        except ValueError:
-            pass
-    prims: list[Primitive] = []
-    inner = loops[-1]
-    last = st.out_dims[-1] if st.out_dims else None
-    window = math.prod(ext[d] for d in st.reduce_dims)
-    if (st.reduce_dims and last and inner != last and window <= 64 and ext[inner] < VECTOR
-            and 8 <= ext[last] <= 1024 and all(ix.coeff(last) in (0, 1) for a in st.expr.accesses() for ix in a.index)
-            and kn.get(f"{s}.row_window", True, (True, False))):
-        # a small window (pooling, LRN): reduce into a row of accumulators vectorized along the output
-        # row, instead of a short scalar reduction per output element (unit stride only: no gathers)
-        prims += [Reorder(s, tuple(d for d in st.out_dims if d != last) + st.reduce_dims + (last,)),
-                  CacheWrite(s, st.reduce_dims[0])]
-        inner = last
-    # a padded copy whose bounds test moves with the vector loop (X[c, y-1, x-1] over x) is left to the
-    # compiler: an explicit simd loop turns the test into masked gathers, where gcc's own vectorizer
-    # peels the edges and keeps contiguous loads
-    checked = st.reduce == "=" and any(
-        a.tensor in st.pad_value and any(inner in ix.vars() and ix.bounds(ext)[0] < 0 for ix in a.index)
-        for a in st.expr.accesses())
-    if ext[inner] >= 4 and kn.get(f"{s}.vectorize", not checked, (True, False)):
-        prims.append(Vectorize(s, inner))
-    if not attached:
-        outer = [d for d in st.out_dims if d != inner]
-        if outer:
-            par = kn.get(f"{s}.par", 4, (1, 2, 4, 16, 64))
-            fprims, fname, _ = _fuse_chain(s, outer, dict(ext), par * threads)
-            prims += fprims
-            prims.append(Parallel(s, fname))
-    return prims
 
 
 def default_schedule(compute: Compute, target: Target | None = None, constant_inputs: frozenset[str] | None = None
@@ -558,162 +60,6 @@ FOLD_REDUCTIONS = "stages+fold"  # stages+epilogue, with reductions of a contrac
 ROWS_INTO_CONTRACTION = "rows+contraction"  # attention: every temporary computed per row inside the final contraction
 
 
-def _is_contraction(st: Statement) -> bool:
-    accs = product_accesses(st.expr)
-    return st.reduce == "+=" and bool(st.reduce_dims) and accs is not None and len(set(accs)) >= 2
-
-
-def final_contraction(compute: Compute) -> tuple[list[Statement], Statement, Statement | None]:
-    """(the statements before it, the last contraction, its elementwise epilogue or None): the last
-    statement, or the one before it when the last only scales or shifts it at its own index (the
-    softmax's ``O[i, j] = S[i, j] * R[i]`` after ``S[i, j] += E[i, k] * V[k, j]``)."""
-    stmts = list(compute.statements)
-    last = stmts[-1]
-    if len(stmts) >= 2 and last.reduce == "=" and _is_contraction(stmts[-2]):
-        prev = stmts[-2]
-        own = tuple(Affine.dim(d) for d in last.out_dims)
-        reads = [a for a in last.expr.accesses() if a.tensor == prev.out]
-        if reads and all(a.index == own for a in reads) and prev.out_shape == last.out_shape \
-                and prev.out not in compute.outputs and not last.padding:
-            return stmts[:-2], prev, last
-    return stmts[:-1], last, None
-
-
-def foldable_reductions(compute: Compute) -> dict[str, str]:
-    """Reduction stage -> the two-operand contraction whose result it reads at that result's own index
-    (``S[i,j] += T[i,j,k]`` of ``T[i,j,k] += A[i,k,r] * B[r,j]``): folded by :class:`ReduceEpilogue`, the
-    contraction's tile is consumed at its write-back and, with no other reader, never stored."""
-    from superopt.schedule.plan import reduce_epilogue_dims
-
-    stmts = list(compute.statements)
-    order = {s.out: k for k, s in enumerate(stmts)}
-    out: dict[str, str] = {}
-    for p in stmts:
-        accs = product_accesses(p.expr)
-        if p.reduce != "+=" or not accs or len(accs) != 2 or accs[0] == accs[1] or not p.reduce_dims:
-            continue
-        for c in stmts:
-            if c.reduce != "=" and c is not p and p.out in c.inputs() and not c.padding \
-                    and c.out not in out and reduce_epilogue_dims(c, p) is not None \
-                    and all(order.get(t, -1) < order[p.out] for t in c.inputs() if t != p.out):
-                out[c.out] = p.out  # (one reading a stage computed after p is chained: schedule/chained.py)
-    return out
-
-
-def _rowwise(compute: Compute, target: Target, kn: KnobRecorder, depth: int, fold: bool,
-             ahead: bool = True) -> list[Primitive]:
-    """The ``rowwise@depth`` sketch: every temporary computed (or recomputed, when cheap) per row of the
-    final stage's first ``depth`` dims, the rows in parallel. ``fold``: a sum over a row of an
-    elementwise temporary (softmax's ``Z[i] += E[i, r]``) is folded into that temporary's loop (knob
-    ``<sum>.fold``, CPU targets): one pass over the row instead of two; and the last elementwise
-    temporary the final stage reads only at its own index is stored in the final stage's rows (knob
-    ``<temporary>.in_place``: softmax's ``exp`` written to the output, then scaled in place)."""
-    stmts = list(compute.statements)
-    final = stmts[-1]
-    temps = [s for s in stmts if s.out not in compute.outputs]
-    trace: list[Primitive] = []
-    attach_loop = final.out_dims[depth - 1]
-    rows: dict[str, Statement] = {}  # elementwise temporaries computed into a row buffer
-    for t in temps:
-        per_row = math.prod(n for d, n in t.extents if d in t.out_dims[depth:])
-        if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) \
-                and kn.get(f"{t.out}.inline", True, (True, False)):
-            trace.append(Inline(t.out))  # e.g. layernorm's x - mean: recompute, never store
-            continue
-        trace.append(ComputeAt(t.out, final.out, attach_loop))
-        producer = _row_sum_of(t, rows, depth) if fold and target.kind == "cpu" else None
-        if producer is not None and kn.get(f"{t.out}.fold", True, (True, False)):
-            trace.append(ReduceEpilogue(t.out, producer))
-            continue
-        trace += simple_schedule(t, target, attached=True, knobs=kn)
-        if t.reduce == "=":
-            rows[t.out] = t
-    own = tuple(Affine.dim(d) for d in final.out_dims)
-    in_place = [t for t in rows.values() if fold and target.kind == "cpu" and final.reduce == "=" and not final.padding
-                and t.out_shape == final.out_shape and compute.type_of[t.out].dtype == compute.type_of[final.out].dtype
-                and {a.index for a in final.expr.accesses() if a.tensor == t.out} == {own}]
-    if in_place and kn.get(f"{in_place[-1].out}.in_place", True, (True, False)):
-        trace.append(InPlace(in_place[-1].out, final.out))  # softmax: exp into the output row, scaled in place
-    loops = [d for d, _ in final.extents]
-    par = loops[0]
-    pairs = _row_ahead_pairs(compute, trace, rows, depth) if fold and ahead and target.kind == "cpu" else []
-    # on by default into an elementwise stage (softmax's exp: the next row's memory-bound read overlaps the
-    # compute-bound exponentials), off into another reduction (layernorm's sum of squares: its vector sum
-    # then combines the next row's lanes every 64 elements), a knob either way
-    ahead_pairs = [(m, e) for m, e in pairs if kn.get(f"{m}.next_row", e in rows, (True, False))]
-    n_rows = final.extent[loops[0]]
-    block = max((b for b in range(2, n_rows + 1) if n_rows % b == 0 and n_rows // b >= 2 * target.threads),
-                default=None) if depth == 1 else None
-    if ahead_pairs and (depth > 1 or block is not None):
-        if depth == 1:  # the rows run in order within blocks of rows, the blocks in parallel
-            inner = f"{attach_loop}_i"
-            trace = [Split(final.out, attach_loop, block)] + [
-                ComputeAt(p.stage, p.consumer, inner) if isinstance(p, ComputeAt) else p for p in trace]
-            par = f"{attach_loop}_o"
-        trace += [NextRow(m, e) for m, e in ahead_pairs]
-    trace.append(Parallel(final.out, par))
-    if final.extent[loops[-1]] >= 4 and loops[-1] != attach_loop \
-            and kn.get(f"{final.out}.vectorize", True, (True, False)):
-        trace.append(Vectorize(final.out, loops[-1]))
-    return trace
-
-
-def _row_ahead_pairs(compute: Compute, trace: list[Primitive], rows: dict[str, Statement],
-                     depth: int) -> list[tuple[str, str]]:
-    """(row reduction, stage) pairs for :class:`NextRow`: a float reduction over a row of kernel inputs,
-    computed per row, and the first stage computed per row after it that walks a row of that length, a
-    row buffer or another row reduction (softmax: the max, then the exponentials; layernorm: the sum,
-    then the sum of squares)."""
-    attached = {p.stage for p in trace if isinstance(p, ComputeAt)}
-    folded = {p.stage for p in trace if isinstance(p, ReduceEpilogue)}
-    stmts = list(compute.statements)
-    out = []
-    taken: set[str] = set()
-    for k, t in enumerate(stmts):
-        red = [d for d in t.reduce_dims if t.extent[d] > 1]
-        if t.out not in attached or t.out in folded or t.reduce == "=" or t.padding or len(red) != 1 \
-                or not is_float(compute.type_of[t.out].dtype) \
-                or any(a.tensor not in compute.inputs for a in t.expr.accesses()) \
-                or any(t.extent[d] > 1 for d in t.out_dims[depth:]):
-            continue
-        for e in stmts[k + 1:]:
-            walked = [d for d, n in e.extents if d not in e.out_dims[:depth] and n > 1]
-            if e.out in attached and e.out not in folded and e.out not in taken \
-                    and (e.out in rows or e.reduce != "=") and len(walked) == 1 \
-                    and e.extent[walked[0]] == t.extent[red[0]]:
-                out.append((t.out, e.out))
-                taken.update((t.out, e.out))
-                break
-    return out
-
-
-def _row_sum_of(t: Statement, rows: dict[str, Statement], depth: int) -> str | None:
-    """The row buffer ``t`` sums over a whole row of, read at one index (then ``t`` can be folded into
-    that buffer's loop), or None."""
-    from superopt.schedule.plan import reduce_epilogue_dims
-
-    read = [x for x in t.inputs() if x in rows]
-    if t.reduce != "+=" or len(read) != 1 or t.padding:
-        return None
-    p = rows[read[0]]
-    dims = reduce_epilogue_dims(t, p)
-    if dims is None:
-        return None
-    row = {d for d in p.out_dims[depth:] if p.extent[d] > 1}
-    summed = {dims[d] for d in t.reduce_dims if d in dims and p.extent[dims[d]] > 1}
-    return p.out if row and summed == row else None
-
-
-def inlinable(st: Statement, stmts: list[Statement], outputs: tuple[str, ...]) -> bool:
-    """An elementwise temporary the sketches inline into its readers: read by some stage, none of which
-    pads it, and not a padded copy feeding a window (inlined, its bounds checks would return)."""
-    if st.out in outputs or st.reduce != "=" or len(stmts) < 2:
-        return False
-    consumers = [c for c in stmts if st.out in c.inputs()]
-    padded_copy = bool(st.padding) and any(c.reduce_dims for c in consumers)
-    return bool(consumers) and not padded_copy and all(st.out not in c.pad_value for c in consumers)
-
-
 def sketch_names(compute: Compute, target: Target) -> list[str]:
     """The sketches (structures) that apply to ``compute``, most aggressive first."""
     if target.kind == "cuda":
@@ -726,8 +72,6 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     # every temporary computed row by row inside the last stage's outermost loop(s)
     # (a sum of squares such as Q[i] += D[i,r] * D[i,r] is a row reduction, not a contraction)
     contraction_temps = [t for t in temps if t.reduce == "+=" and len(set(product_accesses(t.expr) or [])) >= 2]
-    from superopt.schedule.tile_transform import TILE_TRANSFORM, applies
-
     out = [TILE_TRANSFORM] if applies(compute) else []
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
@@ -735,9 +79,9 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     if foldable_reductions(compute) or chained_reductions(compute):
         out.append(FOLD_REDUCTIONS)
     before, contraction, _ = final_contraction(compute)
-    if before and len(compute.outputs) == 1 and _is_contraction(contraction) \
-            and any(_is_contraction(t) for t in before) \
-            and any(t.reduce != "=" and not _is_contraction(t) for t in before):
+    if before and len(compute.outputs) == 1 and is_contraction(contraction) \
+            and any(is_contraction(t) for t in before) \
+            and any(t.reduce != "=" and not is_contraction(t) for t in before):
         out.append(ROWS_INTO_CONTRACTION)
     return out + [STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE]
 
@@ -755,7 +99,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
     stmts = list(compute.statements)
     if sketch.startswith(ROWWISE):
         depth = int(sketch.split("@")[1])
-        trace = _rowwise(compute, target, kn, depth, fold=True)
+        trace = rowwise_schedule(compute, target, kn, depth, fold=True)
         if any(isinstance(p, (ReduceEpilogue, InPlace, NextRow)) for p in trace):
             from superopt.schedule.plan import ScheduleError, lower
 
@@ -764,17 +108,13 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                     lower(compute, trace, target)
                     break
                 except ScheduleError:  # a fold or a row ahead the static tests let through: try without
-                    trace = _rowwise(compute, target, kn, depth, fold=fold, ahead=ahead)
+                    trace = rowwise_schedule(compute, target, kn, depth, fold=fold, ahead=ahead)
         return trace
     if sketch == NAIVE:
         return []
-    from superopt.schedule.tile_transform import TILE_TRANSFORM, tile_transform_schedule  # (it imports this module)
-
     if sketch == TILE_TRANSFORM:
         return tile_transform_schedule(compute, target, kn)
     if sketch == ROWS_INTO_CONTRACTION:
-        from superopt.schedule.rows_contraction import rows_into_contraction
-
         return rows_into_contraction(compute, target, kn)
     # per-stage schedules, contractions register-tiled, with elementwise epilogues (bias, activation,
     # residual add) applied at the register tile's write-back when they read it at their own index
@@ -803,7 +143,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             keep = None
             readers = [c for c, p in folded.items() if p == st.out]
             if readers:  # the dims every folded reduction keeps, named as this stage's dims
-                from superopt.schedule.plan import reduce_epilogue_dims
+                from superopt.schedule.plan_check import reduce_epilogue_dims
 
                 keep = frozenset(st.out_dims)
                 for c in readers:

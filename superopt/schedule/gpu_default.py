@@ -32,7 +32,7 @@ from __future__ import annotations
 from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
-from superopt.schedule.default import inlinable
+from superopt.schedule.elementwise import inlinable
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     Bind,

@@ -25,7 +25,8 @@ import math
 from superopt.ir.compute import Compute
 from superopt.ir.expr import product_accesses
 from superopt.ir.statement import Statement
-from superopt.schedule.default import _is_cheap, _is_contraction, final_contraction, simple_schedule
+from superopt.schedule.contraction import final_contraction, is_contraction
+from superopt.schedule.elementwise import simple_schedule
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -41,6 +42,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.schedule.rowwise import is_cheap
 from superopt.target import Target
 
 ROW_BLOCK = 32  # query rows per block: a block's scores (32 x keys floats) stay in L1/L2
@@ -52,7 +54,7 @@ def rows_into_contraction(compute: Compute, target: Target, kn: KnobRecorder) ->
     from superopt.schedule.plan import ScheduleError, lower
 
     _, final, _ = final_contraction(compute)
-    if len(compute.outputs) != 1 or not _is_contraction(final) or len(final.out_dims) < 2:
+    if len(compute.outputs) != 1 or not is_contraction(final) or len(final.out_dims) < 2:
         raise ValueError("not a contraction over rows")
     s = final.out
     row = final.out_dims[-2]
@@ -128,13 +130,13 @@ def _row_blocks(compute: Compute, target: Target, kn: KnobRecorder, block: int) 
     trace.append(Parallel(s, par))
     for t in temps:
         per_row = math.prod(n for d, n in t.extents if d in t.out_dims[len(rows):])
-        if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
+        if t.reduce == "=" and per_row > 1 and is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
             trace.append(Inline(t.out))
             continue
         if t.out_shape[:len(rows)] != final.out_shape[:-1]:
             raise ValueError(f"{t.out} is not computed per row of {s}: attached, it would be recomputed")
         trace.append(ComputeAt(t.out, s, row_o))
-        if _is_contraction(t) and len(t.out_dims) == len(rows) + 1:
+        if is_contraction(t) and len(t.out_dims) == len(rows) + 1:
             # a pack re-lays out a whole input: only one read by this access alone (not K sharing a fused
             # projection's output with V, whose reads the pack would scatter)
             reads = [a.tensor for x in compute.statements for a in x.expr.accesses()]
@@ -203,7 +205,7 @@ def _one_row(compute: Compute, target: Target, kn: KnobRecorder) -> list[Primiti
     row = rows[-1]
     for t in temps:
         per_row = math.prod(n for d, n in t.extents if d in t.out_dims[len(final.out_dims) - 1:])
-        if t.reduce == "=" and per_row > 1 and _is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
+        if t.reduce == "=" and per_row > 1 and is_cheap(t.expr) and kn.get(f"{t.out}.inline", True, (True, False)):
             trace.append(Inline(t.out))
             continue
         if t.out_shape[:len(final.out_dims) - 1] != final.out_shape[:-1]:

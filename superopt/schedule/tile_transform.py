@@ -17,7 +17,7 @@ from __future__ import annotations
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Compare, Const, IndexValue, Where
 from superopt.ir.statement import Statement
-from superopt.schedule.default import simple_schedule
+from superopt.schedule.elementwise import simple_schedule
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import ComputeAt, Fuse, Inline, Parallel, Primitive, Reorder, Unroll, Vectorize
 from superopt.target import Target

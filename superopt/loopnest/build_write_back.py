@@ -1,0 +1,103 @@
+"""Register tiles and their write-back for the loop-nest builder: the accumulator tile, first-visit stores of
+partial reductions, which producers are stored, and the epilogues applied on the way out."""
+
+from __future__ import annotations
+
+from superopt.ir.expr import Affine, substitute_dims
+from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
+from superopt.loopnest.statements import Accumulate, Assign, Epilogue, Guard, Node, WriteBack
+from superopt.loopnest.values import Load, Value
+from superopt.schedule.kernel_plan import Stage
+
+
+class WriteBacks:
+    """Mixed into the loop-nest builder (``superopt.loopnest.build``): the state it reads is the builder's."""
+
+    def out_access(self, s: Stage) -> BufferAccess:
+        return self.access(s, s.name, tuple(Affine.dim(d) for d in s.stmt.out_dims))
+
+    def tile_ref(self, s: Stage) -> RegisterRef:
+        tile = s.tile_loops()
+        if not tile:
+            return RegisterRef("acc")
+        cv = self.var[s.name]
+        lin = Affine.of()
+        stride = 1
+        for lp in reversed(tile):
+            lin = lin + Affine.of({cv[lp.name]: stride})
+            stride *= lp.extent
+        return RegisterRef("acc", lin)
+
+    def first_blocks(self, s: Stage) -> Affine | None:
+        """For a stage whose accumulator holds a partial reduction (reduction loops outside it), the sum of
+        those loops' variables: zero exactly at the first visit of each output element, whose write-back
+        then stores the tile instead of combining it into a buffer filled with the identity beforehand (no
+        fill pass: one parallel region fewer). None where the buffer is filled (no accumulator, a GPU target)."""
+        at = s.acc_at
+        if not s.partial or at is None or self.plan.target.kind != "cpu" or s.reduce_epilogues \
+                or not (self.stored(s) or s.epilogue is not None):
+            return None
+        cv = self.var[s.name]
+        return Affine.of({cv[lp.name]: 1 for lp in s.loops[:s.index_of(at)] if lp.reduce})
+
+    def block_write_backs(self, s: Stage, buf: BufferAccess, acc: RegisterRef, first: Affine,
+                          guard: list[GuardCond]) -> list[Node]:
+        """A partial reduction's tile into ``buf``: the first reduction block (``first`` == 0) stores it,
+        the later ones combine into it (each under ``guard``)."""
+        dtype = self.types[s.name].dtype
+        return [self._guarded(guard + [GuardCond(first, 1)], WriteBack(buf, acc, None, dtype)),
+                self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(buf, acc, s.stmt.reduce, dtype))]
+
+    def blocks_then_epilogue(self, s: Stage, first: Affine, acc: RegisterRef, guard: list[GuardCond]) -> list[Node]:
+        """The write-back of a partial reduction with an epilogue: the blocks before the last keep the
+        running sum in a buffer (the producer's own when it is stored, else the epilogue's output, which
+        the last block overwrites): the first stores it, the later ones combine into it; the last block
+        adds it to its tile, then stores the producer (when stored) and runs the epilogue on the sum.
+        ``first`` is the sum of the outer reduction loops' variables, at its largest in the last block."""
+        st, dtype = s.stmt, self.types[s.name].dtype
+        e = self.stages[s.epilogue]  # type: ignore[index]
+        last = sum(lp.extent - 1 for lp in s.loops[:s.index_of(s.acc_at)] if lp.reduce)  # type: ignore[arg-type]
+        stored = self.stored(s)
+        buf = self.out_access(s) if stored else self.access(s, e.name, tuple(Affine.dim(d) for d in st.out_dims))
+        is_last = guard + [GuardCond(first.scale(-1), 1 - last)]  # -sum < 1 - last: sum == last
+        out: list[Node] = []
+        if last > 0:
+            out.extend(self.block_write_backs(s, buf, acc, first, guard + [GuardCond(first, last)]))
+            out.append(self._guarded(is_last, Accumulate(acc, st.reduce, Load(buf), dtype)))
+        if stored:
+            out.append(self._guarded(is_last, WriteBack(buf, acc, None, dtype)))
+        out.append(self.epilogue(s, e, Load(acc), is_last))
+        return out
+
+    def stored(self, s: Stage) -> bool:
+        """False for a producer whose only reader is its epilogue: it lives in registers only."""
+        if (s.epilogue is None and not s.reduce_epilogues) or s.name in self.plan.compute.outputs:
+            return True
+        folded = {s.epilogue, *s.reduce_epilogues}
+        return any(s.name in x.stmt.inputs() for x in self.stages.values() if x.name not in folded)
+
+    def reduce_epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
+        """A reduction folded into ``s``'s write-back: its buffer combined with its expression of the
+        tile element, in ``s``'s loop variables (its dims renamed to the producer's by its read of it)."""
+        ren = self.fold_dims(e, s)
+        expr = substitute_dims(e.stmt.expr, ren)
+        dtype = self.types[e.name].dtype
+        self._acc_override[s.name] = acc
+        try:
+            val = self.value(s, expr, dtype)
+        finally:
+            del self._acc_override[s.name]
+        store = Accumulate(self.access(s, e.name, tuple(ren[d] for d in e.stmt.out_dims)), e.stmt.reduce, val, dtype)
+        return Epilogue(e.name, str(e.stmt), Guard(tuple(guard), store) if guard else store)
+
+    def epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
+        """The epilogue stage's statement at the producer's write-back, in the producer's loop variables."""
+        here = tuple(Affine.dim(d) for d in s.stmt.out_dims)
+        expr = substitute_dims(e.stmt.expr, dict(zip(e.stmt.out_dims, here)))
+        self._acc_override[s.name] = acc
+        try:
+            val = self.value(s, expr, self.types[e.name].dtype)
+        finally:
+            del self._acc_override[s.name]
+        store = Assign(self.access(s, e.name, here), val)
+        return Epilogue(e.name, str(e.stmt), Guard(tuple(guard), store) if guard else store)
