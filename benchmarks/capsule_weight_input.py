@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -23,14 +22,10 @@ REPO = str(Path(__file__).resolve().parents[1])
 if sys.path[0] != REPO:
     sys.path.insert(0, REPO)
 
+from benchmarks.machine import cpu_model  # noqa: E402
 from benchmarks.timing import FULL, QUICK, time_alternating  # noqa: E402
 
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
 
 
 def systems(threads: int) -> tuple[dict, dict, object]:

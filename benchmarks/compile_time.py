@@ -30,16 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 RUNS = 3
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def _peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM: of its own address space; ``ru_maxrss`` would carry the
     parent's peak over the exec)."""
@@ -246,6 +236,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import onnx
 
+    from benchmarks.machine import cpu_model
     from superopt.frontends.light_models import LIGHT_MODELS, randomized_light_model
 
     models = args.models or list(LIGHT_MODELS)

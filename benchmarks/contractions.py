@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.contraction_cases import DEFAULT_RANDOM, DEFAULT_SEED, Case, default_cases, quick_cases  # noqa: E402
+from benchmarks.machine import cpu_model  # noqa: E402
 from superopt.measure.roofline import Ceilings, bandwidth_fraction, geomean, is_constant, roofline  # noqa: E402
 from superopt.measure.timing import TimingConfig, time_alternating  # noqa: E402
 
@@ -378,16 +379,6 @@ def versions() -> str:
 
     return (f"torch {torch.__version__}, numpy {np.__version__}, pytblis {version('pytblis')}, "
             f"python {platform.python_version()}; TBLIS threads {pytblis.get_num_threads()}")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def ceilings_of(target, tiles: bool) -> Ceilings:

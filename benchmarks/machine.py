@@ -7,6 +7,13 @@ import platform
 import time
 
 
+def cpu_model() -> str:
+    """The CPU's model name as the OS reports it (``Target.cpu_model``)."""
+    from superopt.target import host_target
+
+    return host_target(1).cpu_model
+
+
 def describe_machine(threads: int) -> dict:
     """CPU model, vector ISA and registers, cores and threads (``Target.describe``), logical CPUs, platform,
     the date and the load average (1 minute) when it is called."""

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,8 +44,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import superopt  # noqa: E402
+from benchmarks.machine import cpu_model  # noqa: E402
 from benchmarks.timing import QUICK, TimingConfig, time_alternating  # noqa: E402
-from rewrite_rules.moments import SHIFTED_MOMENTS  # noqa: E402
+from rewrite_rules.moments import EM, SHIFTED_MOMENTS  # noqa: E402
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor  # noqa: E402
 from superopt.schedule.default import FOLD_REDUCTIONS, build_sketch  # noqa: E402
 from superopt.schedule.graph_defaults import default_schedules  # noqa: E402
@@ -56,12 +55,6 @@ from superopt.schedule.primitives import Recompute  # noqa: E402
 from superopt.target import host_target  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-EM = """V[b,o,x,y,i,p] += P[b,x+kx,y+ky,i,r] * W[kx,ky,i,o,r,p]
-Rs[b,o] += R[b,o,x,y,i]
-N[b,o,p] += R[b,o,x,y,i] * V[b,o,x,y,i,p]
-MU[b,o,p] = N[b,o,p] / Rs[b,o]
-D[b,o,p] += R[b,o,x,y,i] * (V[b,o,x,y,i,p] - MU[b,o,p]) * (V[b,o,x,y,i,p] - MU[b,o,p])
-VAR[b,o,p] = D[b,o,p] / Rs[b,o]"""
 MOMENTS = "T[i,j,k] += A[i,k,r] * B[r,j]\nS[i,j] += T[i,j,k]\nQ[i,j] += T[i,j,k] * T[i,j,k]"
 ATTENTION = """S[h,i,j] += Q[h,i,d] * K[h,j,d]
 M[h,i] max= S[h,i,j]
@@ -73,17 +66,6 @@ Y[h,i,e] = O[h,i,e] / Z[h,i]"""
 EM_SHAPES = {"small": (2, 8, 16, 16, 16), "medium": (4, 12, 32, 32, 16), "large": (8, 20, 32, 32, 16)}
 EM_QUICK = {"small": (1, 5, 4, 6, 16)}
 K, R_POSE = 3, 4
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def largest_torch_allocation(fn) -> int:

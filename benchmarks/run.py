@@ -33,23 +33,13 @@ import torch  # noqa: E402
 
 from benchmarks import timing  # noqa: E402
 from benchmarks.goals import evaluate_goals, goals_markdown  # noqa: E402
+from benchmarks.machine import cpu_model  # noqa: E402
 from benchmarks.systems import SYSTEM_MODULES, load_system  # noqa: E402
 from benchmarks.systems.base import THREADS  # noqa: E402
 from benchmarks.workloads import WORKLOADS, WORKLOADS_BY_NAME  # noqa: E402
 from superopt.measure.peers import output_flag  # noqa: E402
 
 PEERS = ("onnxruntime", "openvino")  # the ratio columns: peer time / superopt time
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def machine_sgemm_gflops(n: int = 2048, reps: int = 7) -> dict:

@@ -144,6 +144,7 @@ def shifted_moments(graph: Graph, site: Site) -> Graph:
     return replace(graph, nodes=tuple(replace(nd, op=new_op) if nd is node else nd for nd in graph.nodes))
 
 
+# EM routing's two passes over a windowed contraction: a weighted mean, then a weighted variance around it
 EM = """V[b,o,x,y,i,p] += P[b,x+kx,y+ky,i,r] * W[kx,ky,i,o,r,p]
 Rs[b,o] += R[b,o,x,y,i]
 N[b,o,p] += R[b,o,x,y,i] * V[b,o,x,y,i,p]

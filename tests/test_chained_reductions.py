@@ -6,6 +6,7 @@ reference; the planner rejects a Recompute that does not fit with a one-line rea
 import numpy as np
 import pytest
 
+from rewrite_rules.moments import EM
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.interp.magnitude import graph_magnitudes
@@ -18,13 +19,6 @@ from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Recompute, ReduceEpilogue, trace_from_json, trace_to_json
 from superopt.target import host_target
-
-EM = """V[b,o,x,y,i,p] += P[b,x+kx,y+ky,i,r] * W[kx,ky,i,o,r,p]
-Rs[b,o] += R[b,o,x,y,i]
-N[b,o,p] += R[b,o,x,y,i] * V[b,o,x,y,i,p]
-MU[b,o,p] = N[b,o,p] / Rs[b,o]
-D[b,o,p] += R[b,o,x,y,i] * (V[b,o,x,y,i,p] - MU[b,o,p]) * (V[b,o,x,y,i,p] - MU[b,o,p])
-VAR[b,o,p] = D[b,o,p] / Rs[b,o]"""
 
 
 def em_shapes(b=2, x=5, k=3, i=6, o=4, r=4, p=8):

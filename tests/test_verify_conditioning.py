@@ -5,6 +5,7 @@ ill-conditioned inputs (sums that nearly cancel, divided by) passes, and a wrong
 import numpy as np
 import pytest
 
+from rewrite_rules.moments import EM
 from superopt.api import OptimizeConfig, VerificationError, define_op, optimize, random_inputs, verify
 from superopt.interp import evaluate, evaluate_compute
 from superopt.interp.magnitude import U32, compute_magnitudes, graph_magnitudes
@@ -12,13 +13,6 @@ from superopt.interp.tolerance import CONDITIONING_WEIGHT, check_output
 from superopt.lang.parser import compile_op
 from superopt.measure.worker import outputs_match
 
-# EM routing's two passes over a windowed contraction: a weighted mean and a weighted variance around it
-EM = """V[b,o,x,y,i,p] += P[b,x+kx,y+ky,i,r] * W[kx,ky,i,o,r,p]
-Rs[b,o] += R[b,o,x,y,i]
-N[b,o,p] += R[b,o,x,y,i] * V[b,o,x,y,i,p]
-MU[b,o,p] = N[b,o,p] / Rs[b,o]
-D[b,o,p] += R[b,o,x,y,i] * (V[b,o,x,y,i,p] - MU[b,o,p]) * (V[b,o,x,y,i,p] - MU[b,o,p])
-VAR[b,o,p] = D[b,o,p] / Rs[b,o]"""
 B, X, K, I, O, RR, P = 2, 6, 3, 8, 4, 4, 4
 SHAPES = {"P": (B, X + K - 1, X + K - 1, I, RR), "W": (K, K, I, O, RR, P), "R": (B, O, X, X, I)}
 
