@@ -133,10 +133,11 @@ def ceilings_cache(root: Path, threads: int) -> tuple[Path, float]:
     """A cache directory holding only this machine's measured ceilings (the rewrite search's roofline), and
     the seconds measuring them took: copied into each cold cache, as a machine measures them once."""
     seed = root / "seed"
-    code = ("import time; from pathlib import Path; from superopt.api import OptimizeConfig, _graph_cost; "
-            "from superopt.runtime.compiler import CompilerConfig; "
+    code = ("import time; from pathlib import Path; from superopt.api import OptimizeConfig; "
+            "from search.graph.cost import Ceilings; from superopt.runtime.compiler import CompilerConfig; "
             f"c = OptimizeConfig(threads={threads}, compiler=CompilerConfig(cache_dir=Path({str(seed)!r}))); "
-            "t = time.perf_counter(); _graph_cost(c.resolved_target(), c.compiler); print(time.perf_counter() - t)")
+            "t = time.perf_counter(); Ceilings.measured(c.resolved_target(), c.compiler); "
+            "print(time.perf_counter() - t)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True)
     return seed, float(p.stdout.strip().splitlines()[-1])

@@ -252,52 +252,56 @@ def compute_magnitudes(c: Compute, args: Sequence[np.ndarray] | Mapping[str, np.
             for k, (o, v) in enumerate(zip(c.outputs, values, strict=True))]
 
 
-def _run_graph(graph: Graph, inputs: Mapping[str, np.ndarray], rng: np.random.Generator | None,
-               local: dict[tuple[str, str], np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor of ``graph`` in float64, as :func:`_run_compute` runs each node (``local`` keyed by
-    (node, statement); an extern op's result counts one rounding of its own)."""
-    from superopt.ir.externs import evaluate_extern
-
-    env: dict[str, np.ndarray] = {}
-    for n in graph.inputs:
-        env[n] = _as_input(inputs[n], graph.type_of[n], np.dtype(np.float64), f"graph input {n!r}")
-    for n, cst in graph.constants:
-        env[n] = cst.array.astype(np.float64) if is_float(cst.type.dtype) else cst.array
-    for node in graph.nodes:
-        ins = [env[i] for i in node.inputs]
-        if node.is_extern:
-            outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
-            if rng is not None:
-                outs = [_perturb(o, np.abs(o), rng) for o in outs]
-        else:
-            mine = {st: m for (nd, st), m in local.items() if nd == node.name}
-            outs = _run_compute(node.op, dict(zip(node.op.inputs, ins, strict=True)), rng, mine)
-            local.update({(node.name, st): m for st, m in mine.items()})
-        for name, val in zip(node.outputs, outs, strict=True):
-            env[name] = val
-    return env
-
-
-def _local_of(graph: Graph, local: Mapping[tuple[str, str], np.ndarray], env: Mapping[str, np.ndarray],
-              name: str) -> np.ndarray | None:
-    """The own rounding magnitude of graph tensor ``name`` (None: not a float)."""
-    if np.asarray(env[name]).dtype.kind != "f":
-        return None
-    for node in graph.nodes:
-        if name in node.outputs and not node.is_extern:
-            return local.get((node.name, node.op.outputs[node.outputs.index(name)]))
-    return np.abs(np.asarray(env[name], np.float64))  # an extern's result, or an input passed through
-
-
 def reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], samples: int = SAMPLES, seed: int = 0
                               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray | None]]:
-    """(the float64 reference outputs, :func:`graph_magnitudes`) from one set of runs."""
-    local: dict[tuple[str, str], np.ndarray] = {}
-    env = _run_graph(graph, inputs, None, local)
+    """(the float64 reference outputs, :func:`graph_magnitudes`) from one set of runs: the reference and its
+    ``samples`` perturbed copies go through the graph node by node, in lockstep, as :func:`_run_compute` runs
+    each node (an extern op's result counts one rounding of its own). A tensor lives until its last reader and a
+    statement's own rounding magnitude until its node's copies have run, so a whole model's float64 tensors are
+    never held once per run."""
+    from superopt.ir.externs import evaluate_extern
+
     rng = np.random.default_rng(seed)
-    runs = [_run_graph(graph, inputs, rng, local) for _ in range(samples)]
-    mags = {o: _combine(env[o], _local_of(graph, local, env, o), [r[o] for r in runs]) for o in graph.outputs}
-    return {o: env[o] for o in graph.outputs}, mags
+    envs: list[dict[str, np.ndarray]] = [{} for _ in range(samples + 1)]  # [0]: the reference
+    for n in graph.inputs:
+        x = _as_input(inputs[n], graph.type_of[n], np.dtype(np.float64), f"graph input {n!r}")
+        for env in envs:
+            env[n] = x
+    constants = dict(graph.constants)
+    keep = set(graph.outputs)
+    last = {name: k for k, node in enumerate(graph.nodes) for name in node.inputs}
+    own: dict[str, np.ndarray | None] = {}  # the own rounding magnitude of each graph output a node computes
+    for k, node in enumerate(graph.nodes):
+        shared = {i: _constant64(constants[i]) for i in node.inputs if i in constants}  # read, not kept
+        for r, env in enumerate(envs):
+            ins = [shared[i] if i in shared else env[i] for i in node.inputs]
+            if node.is_extern:
+                outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
+                if r:
+                    outs = [_perturb(o, np.abs(o), rng) for o in outs]
+            else:
+                if r == 0:
+                    mine: dict[str, np.ndarray] = {}
+                outs = _run_compute(node.op, dict(zip(node.op.inputs, ins, strict=True)), rng if r else None, mine)
+                if r == 0:
+                    own.update({name: mine.get(node.op.outputs[j]) for j, name in enumerate(node.outputs)
+                                if name in keep})
+            env.update(zip(node.outputs, outs, strict=True))
+        for i in set(node.inputs):
+            if last[i] == k and i not in keep:
+                for env in envs:
+                    env.pop(i, None)
+    ref = {o: envs[0][o] if o in envs[0] else _constant64(constants[o]) for o in graph.outputs}
+    mags = {}
+    for o in graph.outputs:
+        value = ref[o]
+        local = None if np.asarray(value).dtype.kind != "f" else own[o] if o in own else np.abs(np.asarray(value, np.float64))
+        mags[o] = _combine(value, local, [env.get(o, value) for env in envs[1:]])
+    return ref, mags
+
+
+def _constant64(cst) -> np.ndarray:
+    return cst.array.astype(np.float64) if is_float(cst.type.dtype) else cst.array
 
 
 def graph_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], samples: int = SAMPLES, seed: int = 0
