@@ -317,8 +317,8 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
              f"{meta['ceilings']['bandwidth_gbs']:.1f} GB/s (triad); written-back tile / FMA chains: "
              + (", ".join(f"N={n} {f:.2f}" for n, f in meta['ceilings']['write_back']) or "not measured (--no-tiles)"),
              f"- timing: {meta['timing']}; OMP_WAIT_POLICY {meta['omp_wait_policy']}; superopt tuned: {meta['tuning']}",
-             f"- load average at start {meta['load_start']}, at end {meta.get('load_end')} (a shared 2-core machine: "
-             "only ratios within a row are comparable; the probe column is the ceiling timed in the same rounds)",
+             f"- load average at start {meta['load_start']}, at end {meta.get('load_end')} (under load only "
+             "ratios within a row are comparable; the probe column is the ceiling timed in the same rounds)",
              f"- command: `{meta['command']}`", "",
              "## Contractions (GFLOP/s; fraction of the roofline; speed ratio of superopt to each peer)", "",
              "| case | equation | GFLOP | limit | roofline | default | tuned | torch | numpy | TBLIS | "
@@ -333,6 +333,14 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
         flag = " (constant)" if r.checks.get(k, {}).get("constant") else ""
         return f"{v:.1f} ({r.fraction[k]:.0%}){flag}"
 
+    def ratios_and_probe(r: CaseResult, unit: str) -> str:
+        """The row's tail: superopt over each peer, the probe's rate and superopt's fractions of it."""
+        ratios = (("superopt", "torch"), ("superopt_tuned", "torch"), ("superopt_tuned", "numpy"),
+                  ("superopt_tuned", "tblis"))
+        return (" | ".join(_f(r.ratio(a, b), ".2f", "x") for a, b in ratios)
+                + f" | {r.probe[unit]:.1f} | {_f(r.fraction_probe.get('superopt'), '.0%')} | "
+                  f"{_f(r.fraction_probe.get('superopt_tuned'), '.0%')} |")
+
     for r in results:
         if r.case["kind"] != "contraction":
             continue
@@ -340,11 +348,7 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
         lines.append(f"| {c['name']} | `{c['equation']}` {'x'.join(map(str, c['shapes'][0]))}, "
                      f"{'x'.join(map(str, c['shapes'][1]))} | {c['flops'] / 1e9:.2f} | {r.roofline['limit']} | "
                      f"{r.roofline['gflops']:.1f} | " + " | ".join(cell(r, k, "gflops") for k in SYSTEMS) + " | "
-                     + " | ".join(_f(r.ratio(a, b), ".2f", "x") for a, b in (("superopt", "torch"),
-                                  ("superopt_tuned", "torch"), ("superopt_tuned", "numpy"),
-                                  ("superopt_tuned", "tblis")))
-                     + f" | {r.probe['gflops']:.1f} | {_f(r.fraction_probe.get('superopt'), '.0%')} | "
-                       f"{_f(r.fraction_probe.get('superopt_tuned'), '.0%')} |")
+                     + ratios_and_probe(r, "gflops"))
     lines += ["", "## Memory-bound cases (GB/s of compulsory traffic; fraction of the bandwidth)", "",
               "| case | equation | MiB moved | default | tuned | torch | numpy | TBLIS | default/torch | tuned/torch | "
               "tuned/numpy | tuned/TBLIS | copy probe GB/s | default of probe | tuned of probe |",
@@ -355,11 +359,7 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
         c = r.case
         lines.append(f"| {c['name']} | `{c['equation']}` {'x'.join(map(str, c['shapes'][0]))} | "
                      f"{c['bytes'] / (1 << 20):.0f} | " + " | ".join(cell(r, k, "gbs") for k in SYSTEMS) + " | "
-                     + " | ".join(_f(r.ratio(a, b), ".2f", "x") for a, b in (("superopt", "torch"),
-                                  ("superopt_tuned", "torch"), ("superopt_tuned", "numpy"),
-                                  ("superopt_tuned", "tblis")))
-                     + f" | {r.probe['gbs']:.1f} | {_f(r.fraction_probe.get('superopt'), '.0%')} | "
-                       f"{_f(r.fraction_probe.get('superopt_tuned'), '.0%')} |")
+                     + ratios_and_probe(r, "gbs"))
     lines += ["", "## Summary", ""]
     lines += [f"- {k}: {_f(v, '.2f') if isinstance(v, float) else v}" for k, v in s.items()
               if k not in ("goals", "wrong", "constant")]
