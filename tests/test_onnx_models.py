@@ -34,3 +34,24 @@ def test_backend_returns_float32_in_model_order():
     out = be.prepare(model).run(list(feed.values()))
     assert len(out) == 1 and out[0].dtype == np.float32
     np.testing.assert_allclose(out[0], run_onnxruntime(model, feed)[0], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["inception_v1", "shufflenet"])
+def test_calibrated_classifier_keeps_the_softmax_informative(name):
+    """Uncalibrated, these two models' random weights make the softmax one-hot; calibrated, many classes
+    share the probability, and the classifier's weights differ from the uncalibrated ones by one power
+    of two."""
+    raw = randomized_light_model(name, seed=0, calibrate=False)
+    model = randomized_light_model(name, seed=0)
+    feed = light_model_inputs(model, seed=0)
+    assert run_onnxruntime(raw, feed)[0].max() > 0.99
+    probs = run_onnxruntime(model, feed)[0]
+    assert probs.max() < 0.5 and (probs > 1e-3).sum() > 50
+    before = {t.name: t for t in raw.graph.initializer}
+    ratios = set()
+    for t in model.graph.initializer:
+        a, b = (np.frombuffer(x.raw_data, np.float32) if x.raw_data else np.asarray(x.float_data, np.float32)
+                for x in (t, before[t.name]))
+        if a.size and not np.array_equal(a, b):
+            ratios.add(float(np.median(a[b != 0] / b[b != 0])))
+    assert len(ratios) == 1 and np.log2(ratios.pop()).is_integer()

@@ -72,8 +72,11 @@ def _random_weight(
     return rng.standard_normal(shape) * 0.1  # biases and anything else
 
 
-def randomized_light_model(name: str, seed: int = 0) -> onnx.ModelProto:
-    """The light model with every float weight (initializer or constant ConstantOfShape) seeded random."""
+def randomized_light_model(name: str, seed: int = 0, calibrate: bool = True) -> onnx.ModelProto:
+    """The light model with every float weight (initializer or constant ConstantOfShape) seeded random.
+
+    ``calibrate``: scale the classifier so that the logits in front of a final Softmax have a standard
+    deviation near 1 on the seeded inputs (:func:`calibrate_logits`)."""
     m = onnx.load(str(light_model_path(name)))
     g = m.graph
     rng = np.random.default_rng(seed)
@@ -117,7 +120,73 @@ def randomized_light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     g.input.extend(inputs)
     if m.ir_version < 4:
         m.ir_version = 4  # initializers need not be graph inputs from IR 4 on
-    return m
+    return calibrate_logits(m, light_model_inputs(m, seed)) if calibrate else m
+
+
+_PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+# f(s * x) = s * f(x) for s > 0: a positive scale of the classifier passes through these unchanged
+_POSITIVE_HOMOGENEOUS = (*_PASS_THROUGH, "Relu", "GlobalAveragePool", "AveragePool", "MaxPool")
+
+
+def _classifier(graph: onnx.GraphProto) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
+    """(the final Softmax, the Gemm or Conv whose weights produce its logits through shape-only ops)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    outputs = {o.name for o in graph.output}
+    softmax = [n for n in graph.node if n.op_type == "Softmax" and n.output[0] in outputs]
+    if not softmax:
+        return None
+    node = producer.get(softmax[-1].input[0])
+    while node is not None and node.op_type in _POSITIVE_HOMOGENEOUS:
+        node = producer.get(node.input[0])
+    if node is None or node.op_type not in ("Gemm", "Conv"):
+        return None
+    return softmax[-1], node
+
+
+def calibrate_logits(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Scale the weight and bias of the layer in front of a final Softmax by a power of two (exact in float)
+    that brings the logits' standard deviation on ``feed`` into [1, 2).
+
+    Random weights let activations grow through a deep network without trained normalization: Inception v1's
+    logits reach a standard deviation near 100 and ShuffleNet's near 20, so their softmax is one-hot, a
+    near-constant output against which any program agrees. The classifier is linear in its weight and bias,
+    so scaling both scales the logits and changes nothing else. Models without such a classifier are
+    returned unchanged."""
+    found = _classifier(model.graph)
+    if found is None:
+        return model
+    softmax, layer = found
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend([onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None)])
+    logits = _run_float32(probe, feed)[0]
+    std = float(np.std(logits))
+    if not np.isfinite(std) or std == 0.0:
+        return model
+    scale = 2.0 ** -np.floor(np.log2(std))
+    if scale == 1.0:
+        return model
+    producer = {o: n for n in model.graph.node for o in n.output}
+    weights = set()
+    for name in layer.input[1:3]:  # the weight may reach the layer through a Reshape
+        while name in producer and producer[name].op_type in _PASS_THROUGH:
+            name = producer[name].input[0]
+        weights.add(name)
+    for i, t in enumerate(model.graph.initializer):
+        if t.name in weights:
+            scaled = (numpy_helper.to_array(t) * scale).astype(np.float32)
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(scaled, t.name))
+    return model
+
+
+def _run_float32(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime where installed, else the reference interpreter (the power-of-two scale of
+    :func:`calibrate_logits` does not depend on which)."""
+    try:
+        return [np.asarray(o) for o in run_onnxruntime(model, feed)]
+    except ImportError:
+        return run_superopt(model, feed, dtype=np.float32)
 
 
 def light_model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
