@@ -301,6 +301,13 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _load_note(load: float, threads: int) -> str:
+    if load <= threads + 0.5:
+        return f"Load average {load:.1f} at the end of the run (the machine otherwise idle)."
+    return (f"Measured with other jobs running (load average {load:.1f} at the end, on {threads} threads): compare "
+            "systems within a row; medians suffer most, minima least.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -326,8 +333,7 @@ def main() -> None:
 
     report = {"cpu": cpu_model(), "threads": args.threads, "fma_ceiling_gflops": fma_ceiling(args.threads),
               "load_average_at_end": os.getloadavg()[0],
-              "note": f"Measured on a shared machine with other jobs running (load average {os.getloadavg()[0]:.1f} at "
-                      "the end): compare systems within a row; medians suffer most, minima least.",
+              "note": _load_note(os.getloadavg()[0], args.threads),
               "rows": rows}
     text = markdown(report)
     print(text)
