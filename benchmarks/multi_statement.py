@@ -7,12 +7,13 @@ Three families, each written once in index notation and compiled through ``super
 - ``em``: EM routing's two passes over capsule votes from a windowed contraction,
   ``V[b,o,x,y,i,p] += P[b,x+kx,y+ky,i,r] * W[kx,ky,i,o,r,p]``, then the weighted mean
   ``MU = sum R*V / sum R`` and the weighted variance around it ``VAR = sum R*(V-MU)^2 / sum R``, at three
-  shapes (V from a few MB to hundreds of MB). The second pass reads MU, computed after V: superopt either
-  stores V once (materialize) or computes it again tile by tile for the second pass (the ``Recompute``
-  record), folding each pass into the contraction's write-back; the default picks by a roofline. Both are
-  timed, and so is the one-pass merge (``rewrite_rules/moments.py``: sums around a shift drawn from the data,
-  both folded into one pass of the contraction). Eager PyTorch and torch.compile compute V with einsum over
-  an unfolded window, then the sums.
+  shapes (V from a few MB to hundreds of MB). The second pass reads MU, computed after V. Three ways:
+  store V once (materialize), compute it again tile by tile for the second pass (the ``Recompute``
+  record), each pass folded into the contraction's write-back, or one pass (``rewrite_rules/moments.py``:
+  sums around a shift drawn from the data, both folded into one pass of the contraction). ``superopt.op``
+  picks by cost (the graph search's roofline: the merge); all three are timed, the one it picks through
+  the op itself. Eager PyTorch and torch.compile compute V with einsum over an unfolded window, then the
+  sums.
 - ``moments``: one pass, ``T[i,j,k] += A[i,k,r] * B[r,j]; S[i,j] += T[i,j,k]; Q[i,j] += T[i,j,k]^2``
   (S and Q folded into the write-back, T never stored).
 - ``attention``: softmax over a contraction followed by a contraction, against torch's
@@ -47,7 +48,9 @@ import superopt  # noqa: E402
 from benchmarks.machine import cpu_model  # noqa: E402
 from benchmarks.timing import QUICK, TimingConfig, time_alternating  # noqa: E402
 from rewrite_rules.moments import EM, SHIFTED_MOMENTS  # noqa: E402
+from superopt.builder import GraphBuilder  # noqa: E402
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor  # noqa: E402
+from superopt.schedule.chained import chained_reductions  # noqa: E402
 from superopt.schedule.default import FOLD_REDUCTIONS, build_sketch  # noqa: E402
 from superopt.schedule.graph_defaults import default_schedules  # noqa: E402
 from superopt.schedule.knobs import KnobRecorder  # noqa: E402
@@ -117,48 +120,57 @@ def em_row(name: str, shape: tuple[int, ...], threads: int, timing: TimingConfig
     prog = next(iter(op._compiled.values())).program
     (node,) = [n for n in prog.graph.nodes if not n.is_extern]
     trace = prog.executor.traces[node.name]
-    recompute = any(isinstance(t, Recompute) for t in trace)
-    # the other choice, through the same executor, with the knob that flips it
+    default = _variant(node.op, trace)
+    # the three ways, each through its own executor, from the op as written (the graph before any rewrite)
     target = host_target(threads)
-    compute = node.op
-    (stage,) = {t.consumer for t in trace if isinstance(t, Recompute)} or {_chained_consumer(compute)}
-    other = build_sketch(compute, target, frozenset(compute.inputs), FOLD_REDUCTIONS,
-                         KnobRecorder({f"{stage}.recompute": not recompute}))
-    other_ex = GraphExecutor(prog.graph, {node.name: other}, ExecutorConfig(threads, None, target))
-    merged = SHIFTED_MOMENTS.first(prog.graph)  # one pass: the shifted sums, both folded into V's write-back
-    merge_ex = GraphExecutor(merged, default_schedules(merged, target), ExecutorConfig(threads, None, target))
-    feed = dict(zip(prog.graph.inputs, (Pa, Wa, Ra), strict=True))
+    compute = op.compute([a.shape for a in (Pa, Wa, Ra)])
+    gb = GraphBuilder(f"em_{name}")
+    written = gb.build(gb.add_compute(compute, [gb.input(n, compute.type_of[n].shape) for n in compute.inputs],
+                                      "em", out_names=list(compute.outputs)))
+    (wnode,) = written.nodes
+    (stage,) = set(chained_reductions(compute))
+    config = ExecutorConfig(threads, None, target)
+    executors = {}
+    for variant, recompute in (("recompute", True), ("materialize", False)):
+        sketch = build_sketch(compute, target, frozenset(compute.inputs), FOLD_REDUCTIONS,
+                              KnobRecorder({f"{stage}.recompute": recompute}))
+        executors[variant] = GraphExecutor(written, {wnode.name: sketch}, config)
+    merged = SHIFTED_MOMENTS.first(written)  # one pass: the shifted sums, both folded into V's write-back
+    executors["merge"] = GraphExecutor(merged, default_schedules(merged, target), config)
+    feed = dict(zip(written.inputs, (Pa, Wa, Ra), strict=True))
     Pt, Wt, Rt = (torch.from_numpy(a) for a in (Pa, Wa, Ra))
     compiled = torch.compile(em_torch)
-    label = {True: "superopt (recompute)", False: "superopt (materialize)"}
-    systems = {label[recompute]: lambda: op(Pa, Wa, Ra), label[not recompute]: lambda: other_ex(feed),
-               "superopt (merge)": lambda: merge_ex(feed), "eager": lambda: em_torch(Pt, Wt, Rt),
-               "torch.compile": lambda: compiled(Pt, Wt, Rt)}
+    systems = {}
+    for variant, ex in executors.items():  # the default's own row is the op itself, as a user calls it
+        systems[f"superopt ({variant})"] = (lambda: op(Pa, Wa, Ra)) if variant == default else (
+            lambda ex=ex: ex(feed))
+    systems |= {"eager": lambda: em_torch(Pt, Wt, Rt), "torch.compile": lambda: compiled(Pt, Wt, Rt)}
     mu_ref, var_ref = em_reference(Pa, Wa, Ra)
     with torch.no_grad():
         for sys_name, fn in systems.items():
             out = fn()
-            mu, var = (out[prog.graph.outputs[0]], out[prog.graph.outputs[1]]) if isinstance(out, dict) else out
+            mu, var = (out[written.outputs[0]], out[written.outputs[1]]) if isinstance(out, dict) else out
             for got, ref, what in ((mu, mu_ref, "MU"), (var, var_ref, "VAR")):
                 got = np.asarray(got)
                 err = float(np.abs(got - ref).max() / np.abs(ref).max())
                 if not err < 1e-3:
                     raise SystemExit(f"em {name}: {sys_name} {what} wrong (relative error {err:.3g})")
-        held = {label[recompute]: _largest(prog.executor), label[not recompute]: _largest(other_ex),
-                "superopt (merge)": _largest(merge_ex),
-                "eager": largest_torch_allocation(systems["eager"]),
-                "torch.compile": largest_torch_allocation(systems["torch.compile"])}
+        held = {f"superopt ({v})": _largest(prog.executor if v == default else ex) for v, ex in executors.items()}
+        held |= {"eager": largest_torch_allocation(systems["eager"]),
+                 "torch.compile": largest_torch_allocation(systems["torch.compile"])}
         times = time_alternating(systems, timing)
-    flops_exec = {label[True]: useful + 2 * v_elems * K * K * R_POSE, label[False]: useful}
-    return _row(f"em {name}", {"b": b, "x": x, "o": o, "i": i, "p": p, "kx": K, "ky": K, "r": R_POSE},
-                4 * v_elems, useful, flops_exec, times, held, first_call_s, [repr(t) for t in trace])
+    flops_exec = {"superopt (recompute)": useful + 2 * v_elems * K * K * R_POSE}
+    row = _row(f"em {name}", {"b": b, "x": x, "o": o, "i": i, "p": p, "kx": K, "ky": K, "r": R_POSE},
+               4 * v_elems, useful, flops_exec, times, held, first_call_s, [repr(t) for t in trace])
+    row["superopt_default"] = f"superopt ({default})"
+    return row
 
 
-def _chained_consumer(compute) -> str:
-    from superopt.schedule.chained import chained_reductions
-
-    (consumer,) = chained_reductions(compute)
-    return consumer
+def _variant(compute, trace) -> str:
+    """Which of the three ways the op's own program took: the merge rewrite, Recompute, or V stored."""
+    if not chained_reductions(compute):
+        return "merge"
+    return "recompute" if any(isinstance(t, Recompute) for t in trace) else "materialize"
 
 
 def _largest(ex: GraphExecutor) -> int:
@@ -282,10 +294,18 @@ def markdown(report: dict) -> str:
                          f"{s['gflops_executed'] / ceiling:.0%} | {s['gflops_useful']:.1f} | "
                          f"{s['gflops_useful'] / ceiling:.0%} | {held / 1e6:.2f} | {held / row['intermediate_bytes']:.0%} |")
         by = {s["system"]: s["median_ms"] for s in row["systems"]}
-        best = min((k for k in by if k.startswith("superopt")), key=by.get)
+        best = row.get("superopt_default") or min((k for k in by if k.startswith("superopt")), key=by.get)
         peers = [k for k in by if not k.startswith("superopt")]
-        lines += ["", f"{best}: " + ", ".join(f"{by[p] / by[best]:.2f}x {p}" for p in peers) + ".", ""]
+        lead = f"{best}, what superopt.op picks" if "superopt_default" in row else best
+        lines += ["", f"{lead}: " + ", ".join(f"{by[p] / by[best]:.2f}x {p}" for p in peers) + ".", ""]
     return "\n".join(lines)
+
+
+def _load_note(load: float, threads: int) -> str:
+    if load <= threads + 0.5:
+        return f"Load average {load:.1f} at the end of the run (the machine otherwise idle)."
+    return (f"Measured with other jobs running (load average {load:.1f} at the end, on {threads} threads): compare "
+            "systems within a row; medians suffer most, minima least.")
 
 
 def main() -> None:
@@ -313,8 +333,7 @@ def main() -> None:
 
     report = {"cpu": cpu_model(), "threads": args.threads, "fma_ceiling_gflops": fma_ceiling(args.threads),
               "load_average_at_end": os.getloadavg()[0],
-              "note": f"Measured on a shared machine with other jobs running (load average {os.getloadavg()[0]:.1f} at "
-                      "the end): compare systems within a row; medians suffer most, minima least.",
+              "note": _load_note(os.getloadavg()[0], args.threads),
               "rows": rows}
     text = markdown(report)
     print(text)

@@ -22,6 +22,7 @@ import numpy as np
 
 from superopt.builder import GraphBuilder
 from superopt.interp.inputs import random_inputs
+from superopt.interp.sampling import REFERENCE_POINTS, sample_axes
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
@@ -40,6 +41,9 @@ class OptimizeConfig:
     threads: int = 2
     verify: bool = True
     rtol: float = 1e-3  # of the magnitude of the terms each output element is computed from (interp.tolerance)
+    # a reference larger than this many iteration points runs on a sample of the graph's independent axes, the
+    # program's outputs at those indices checked (superopt.interp.sampling); None: always the whole reference
+    reference_points: int | None = REFERENCE_POINTS
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
@@ -313,13 +317,17 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
 
 
 def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
-           rtol: float | None = None, random: bool = True, reference: Future | None = None) -> float:
+           rtol: float | None = None, random: bool = True, reference: Future | None = None,
+           reference_points: int | None = REFERENCE_POINTS) -> float:
     """The largest error of the compiled outputs against the float64 reference, each element measured against
     the magnitude of the terms it is computed from (``superopt.interp.tolerance``), on seeded random inputs
     and, where given, on ``inputs`` (the user's own, which may be far worse conditioned). Raises
     ``VerificationError`` naming the worst element when that error exceeds ``rtol`` (None: only on a shape or
     NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph). ``reference``: the reference
-    and magnitudes on the seeded random inputs, being computed (see :func:`start_reference`)."""
+    and magnitudes on the seeded random inputs, being computed (see :func:`start_reference`, given the same
+    ``reference_points``). The program always runs at full size on the full inputs; where the reference would
+    run more than ``reference_points`` iteration points, it runs on a sample of the graph's independent axes
+    and the program's outputs at those indices are checked (``superopt.interp.sampling``)."""
     from superopt.interp.magnitude import reference_with_magnitudes
     from superopt.interp.tolerance import check_outputs
 
@@ -331,27 +339,44 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping
         feeds.insert(0, random_inputs(graph, seed))
     else:
         reference = None  # computed for the random inputs, which are not checked
+    sample = sample_axes(graph, reference_points, seed)
     worst = 0.0
     for k, feed in enumerate(feeds):
         got = executor(feed)
-        ref, mags = reference.result() if k == 0 and reference is not None else reference_with_magnitudes(graph, feed)
+        if k == 0 and reference is not None:
+            ref, mags = reference.result()
+        elif sample is None:
+            ref, mags = reference_with_magnitudes(graph, feed)
+        else:
+            ref, mags = reference_with_magnitudes(sample.graph, sample.take_all(feed))
+        if sample is not None:
+            got = {o: sample.take(o, got[o]) for o in graph.outputs}
         for check in check_outputs(graph.outputs, got, ref, mags, np.inf if rtol is None else rtol):
             if not check.ok:
-                raise VerificationError(f"compiled program differs from the reference: {check.message}")
+                where = "" if sample is None else f" (checked on a sample: {sample.describe()})"
+                raise VerificationError(f"compiled program differs from the reference: {check.message}{where}")
             worst = max(worst, check.error)
     return worst
 
 
-def start_reference(graph: Graph, seed: int = 0) -> Future:
+def start_reference(graph: Graph, seed: int = 0, reference_points: int | None = REFERENCE_POINTS) -> Future:
     """The float64 reference outputs of ``graph`` and their magnitudes (:func:`verify`) on
-    ``random_inputs(graph, seed)``, computed on a thread: it runs while the C compiler does (a subprocess, which
-    leaves the interpreter free) instead of after it."""
+    ``random_inputs(graph, seed)`` (on the sample of its axes that :func:`verify` checks, where the whole
+    reference would exceed ``reference_points``), computed on a thread: it runs while the C compiler does (a
+    subprocess, which leaves the interpreter free) instead of after it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from superopt.interp.magnitude import reference_with_magnitudes
 
+    def run():
+        feed = random_inputs(graph, seed)
+        sample = sample_axes(graph, reference_points, seed)
+        if sample is None:
+            return reference_with_magnitudes(graph, feed)
+        return reference_with_magnitudes(sample.graph, sample.take_all(feed))
+
     pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
-    future = pool.submit(lambda: reference_with_magnitudes(graph, random_inputs(graph, seed)))
+    future = pool.submit(run)
     pool.shutdown(wait=False)
     return future
 
@@ -506,14 +531,16 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
             tune = tune_schedules(graph, target, config, database, model, time_s)
         schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)
-    reference = start_reference(imported, config.seed) if config.verify else None  # (while the build runs)
+    # (while the build runs)
+    reference = start_reference(imported, config.seed, config.reference_points) if config.verify else None
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
         executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
     err = None
     if config.verify:
         with phases.phase("verify"):  # against the graph as imported, before any pass
-            err = verify(imported, executor, config.seed, verify_inputs, config.rtol, reference=reference)
+            err = verify(imported, executor, config.seed, verify_inputs, config.rtol, reference=reference,
+                         reference_points=config.reference_points)
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")

@@ -122,3 +122,20 @@ def test_merge_is_one_pass_and_matches_the_reference(shape):
         assert check.ok, check.message
     with pytest.raises(RuleNotApplicable, match="no weighted variance"):
         SHIFTED_MOMENTS.apply(graph, ("em", "N"))
+
+
+def test_the_graph_search_takes_the_one_pass_merge():
+    """Under the graph cost a chained reduction costs its contraction twice (or its round trip), the merge
+    neither: the pipeline's graph search rewrites EM routing to one pass, and the program matches."""
+    from superopt.api import OptimizeConfig, define_op, optimize, random_inputs
+
+    shapes = em_shapes()
+    graph = define_op(EM, shapes)
+    prog = optimize(graph, OptimizeConfig(threads=2))
+    (node,) = prog.graph.nodes
+    assert prog.report.rewrites >= 1 and not chained_reductions(node.op)  # nothing left for a second pass
+    feed = random_inputs(graph, 0)
+    feed["R"] = np.abs(feed["R"])
+    got, ref, mags = prog.executor(feed), evaluate(graph, feed, np.float64), graph_magnitudes(graph, feed)
+    check = check_output("VAR", got["VAR"], ref["VAR"], mags["VAR"], 1e-4)
+    assert check.ok, check.message

@@ -182,8 +182,30 @@ def test_workspace_counts_only_stored_temporaries():
     assert workspace_bytes(op("T[i,j] = X[i,j] * 2.0\nO[i] += T[i,j]")) == 0
     # a contraction read at its own index is the register tile's epilogue
     assert workspace_bytes(op("P[i,j] += A[i,k] * B[k,j]\nO[i,j] = relu(P[i,j]) + X[i,j]")) == 0
-    # a contraction read by a reduction is stored
-    assert workspace_bytes(op("P[i,j] += A[i,k] * B[k,j]\nO[i] += P[i,j] * P[i,j]")) == 2 * 64 * 32 * 4
+    # a contraction read by a reduction at its own index is folded into its write-back (ReduceEpilogue)
+    assert workspace_bytes(op("P[i,j] += A[i,k] * B[k,j]\nO[i] += P[i,j] * P[i,j]")) == 0
+    # read by a reduction at a shifted index, it is stored: written once, read once
+    assert workspace_bytes(op("P[i,j] += A[i,k] * B[k,j]\nO[i] += P[i,j] * P[i,31-j]")) == 2 * 64 * 32 * 4
+
+
+def test_a_chained_reduction_costs_its_contraction_twice_or_its_round_trip():
+    """EM routing's variance reads the mean, computed after the votes V: the default computes V again for it
+    where that is cheaper than storing V (a short reduction), so the roofline counts V's flops twice; with
+    a long reduction V is stored and its round trip counted. The one-pass rewrite needs neither."""
+    from rewrite_rules.moments import EM
+    from search.graph.cost import recompute_flops
+    from superopt.ir.flops import statement_flops
+
+    def em(r):
+        return compile_op(EM, {"P": (2, 7, 7, 3, r), "W": (3, 3, 3, 4, r, 16), "R": (2, 4, 5, 5, 3)},
+                          outputs=["MU", "VAR"])
+
+    short = em(4)
+    v = next(st for st in short.statements if st.out == "V")
+    rs = 3 * short.type_of["Rs"].nbytes  # the sum of the weights, stored and read by MU and VAR
+    assert recompute_flops(short) == statement_flops(v) and workspace_bytes(short) == rs
+    long = em(512)
+    assert recompute_flops(long) == 0 and workspace_bytes(long) == 3 * long.type_of["V"].nbytes + rs
 
 
 def test_padded_window_reads_are_counted():

@@ -133,3 +133,28 @@ def test_a_read_through_a_div_mod_of_the_vector_loop_keeps_the_array(kernel_cach
     args = [rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs]
     got, want = _run(c, trace, host_target(2), kernel_cache, args)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sums_folded_into_the_write_back_are_vector_updates(kernel_cache):
+    """The one-pass weighted variance over capsule votes: both shifted sums folded into V's write-back are
+    vector read-modify-writes of their outputs, the weight R read through ``(o_p / 16)`` (constant along a
+    16-lane vector) a broadcast, so the contraction keeps its tile in registers."""
+    from rewrite_rules.moments import EM, SHIFTED_MOMENTS
+    from superopt.api import define_op
+    from superopt.schedule.graph_defaults import default_schedules
+
+    shapes = {"P": (2, 8, 8, 4, 4), "W": (3, 3, 4, 4, 4, 16), "R": (2, 4, 6, 6, 4)}
+    merged = SHIFTED_MOMENTS.first(define_op(EM, shapes))
+    (node,) = merged.nodes
+    target = avx512_target(2)
+    trace = default_schedules(merged, target)[node.name]
+    code = _code(node.op, trace, target)
+    assert "so_v16 acc_vec[" in code and "so_st16(&D_s1[" in code and "so_st16(&D_s2[" in code
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(node.op.type_of[n].shape).astype(np.float32) for n in node.op.inputs]
+    args[2] = np.abs(args[2])  # routing weights: positive
+    host = host_target(2)
+    (got,) = build_kernel(node.op, default_schedules(merged, host)[node.name], kernel_cache, threads=2,
+                          target=host)(*args)
+    (want,) = evaluate_compute(node.op, args, np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())

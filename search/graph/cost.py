@@ -47,11 +47,13 @@ from typing import Protocol
 from superopt.ir.canonical import canonical_form
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Affine, Binary
-from superopt.ir.flops import flop_count
+from superopt.ir.flops import flop_count, statement_flops
 from superopt.ir.graph import Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
+from superopt.schedule.chained import chained_reductions, prefer_recompute
+from superopt.schedule.rowwise import foldable_reductions
 from superopt.target import Target
 
 LAUNCH_CACHE_VERSION = 1
@@ -173,6 +175,9 @@ def workspace_bytes(compute: Compute) -> int:
     types = compute.type_of
     total = 0
     stmts = compute.statements
+    folded = foldable_reductions(compute)  # a sum read at the contraction's own index: ReduceEpilogue
+    chained = chained_reductions(compute)
+    recomputed = _recomputed(compute) if chained else set()
     for k, st in enumerate(stmts):
         if st.out in compute.outputs:
             continue
@@ -184,10 +189,26 @@ def workspace_bytes(compute: Compute) -> int:
             padded_copy = bool(st.padding) and any(c.reduce_dims for c in readers)
             if not padded_copy and all(st.out not in c.pad_value for c in readers):
                 continue  # inlined
-        elif all(_identity_reader(c, st.out, shape) for c in readers):
-            continue  # epilogue at the register tile's write-back
+        elif all(_identity_reader(c, st.out, shape) or folded.get(c.out) == st.out
+                   or chained.get(c.out) == st.out for c in readers):
+            # epilogue at the register tile's write-back; a sum that reads a stage computed after this one
+            # (a chained reduction) gets a copy of the contraction instead where that is cheaper (its flops:
+            # recompute_flops), else this round trip
+            if not any(chained.get(c.out) == st.out for c in readers) or st.out in recomputed:
+                continue
         total += types[st.out].nbytes * (1 + len(readers))
     return total
+
+
+def recompute_flops(compute: Compute) -> int:
+    """The flops of the contractions the default computes twice (``superopt.schedule.chained``): once for
+    the reductions before the stage a chained reduction waits for, once more for that reduction."""
+    by = {st.out: st for st in compute.statements}
+    return sum(statement_flops(by[p]) for p in _recomputed(compute))
+
+
+def _recomputed(compute: Compute) -> set[str]:
+    return {p for p in set(chained_reductions(compute).values()) if prefer_recompute(compute, p)}
 
 
 def padded_reads(compute: Compute, products: bool = False) -> int:
@@ -288,7 +309,7 @@ class GraphCost:
     # -- one kernel ---------------------------------------------------------------------------------
     def roofline(self, compute: Compute, io_bytes: int) -> KernelEstimate:
         products = padded_reads(compute, products=True)
-        flops = flop_count(compute) + self.padded_read_ops * (padded_reads(compute) - products) \
+        flops = flop_count(compute) + recompute_flops(compute) + self.padded_read_ops * (padded_reads(compute) - products) \
             + self.padded_product_ops * products
         nbytes = io_bytes + workspace_bytes(compute)
         c = self.ceilings

@@ -84,7 +84,15 @@ class _TilePrinter:
         if isinstance(n, Epilogue):
             return [(depth, f"/* epilogue: {n.text} */"), *self.node(n.body, depth, col)]
         if isinstance(n, Accumulate):
-            if n.op != "+=" or n.nan_flag is not None or not self._is_tile(n.target):
+            if n.op != "+=" or n.nan_flag is not None:
+                raise _NotVector
+            if isinstance(n.target, BufferAccess):
+                # a sum folded into the write-back (a ReduceEpilogue): one vector of the output a step
+                text, is_vec = self.expr(n.value, col)
+                if not is_vec or _col_stride(n.target.index, col, self.lanes) != 1:
+                    raise _NotVector
+                return self.store(n.target, text, col, depth, True)
+            if not self._is_tile(n.target):
                 raise _NotVector
             ref = self.tile_ref(n.target, col)
             return [(depth, f"{ref} = {ref} + {self.expr(n.value, col)[0]};")]
@@ -106,7 +114,7 @@ class _TilePrinter:
         """``target = vector`` (``+=`` with ``add``) for the ``lanes`` elements from ``col``: one vector store
         where the target is contiguous along ``col``, else one scalar store a lane (an NCHW output written
         along its channels, capsule votes' (o, q) columns through div/mod)."""
-        if _contiguous(target, col):
+        if _contiguous(target, col, self.lanes):
             dst = f"&{c_ref(target)}"
             return [(depth, f"so_st{self.lanes}({dst}, {f'so_ld{self.lanes}({dst}) + ' if add else ''}{vector});")]
         ref = c_ref(target)
@@ -162,10 +170,10 @@ class _TilePrinter:
         if isinstance(v, Load):
             if isinstance(v.source, RegisterRef) and not v.checks:
                 return self.register(v.source, col)
-            if isinstance(v.source, BufferAccess) and _constant(v.source, col) \
+            if isinstance(v.source, BufferAccess) and _constant(v.source, col, self.lanes) \
                     and not any(col in chk.index.vars() for chk in v.checks):
                 return c_value(v), False  # (a padded read's bounds checks stay scalar: one per vector step)
-            if isinstance(v.source, BufferAccess) and _contiguous(v.source, col) and not v.checks:
+            if isinstance(v.source, BufferAccess) and _contiguous(v.source, col, self.lanes) and not v.checks:
                 return f"so_ld{self.lanes}(&{c_ref(v.source)})", True
             raise _NotVector
         if isinstance(v, Op):
@@ -190,15 +198,38 @@ class _TilePrinter:
         return c_ref(ref), False
 
 
-def _constant(acc: BufferAccess, col: str) -> bool:
+def _col_stride(ix, col: str, lanes: int) -> int | None:
+    """How far ``ix`` moves per step of ``col`` inside one vector of ``lanes`` steps that starts at a multiple of
+    ``lanes`` (the vector loop's ``col = lanes * col_vec``), or None when that is not one stride. A div/mod of
+    ``col`` by a multiple of ``lanes``, whose other terms are multiples of ``lanes``, stays in one quotient over
+    the vector: the div is constant along it and the mod moves by 1 (capsule votes' (o, p) columns)."""
+    stride = ix.linear.coeff(col)
+    for a, c in ix.linear.terms:  # (col / d) and (col % d) atoms: left by a fuse
+        if not isinstance(a, str) and a.var == col:
+            if a.divisor % lanes:
+                return None
+            stride += c if a.op == "%" else 0
+    for w in ix.wrapped:
+        if col not in w.inner.vars():
+            continue
+        rest_aligned = w.inner.const % lanes == 0 and all(c % lanes == 0 for v, c in w.inner.terms if v != col)
+        nested = any(not isinstance(v, str) and v.var == col for v, _ in w.inner.terms)
+        if nested or w.inner.coeff(col) != 1 or w.divisor % lanes or not rest_aligned:
+            return None
+        if w.op == "%":
+            stride += w.stride
+        elif w.op != "/":
+            return None
+    return stride
+
+
+def _constant(acc: BufferAccess, col: str, lanes: int) -> bool:
     """``acc`` reads one element for every lane of the vector loop over ``col`` (``col`` nowhere in its index,
-    a div/mod of it included)."""
-    ix = acc.index
-    return col not in ix.linear.vars() and not any(col in w.inner.vars() for w in ix.wrapped)
+    or only in a div by a multiple of ``lanes``)."""
+    return _col_stride(acc.index, col, lanes) == 0
 
 
-def _contiguous(acc: BufferAccess, col: str) -> bool:
-    """``acc`` reads consecutive elements along ``col``: a plain term of stride 1, and no div/mod of it."""
-    ix = acc.index
-    return ix.linear.coeff(col) == 1 and not any(not isinstance(a, str) and a.var == col for a, _ in ix.linear.terms) \
-        and not any(col in w.inner.vars() for w in ix.wrapped)
+def _contiguous(acc: BufferAccess, col: str, lanes: int) -> bool:
+    """``acc`` reads consecutive elements along ``col``: a plain term of stride 1, or a mod of it by a multiple
+    of ``lanes`` (:func:`_col_stride`)."""
+    return _col_stride(acc.index, col, lanes) == 1

@@ -348,8 +348,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     walks = {lp: {lp} for lp in outer_m} | {rows_o: {row}, col_o: set(n_dims)}
     if rows2_i:
         walks[f"{rows2_dim}_o"] = {rows2_dim}
-    if keep is not None and outer and not walks[outer[0]] <= keep:
-        # the parallel loop may only walk kept dims (threads would otherwise update one folded element)
+    if keep is not None and outer:
+        # the parallel loop may only walk kept dims (threads would otherwise update one folded element): all
+        # of them outermost, so that they fuse into enough parallel work (capsule votes' batch alone is 2-8)
         outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
     inner = reduce_dims + ([rows2_i] if rows2_i else []) + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))

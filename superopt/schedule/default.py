@@ -76,13 +76,15 @@ def sketch_names(compute: Compute, target: Target) -> list[str]:
     if temps and len(compute.outputs) == 1 and final.reduce == "=" and not contraction_temps \
             and final.extents[0][1] >= 2 * target.threads:
         out += [f"{ROWWISE}@{d}" for d in (1, 2) if d <= len(final.out_dims) - 1]
-    if foldable_reductions(compute) or chained_reductions(compute):
-        out.append(FOLD_REDUCTIONS)
     before, contraction, _ = final_contraction(compute)
     if before and len(compute.outputs) == 1 and is_contraction(contraction) \
             and any(is_contraction(t) for t in before) \
             and any(t.reduce != "=" and not is_contraction(t) for t in before):
+        # (before folding: attention's row max folds into the scores' write-back, but the scores are then
+        # stored, where computed per block of rows inside the final contraction they never exist)
         out.append(ROWS_INTO_CONTRACTION)
+    if foldable_reductions(compute) or chained_reductions(compute):
+        out.append(FOLD_REDUCTIONS)
     return out + [STAGES_EPILOGUE, STAGES, STAGES_SIMPLE, NAIVE]
 
 
