@@ -64,8 +64,7 @@ def test_the_pipeline_runs_a_grouped_pointwise_conv_over_one_pixel_axis_matching
     from superopt.cli_artifact import _ort_session
 
     model = _conv_bn_relu(272, 1, 14, 4)  # ShuffleNet's second stage: 4 groups of 68 channels, 14 x 14
-    prog = optimize(model.SerializeToString(), OptimizeConfig(threads=2, layout="nchw", cost_model=None,
-                                                              program_cache=False))
+    prog = optimize(model.SerializeToString(), OptimizeConfig(threads=2, cost_model=None, program_cache=False))
     g = prog.executor.graph
     convs = [n for n in g.nodes if not n.is_extern and any(st.reduce == "+=" for st in n.op.statements)]
     assert convs and all(g.type_of[n.outputs[0]].shape[-1] == 196 for n in convs)

@@ -72,7 +72,7 @@ def search_rewrites(graph: Graph, config: RewriteConfig,
     # blocked-conv tiles are CPU ones), a forced block anywhere
     if config.layout != "nchw" and (config.layout != "auto" or target.kind == "cpu"):
         graph = choose_layouts(graph, target, layout=config.layout)[0]
-    if target.kind == "cpu":  # the pointwise convs left on NCHW: one pixel axis, split in whole vectors
+    if config.layout == "auto" and target.kind == "cpu":  # the pointwise convs left on NCHW: one pixel axis
         graph = merge_pixels_where(graph, target.lanes("float32"))
     if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
         graph = winograd_all(graph)
