@@ -73,3 +73,4 @@ def test_the_pipeline_runs_a_grouped_pointwise_conv_over_one_pixel_axis_matching
     got = prog(x)[0]
     assert np.count_nonzero(got) > got.size // 4  # the relu leaves a real output, not a constant
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
