@@ -67,7 +67,8 @@ class OptimizeConfig:
     # onnx.reference, one opaque node each, named in the report); True makes any such node an error
     strict: bool = False
     # the global activation layout (search/graph/layout.py, after the rewrites): "nchw" (as imported), "auto" (the
-    # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost), or a forced "nchw8c" / "nchw16c"
+    # cheapest of NCHW / NCHW8c / NCHW16c under the layout pass's cost, then the pointwise convs left on NCHW over one
+    # pixel axis: rewrite_rules/pixel_merge.py), or a forced "nchw8c" / "nchw16c"
     layout: str = "auto"
     # blocked 3x3 stride-1 convs as Winograd F(4x4,3x3) or F(2x2,3x3) where the rule fits them (rewrite_rules/winograd.py;
     # after the layout choice, CPU targets)

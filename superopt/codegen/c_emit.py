@@ -192,7 +192,8 @@ def _c_op(v: Op) -> str:
     if op in ("max", "min"):
         return f"so_{op}{suf}({a}, {b})" if is_float(dt) else f"SO_{op.upper()}({a}, {b})"
     if op == "pow":
-        return f"pow{suf}({a}, {b})"
+        fixed = _pow_by_roots(v.args[1], a, fdt)
+        return fixed if fixed is not None else f"pow{suf}({a}, {b})"
     if op == "and":
         return f"({a} && {b})"
     if op == "or":
@@ -206,6 +207,22 @@ def _c_op(v: Op) -> str:
     if op in ("shl", "shr"):
         return f"so_{op}{32 if dt == 'int32' else 64}({a}, {b})"
     raise TypeError(f"no C spelling for operator {op!r}")
+
+
+# x ** e for a literal e that square roots and products reach (LRN's beta = 0.75, a norm's 0.5, a square): sqrt is
+# correctly rounded and GCC vectorizes it (-fno-math-errno), where powf is a scalar libm call that bounds the
+# kernel (AlexNet's LRN: most of its time). The helpers (c_prelude) keep powf's special values.
+_POW_BY_ROOTS = {0.5: "so_pow_half", 0.25: "so_pow_quarter", 0.75: "so_pow_three_quarters", 1.5: "so_pow_three_halves",
+                 -0.5: "so_pow_minus_half", -0.75: "so_pow_minus_three_quarters"}
+
+
+def _pow_by_roots(exponent: Value, base: str, fdt: str) -> str | None:
+    if not isinstance(exponent, Literal) or fdt != "float32":
+        return None
+    if exponent.value == 2:
+        return f"so_squaref({base})"
+    fn = _POW_BY_ROOTS.get(float(exponent.value))
+    return None if fn is None else f"{fn}f({base})"
 
 
 class _CPrinter:

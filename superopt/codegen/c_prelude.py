@@ -102,6 +102,22 @@ static inline float so_erff(float a) {
     q = q * x2 + -1.42647390514189e-02f;
     return a != a ? a : p / q;
 }
+/* powf(x, e) for the exponents the C printer spells by square roots (c_emit._POW_BY_ROOTS): within 2 ulp of
+   the exact power and vectorizable, with powf's special values: NaN below 0 but +inf (e > 0) or +0 (e < 0) at
+   -inf, +0 (e > 0) or +inf (e < 0) at -0 (the + 0.0f turns sqrtf's -0 into +0) */
+static inline float so_squaref(float x) { return x * x; }
+static inline float so_pow_halff(float x) { return x == -INFINITY ? INFINITY : sqrtf(x) + 0.0f; }
+static inline float so_pow_quarterf(float x) { return x == -INFINITY ? INFINITY : sqrtf(sqrtf(x)) + 0.0f; }
+static inline float so_pow_three_quartersf(float x) {
+    float s = sqrtf(x);
+    return x == -INFINITY ? INFINITY : s * sqrtf(s);
+}
+static inline float so_pow_three_halvesf(float x) { return x == -INFINITY ? INFINITY : x * sqrtf(x); }
+static inline float so_pow_minus_halff(float x) { return x == -INFINITY ? 0.0f : 1.0f / (sqrtf(x) + 0.0f); }
+static inline float so_pow_minus_three_quartersf(float x) {
+    float s = sqrtf(x);
+    return x == -INFINITY ? 0.0f : 1.0f / (s * sqrtf(s));
+}
 static inline float so_sigmoidf(float x) { return 1.0f / (1.0f + so_expf(-x)); }
 static inline double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline float so_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

@@ -49,6 +49,14 @@ __device__ __forceinline__ float so_expf(float x) { return expf(x); }
 __device__ __forceinline__ float so_erff(float x) { return erff(x); }
 __device__ __forceinline__ float so_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double so_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* the C printer's spellings of pow with a literal exponent (c_emit._POW_BY_ROOTS); the GPU's powf is no libm call */
+__device__ __forceinline__ float so_squaref(float x) { return x * x; }
+__device__ __forceinline__ float so_pow_halff(float x) { return powf(x, 0.5f); }
+__device__ __forceinline__ float so_pow_quarterf(float x) { return powf(x, 0.25f); }
+__device__ __forceinline__ float so_pow_three_quartersf(float x) { return powf(x, 0.75f); }
+__device__ __forceinline__ float so_pow_three_halvesf(float x) { return powf(x, 1.5f); }
+__device__ __forceinline__ float so_pow_minus_halff(float x) { return powf(x, -0.5f); }
+__device__ __forceinline__ float so_pow_minus_three_quartersf(float x) { return powf(x, -0.75f); }
 __device__ __forceinline__ float so_modf(float a, float b) {
     float r = fmodf(a, b);
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
