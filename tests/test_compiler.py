@@ -14,7 +14,14 @@ from superopt.codegen.c_prelude import THREAD_CONTROL
 from superopt.interp import evaluate
 from superopt.lang import compile_op
 from superopt.phases import PhaseTimer
-from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library, load_library, object_units
+from superopt.runtime.compiler import (
+    SMALL_SOURCE,
+    CompileError,
+    CompilerConfig,
+    compile_library,
+    load_library,
+    object_units,
+)
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import default_schedule
@@ -26,17 +33,20 @@ OPS = [("C[i,j] += A[i,k] * B[k,j]", {"A": (33, 20), "B": (20, 45)}),
        ("Y[i,j] = relu(X[i,j]) * 2.0", {"X": (17, 31)})]
 
 
-def test_each_source_is_a_unit_of_its_own_and_thread_control_is_defined_once():
-    sources = [f"void f{i}(void **args) {{ /* {'x' * (100 * i)} */ }}" for i in range(7)]
-    units = object_units(sources + sources[:2])  # (a source given twice is compiled once)
-    assert len(units) == 8 and sum(THREAD_CONTROL in u for u in units) == 1
-    assert [sum(s in u for u in units) for s in sources] == [1] * 7
+def test_each_long_source_is_a_unit_of_its_own_and_thread_control_is_defined_once():
+    """Short sources (under SMALL_SOURCE characters) share the first unit with the thread control."""
+    sources = [f"void f{i}(void **args) {{ /* {'x' * (1000 * i)} */ }}" for i in range(7)]
+    units = object_units(sources + sources[:3])  # (a source given twice is compiled once)
+    assert [n for _, n in units] == [2, 1, 1, 1, 1, 1] and sum(THREAD_CONTROL in u for u, _ in units) == 1
+    assert [sum(s in u for u, _ in units) for s in sources] == [1] * 7
+    assert all(s in units[0][0] for s in sources[:2])
 
 
 def _kernels(n: int, scale: str) -> list[str]:
     """``n`` small kernels ``y[i] = x[i] * scale + k``, each its own function."""
     return [f"void k{k}(void **args) {{ const float *x = args[0]; float *y = args[1];\n"
-            f"    for (int i = 0; i < 64; ++i) y[i] = x[i] * {scale}f + {k}.0f; }}" for k in range(n)]
+            f"    for (int i = 0; i < 64; ++i) y[i] = x[i] * {scale}f + {k}.0f; }}\n/* {'.' * SMALL_SOURCE} */"
+            for k in range(n)]  # (long enough to be units of their own)
 
 
 def _run_all(path, n: int, x: np.ndarray) -> list[np.ndarray]:
@@ -78,7 +88,7 @@ def test_a_corrupt_cached_object_is_rebuilt(tmp_path):
         o.write_bytes(o.read_bytes()[:100])
     p = PhaseTimer()
     lib = compile_library(_kernels(2, "2.0") + ["void extra(void) {}"], config, phases=p)
-    assert p.counts["sources_compiled"] == 3
+    assert p.counts["sources_compiled"] == 3  # (the short one with the thread control, a new unit)
     x = np.arange(64, dtype=np.float32)
     for k, y in enumerate(_run_all(lib, 2, x)):
         np.testing.assert_array_equal(y, x * 2 + k)
@@ -116,7 +126,7 @@ def test_a_graph_with_packed_inputs_links_its_pack_callers_across_units(tmp_path
 
 
 def test_a_unit_that_fails_names_the_error_and_stops_the_other_compilers(tmp_path):
-    good = "void ok(void **args) { (void)args; }"
+    good = "void ok(void **args) { (void)args; }\n/* " + "." * SMALL_SOURCE + " */"  # (a unit of its own)
     with pytest.raises(CompileError, match="(?s)C compilation failed: .*undeclared"):
         compile_library([good, "void bad(void **args) { nope = 1; }"], CompilerConfig(cache_dir=tmp_path, jobs=2))
     slow = tmp_path / "slowcc"  # one unit compiles at once, the other never ends: the timeout names it

@@ -3,7 +3,8 @@
 A cache entry is ``<digest>.so`` plus ``<digest>.sha256`` (the library's own hash): a missing,
 truncated or otherwise corrupt entry fails that check (or fails to load) and is rebuilt.
 
-A library of many kernels is compiled one translation unit a source (each with the prelude), ``CompilerConfig.jobs``
+A library of many kernels is compiled one translation unit a source (each with the prelude; the short sources
+share one), ``CompilerConfig.jobs``
 units at once, then linked: gcc is single-threaded. Each unit's object is cached by its own digest as
 ``objects/<digest>.o``, so a library that shares kernels with one built before (the same model changed in one
 layer, another model with the same layers) compiles only its new kernels.
@@ -57,13 +58,22 @@ def library_source(sources: list[str]) -> str:
     return PRELUDE + "\n" + THREAD_CONTROL + "\n".join(sources)
 
 
-def object_units(sources: list[str]) -> list[str]:
-    """The library's translation units: the thread control, then each distinct source on its own, each with
-    the prelude. One unit a source makes each source's object cacheable on its own (a model that changes
-    one kernel recompiles that kernel only) and gives the parallel compilers pieces small enough to keep
-    every core busy to the end; the prelude is declarations and static inline helpers, which cost gcc next
-    to nothing in a unit that does not call them."""
-    return [PRELUDE + "\n" + THREAD_CONTROL] + [PRELUDE + "\n" + s for s in dict.fromkeys(sources)]
+# a source shorter than this (a pack caller, a native extern, the graph runner, a small elementwise kernel) is
+# compiled in the first unit with the other short ones: a unit of its own would cost more in compiler starts
+# than its compilation
+SMALL_SOURCE = 2000
+
+
+def object_units(sources: list[str]) -> list[tuple[str, int]]:
+    """The library's translation units and how many sources each holds: the thread control with the short
+    sources, then each other distinct source on its own, each unit with the prelude. One unit a source makes
+    each source's object cacheable on its own (a model that changes one kernel recompiles that kernel only)
+    and gives the parallel compilers pieces small enough to keep every core busy to the end; the prelude is
+    declarations and static inline helpers, which cost gcc next to nothing in a unit that does not call them."""
+    distinct = list(dict.fromkeys(sources))
+    small = [s for s in distinct if len(s) < SMALL_SOURCE]
+    first = PRELUDE + "\n" + THREAD_CONTROL + "\n".join(small)
+    return [(first, len(small))] + [(PRELUDE + "\n" + s, 1) for s in distinct if len(s) >= SMALL_SOURCE]
 
 
 def _run_compilers(cmds: list[list[str]], jobs: int, timeout_s: float, code: str) -> None:
@@ -152,7 +162,8 @@ def _compile_library(sources: list[str], config: CompilerConfig | None,
         return so, None
     objects = cache / "objects"
     objects.mkdir(exist_ok=True)
-    units = object_units(sources)
+    units = [u for u, _ in object_units(sources)]
+    counts = [n for _, n in object_units(sources)]
     paths = [objects / f"{_digest(u, config)}.o" for u in units]
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         def build(todo: list[int]) -> None:
@@ -180,7 +191,7 @@ def _compile_library(sources: list[str], config: CompilerConfig | None,
             _run_compilers([link], 1, config.timeout_s, code)
         _store(out, so)
     (cache / f"{so.stem}.c").write_text(code)
-    return so, sum(1 for i in todo if i > 0)
+    return so, sum(counts[i] for i in todo)
 
 
 def load_library(path: Path) -> ctypes.CDLL:
