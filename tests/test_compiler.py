@@ -1,5 +1,6 @@
-"""The C compiler driver: a library of many kernels compiled as parallel translation units and linked,
-the same kernels as one unit, and a failure in one unit reported (and the other compilers stopped)."""
+"""The C compiler driver: a library of many kernels compiled one unit a source, in parallel, and linked; each
+source's object cached on its own (a changed library recompiles only its new sources); a failure in one unit
+reported (and the other compilers stopped)."""
 
 import ctypes
 import stat
@@ -12,7 +13,15 @@ from superopt.builder import GraphBuilder
 from superopt.codegen.c_prelude import THREAD_CONTROL
 from superopt.interp import evaluate
 from superopt.lang import compile_op
-from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library, translation_units
+from superopt.phases import PhaseTimer
+from superopt.runtime.compiler import (
+    SMALL_SOURCE,
+    CompileError,
+    CompilerConfig,
+    compile_library,
+    load_library,
+    object_units,
+)
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import default_schedule
@@ -24,14 +33,65 @@ OPS = [("C[i,j] += A[i,k] * B[k,j]", {"A": (33, 20), "B": (20, 45)}),
        ("Y[i,j] = relu(X[i,j]) * 2.0", {"X": (17, 31)})]
 
 
-def test_sources_are_dealt_by_size_and_thread_control_is_defined_once():
-    sources = [f"void f{i}(void **args) {{ /* {'x' * (100 * i)} */ }}" for i in range(7)]
-    units = translation_units(sources, 3)
-    assert len(units) == 3 and sum(THREAD_CONTROL in u for u in units) == 1
-    assert sorted(s for s in sources if any(s in u for u in units)) == sorted(sources)
-    sizes = [len(u) for u in units]
-    assert max(sizes) - min(sizes) <= 700  # the largest source first, each to the smallest unit
-    assert len(translation_units(sources[:2], 8)) == 2  # never more units than sources
+def test_each_long_source_is_a_unit_of_its_own_and_thread_control_is_defined_once():
+    """Short sources (under SMALL_SOURCE characters) share the first unit with the thread control."""
+    sources = [f"void f{i}(void **args) {{ /* {'x' * (1000 * i)} */ }}" for i in range(7)]
+    units = object_units(sources + sources[:3])  # (a source given twice is compiled once)
+    assert [n for _, n in units] == [2, 1, 1, 1, 1, 1] and sum(THREAD_CONTROL in u for u, _ in units) == 1
+    assert [sum(s in u for u, _ in units) for s in sources] == [1] * 7
+    assert all(s in units[0][0] for s in sources[:2])
+
+
+def _kernels(n: int, scale: str) -> list[str]:
+    """``n`` small kernels ``y[i] = x[i] * scale + k``, each its own function."""
+    return [f"void k{k}(void **args) {{ const float *x = args[0]; float *y = args[1];\n"
+            f"    for (int i = 0; i < 64; ++i) y[i] = x[i] * {scale}f + {k}.0f; }}\n/* {'.' * SMALL_SOURCE} */"
+            for k in range(n)]  # (long enough to be units of their own)
+
+
+def _run_all(path, n: int, x: np.ndarray) -> list[np.ndarray]:
+    lib = load_library(path)
+    outs = []
+    for k in range(n):
+        y = np.zeros(64, np.float32)
+        getattr(lib, f"k{k}")((ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data))
+        outs.append(y)
+    return outs
+
+
+def test_a_changed_library_recompiles_only_its_new_sources(tmp_path):
+    """Four kernels compiled cold; then the same four with one changed (a model edited in one layer): one
+    source compiled, three objects from the cache, and every kernel of both libraries computes its own
+    formula. The same library again is a library cache hit: nothing compiled."""
+    config = CompilerConfig(cache_dir=tmp_path, jobs=2)
+    x = np.arange(64, dtype=np.float32)
+    first = _kernels(4, "2.0")
+    p1 = PhaseTimer()
+    lib1 = compile_library(first, config, phases=p1)
+    assert p1.counts["sources_compiled"] == 4 and p1.counts["libraries_compiled"] == 1
+    changed = first[:3] + [first[3].replace("2.0f", "3.0f")]
+    p2 = PhaseTimer()
+    lib2 = compile_library(changed, config, phases=p2)
+    assert lib2 != lib1 and p2.counts["sources_compiled"] == 1
+    for k, (a, b) in enumerate(zip(_run_all(lib1, 4, x), _run_all(lib2, 4, x))):
+        np.testing.assert_array_equal(a, x * 2 + k)
+        np.testing.assert_array_equal(b, x * (3 if k == 3 else 2) + k)
+    p3 = PhaseTimer()
+    assert compile_library(changed, config, phases=p3) == lib2 and "sources_compiled" not in p3.counts
+
+
+def test_a_corrupt_cached_object_is_rebuilt(tmp_path):
+    """An object truncated in the cache fails its hash: it is compiled again and the library still runs."""
+    config = CompilerConfig(cache_dir=tmp_path, jobs=2)
+    compile_library(_kernels(2, "2.0"), config)
+    for o in (tmp_path / "objects").glob("*.o"):
+        o.write_bytes(o.read_bytes()[:100])
+    p = PhaseTimer()
+    lib = compile_library(_kernels(2, "2.0") + ["void extra(void) {}"], config, phases=p)
+    assert p.counts["sources_compiled"] == 3  # (the short one with the thread control, a new unit)
+    x = np.arange(64, dtype=np.float32)
+    for k, y in enumerate(_run_all(lib, 2, x)):
+        np.testing.assert_array_equal(y, x * 2 + k)
 
 
 @pytest.mark.parametrize("jobs", [1, 3])
@@ -66,7 +126,7 @@ def test_a_graph_with_packed_inputs_links_its_pack_callers_across_units(tmp_path
 
 
 def test_a_unit_that_fails_names_the_error_and_stops_the_other_compilers(tmp_path):
-    good = "void ok(void **args) { (void)args; }"
+    good = "void ok(void **args) { (void)args; }\n/* " + "." * SMALL_SOURCE + " */"  # (a unit of its own)
     with pytest.raises(CompileError, match="(?s)C compilation failed: .*undeclared"):
         compile_library([good, "void bad(void **args) { nope = 1; }"], CompilerConfig(cache_dir=tmp_path, jobs=2))
     slow = tmp_path / "slowcc"  # one unit compiles at once, the other never ends: the timeout names it

@@ -3,6 +3,7 @@ linear-expression class, and lower() raising only ScheduleError for any trace.""
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -385,3 +386,32 @@ def test_a_batch_of_one_is_never_the_parallel_loop_and_its_tiles_are_still_peele
     X, W = rng.standard_normal((1, 50, 64), np.float32), rng.standard_normal((64, 96), np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(X, W)
     np.testing.assert_allclose(got, X @ W, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,n", [(13, 64), (5, 96), (13, 1000)])
+def test_the_last_register_tile_gets_constant_trip_counts_when_it_is_the_only_rest(m, n, kernel_cache):
+    """Rows in tiles of 4: the rest of the peeled row loop is one tile (``i_o == m // 4``), so its row loop
+    runs the constant ``m % 4`` rows, with no run-time bound left in the printed C; where a column tail of an
+    outer loop decides how many full tiles there are (``n`` not a multiple of 32), the rest keeps its tails.
+    Exact against numpy either way."""
+    import numpy as np
+
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op(MATMUL, {"A": (m, 24), "B": (24, n)})
+    trace = [Split("C", "i", 4), Split("C", "j", 32), Reorder("C", ("j_o", "i_o", "k", "i_i", "j_i")),
+             CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "j_i"), Pack("B", (0, 1), 1, 32)]
+    nest = build_loopnest(lower(c, trace, avx512_target(1)))
+    (p,) = _peeled(nest)
+    rest_loops = [v.node for v in walk(replace_body(nest, replace(p.loop, body=p.general)))
+                  if isinstance(v.node, Loop)]
+    if p.outer_full:
+        assert any(lp.tail for lp in rest_loops), "the rest lost a tail that depends on the column block"
+    else:
+        assert all(lp.tail == () for lp in rest_loops), outline(nest)
+        assert {lp.extent for lp in rest_loops if lp.var == "i_i"} == {m % 4}
+        assert "SO_MIN" not in emit_c(nest).code
+    rng = np.random.default_rng(m + n)
+    A, B = rng.standard_normal((m, 24), np.float32), rng.standard_normal((24, n), np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(A, B)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)

@@ -168,7 +168,9 @@ class Graph:
         return out
 
     def validate(self) -> None:
-        types = dict(self.types)
+        # (run on every graph a rewrite builds: a graph search over a large model builds thousands, so the
+        # loops take the identical-object shortcut before comparing types field by field)
+        types = self.type_of
         defined: set[str] = set()
         for name in self.inputs:
             if name not in types:
@@ -177,8 +179,9 @@ class Graph:
         for name, c in self.constants:
             if name in defined:
                 raise GraphError(f"tensor {name!r} is both an input and a constant")
-            if types.get(name) != c.type:
-                raise GraphError(f"constant {name!r} is {c.type} but typed {types.get(name)}")
+            t = types.get(name)
+            if t is not c.type and t != c.type:
+                raise GraphError(f"constant {name!r} is {c.type} but typed {t}")
             defined.add(name)
         node_names: set[str] = set()
         for node in self.nodes:
@@ -194,13 +197,14 @@ class Graph:
                 if o not in types:
                     raise GraphError(f"node {node.name!r} output {o!r} has no type")
                 defined.add(o)
-            if isinstance(node.op, Compute):
-                c = node.op
+            c = node.op
+            if isinstance(c, Compute):
                 if len(c.inputs) != len(node.inputs) or len(c.outputs) != len(node.outputs):
                     raise GraphError(f"node {node.name!r}: arity differs from its compute op")
+                local_types = c.type_of
                 for g, local in zip(node.inputs + node.outputs, c.inputs + c.outputs):
-                    gt, lt = types[g], c.type_of[local]
-                    if gt.shape != lt.shape or gt.dtype != lt.dtype:
+                    gt, lt = types[g], local_types[local]
+                    if gt is not lt and (gt.shape != lt.shape or gt.dtype != lt.dtype):
                         raise GraphError(f"node {node.name!r}: tensor {g!r} is {gt} but the op expects {lt}")
         for o in self.outputs:
             if o not in defined:

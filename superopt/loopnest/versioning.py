@@ -9,6 +9,8 @@ that walks the tiles is therefore peeled::
     for (v = 0; v < full; ++v) { the tile, its tails dropped: constant trip counts }
     for (v = full; v < extent; ++v) { the tile as it was }
 
+When the rest is a single tile (``full == extent - 1``) its tails are constants too, and are printed so.
+
 ``full`` is the number of leading iterations for which every tail of the tile is inactive (a
 constant, or 0 when a tail on an outer loop's variable is active for this block). A condition
 inside the loop (``if (full) ... else ...``) would be simpler, but gcc then no longer unrolls the
@@ -85,6 +87,21 @@ def _strip_tiles(n: Node, dropped: set[TailLimit]) -> Node:
     return n
 
 
+def _resolve_tails(n: Node, var: str, value: int, tails: set[TailLimit]) -> Node:
+    """``n`` with each of ``tails`` (offsets in ``var`` only) evaluated at ``var = value``: the loop it cuts
+    gets the constant extent ``min(extent, limit - offset)`` instead of the run-time bound."""
+    if isinstance(n, Loop):
+        ext = n.extent
+        for t in n.tail:
+            if t in tails:
+                ext = min(ext, max(0, t.limit - t.offset.const - t.offset.coeff(var) * value))
+        return replace(n, extent=ext, tail=tuple(t for t in n.tail if t not in tails),
+                       body=tuple(_resolve_tails(c, var, value, tails) for c in n.body))
+    if isinstance(n, (StageNest, Scope)):
+        return replace(n, body=tuple(_resolve_tails(c, var, value, tails) for c in n.body))
+    return n
+
+
 def _full_iterations(lp: Loop, tails: list[Tail]) -> int | None:
     """Leading iterations of ``lp`` for which each tail (offset ``c * var + const``, c > 0) is inactive."""
     n = lp.extent
@@ -111,7 +128,13 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         return lp
     dropped = {t for _, t in found}
     fast = replace(lp, body=tuple(_strip_tiles(c, dropped) for c in lp.body))
-    return PeeledLoop(fast, lp.body, split, tuple(rest))
+    general = lp.body
+    if not rest and split == lp.extent - 1 and not lp.tail:
+        # the rest is one tile, at ``var = split``: its tails are constants there, so it too gets constant
+        # trip counts (a register tile of the last rows; gcc keeps it in registers, and the vector printer
+        # takes it) instead of run-time bounds
+        general = tuple(_resolve_tails(c, lp.var, split, {t for _, t in own}) for c in lp.body)
+    return PeeledLoop(fast, general, split, tuple(rest))
 
 
 def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:

@@ -3,9 +3,11 @@
 A cache entry is ``<digest>.so`` plus ``<digest>.sha256`` (the library's own hash): a missing,
 truncated or otherwise corrupt entry fails that check (or fails to load) and is rebuilt.
 
-A library of many kernels is compiled as ``CompilerConfig.jobs`` translation units at once (each with the
-prelude, the sources dealt out by size), then linked: gcc is single-threaded. inception_v1's 68 kernels took
-82 s in one unit, 37 s in two at once on 2 cores (four or eight units, two at a time: 41-43 s).
+A library of many kernels is compiled one translation unit a source (each with the prelude; the short sources
+share one), ``CompilerConfig.jobs``
+units at once, then linked: gcc is single-threaded. Each unit's object is cached by its own digest as
+``objects/<digest>.o``, so a library that shares kernels with one built before (the same model changed in one
+layer, another model with the same layers) compiles only its new kernels.
 """
 
 from __future__ import annotations
@@ -56,16 +58,22 @@ def library_source(sources: list[str]) -> str:
     return PRELUDE + "\n" + THREAD_CONTROL + "\n".join(sources)
 
 
-def translation_units(sources: list[str], jobs: int) -> list[str]:
-    """``sources`` dealt into at most ``jobs`` units of similar size (largest first, each to the smallest
-    unit), each unit with the prelude; the first also defines the thread control."""
-    units: list[list[str]] = [[] for _ in range(max(1, min(jobs, len(sources))))]
-    sizes = [0] * len(units)
-    for src in sorted(sources, key=len, reverse=True):
-        i = sizes.index(min(sizes))
-        units[i].append(src)
-        sizes[i] += len(src)
-    return [library_source(units[0])] + [PRELUDE + "\n" + "\n".join(u) for u in units[1:]]
+# a source shorter than this (a pack caller, a native extern, the graph runner, a small elementwise kernel) is
+# compiled in the first unit with the other short ones: a unit of its own would cost more in compiler starts
+# than its compilation
+SMALL_SOURCE = 2000
+
+
+def object_units(sources: list[str]) -> list[tuple[str, int]]:
+    """The library's translation units and how many sources each holds: the thread control with the short
+    sources, then each other distinct source on its own, each unit with the prelude. One unit a source makes
+    each source's object cacheable on its own (a model that changes one kernel recompiles that kernel only)
+    and gives the parallel compilers pieces small enough to keep every core busy to the end; the prelude is
+    declarations and static inline helpers, which cost gcc next to nothing in a unit that does not call them."""
+    distinct = list(dict.fromkeys(sources))
+    small = [s for s in distinct if len(s) < SMALL_SOURCE]
+    first = PRELUDE + "\n" + THREAD_CONTROL + "\n".join(small)
+    return [(first, len(small))] + [(PRELUDE + "\n" + s, 1) for s in distinct if len(s) >= SMALL_SOURCE]
 
 
 def _run_compilers(cmds: list[list[str]], jobs: int, timeout_s: float, code: str) -> None:
@@ -114,49 +122,76 @@ def compile_library(sources: list[str], config: CompilerConfig | None = None, ta
                     phases: PhaseTimer | None = None) -> Path:
     """Compile (or fetch from cache) one shared library holding all ``sources``, for ``target``
     (None: this machine); the target's flags are part of the cache key. ``phases``: charged the time as
-    ``compile``, and counts ``libraries_compiled`` (cache misses)."""
+    ``compile``, counts ``libraries_compiled`` (library cache misses) and ``sources_compiled`` (the
+    sources whose objects were not cached either)."""
     with phase(phases, "compile"):
-        so = _compile_library(sources, config, target)
-    if phases is not None and so[1]:
+        so, compiled = _compile_library(sources, config, target)
+    if phases is not None and compiled is not None:
         phases.add("libraries_compiled")
-    return so[0]
+        phases.add("sources_compiled", compiled)
+    return so
 
 
-def _compile_library(sources: list[str], config: CompilerConfig | None, target: Target | None) -> tuple[Path, bool]:
-    """The library's path, and whether it was compiled now (False: from the cache)."""
+def _valid(path: Path) -> bool:
+    sha = path.with_suffix(".sha256")
+    try:
+        return path.exists() and sha.exists() and sha.read_text().strip() == _file_sha(path)
+    except OSError:
+        return False
+
+
+def _store(built: Path, path: Path) -> None:
+    """``built`` moved into the cache as ``path`` (atomic), with its hash beside it."""
+    os.replace(built, path)
+    path.with_suffix(".sha256").write_text(_file_sha(path))
+
+
+def _compile_library(sources: list[str], config: CompilerConfig | None,
+                     target: Target | None) -> tuple[Path, int | None]:
+    """The library's path, and how many sources were compiled now (None: the library came from the
+    cache). Each unit of :func:`object_units` is an object cached under its own digest; the misses are
+    compiled ``config.jobs`` at a time (largest first), then all are linked."""
     config = config or CompilerConfig()
     target = target or host_target(cc=config.cc)
     config = replace(config, flags=(*config.flags, *target.compile_flags()))
     code = library_source(sources)
-    digest = _digest(code, config)
     cache = Path(config.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    so, sha = cache / f"{digest}.so", cache / f"{digest}.sha256"
-    if so.exists() and sha.exists():
-        try:
-            if sha.read_text().strip() == _file_sha(so):
-                return so, False
-        except OSError:
-            pass
+    so = cache / f"{_digest(code, config)}.so"
+    if _valid(so):
+        return so, None
+    objects = cache / "objects"
+    objects.mkdir(exist_ok=True)
+    units = [u for u, _ in object_units(sources)]
+    counts = [n for _, n in object_units(sources)]
+    paths = [objects / f"{_digest(u, config)}.o" for u in units]
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        def build(todo: list[int]) -> None:
+            todo = sorted(todo, key=lambda i: -len(units[i]))
+            cmds = []
+            for k, i in enumerate(todo):
+                src = Path(tmp) / f"kernels{k}.c"
+                src.write_text(units[i])
+                cmds.append([config.cc, *config.flags, "-c", str(src), "-o", str(Path(tmp) / f"kernels{k}.o")])
+            _run_compilers(cmds, config.jobs, config.timeout_s, code)
+            for k, i in enumerate(todo):
+                _store(Path(tmp) / f"kernels{k}.o", paths[i])
+
+        todo = [i for i, p in enumerate(paths) if not _valid(p)]
+        build(todo)
         out = Path(tmp) / "lib.so"
-        units = translation_units(sources, config.jobs)
-        if len(units) == 1:
-            src = Path(tmp) / "kernels.c"
-            src.write_text(units[0])
-            _run_compilers([[config.cc, *config.flags, str(src), "-o", str(out), "-lm"]], 1, config.timeout_s, code)
-        else:
-            objs = []
-            for i, unit in enumerate(units):
-                (Path(tmp) / f"kernels{i}.c").write_text(unit)
-                objs.append(str(Path(tmp) / f"kernels{i}.o"))
-            _run_compilers([[config.cc, *config.flags, "-c", str(Path(tmp) / f"kernels{i}.c"), "-o", o]
-                            for i, o in enumerate(objs)], config.jobs, config.timeout_s, code)
-            _run_compilers([[config.cc, *config.flags, *objs, "-o", str(out), "-lm"]], 1, config.timeout_s, code)
-        os.replace(out, so)
-        sha.write_text(_file_sha(so))
-    (cache / f"{digest}.c").write_text(code)
-    return so, True
+        link = [config.cc, *config.flags, *dict.fromkeys(str(p) for p in paths), "-o", str(out), "-lm"]
+        try:
+            _run_compilers([link], 1, config.timeout_s, code)
+        except CompileError:
+            cached = [i for i in range(len(units)) if i not in todo]
+            if not cached:
+                raise
+            build(cached)  # a cached object that no longer links (another compiler wrote it): built afresh
+            _run_compilers([link], 1, config.timeout_s, code)
+        _store(out, so)
+    (cache / f"{so.stem}.c").write_text(code)
+    return so, sum(counts[i] for i in todo)
 
 
 def load_library(path: Path) -> ctypes.CDLL:

@@ -168,10 +168,11 @@ def build_library(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: 
                        for s, (c, _) in zip(sources, items)]
         sources = list(sources)
         extra = extra_sources(sources) if callable(extra_sources) else list(extra_sources)
-    built = phases.counts.get("libraries_compiled", 0) if phases is not None else 0
+    built = phases.counts.get("sources_compiled", 0) if phases is not None else 0
     path = compile_library([s.code for s in sources] + extra, config, target, phases)
-    if phases is not None and phases.counts.get("libraries_compiled", 0) > built:
-        phases.add("kernels_compiled", len(items))
+    if phases is not None and phases.counts.get("sources_compiled", 0) > built:
+        # (the kernels' sources and the extra ones are compiled alike: at most the kernels are counted)
+        phases.add("kernels_compiled", min(len(items), phases.counts["sources_compiled"] - built))
     with phase(phases, "compile"):
         lib = load_library(path)
     kernels = [CompiledKernel(lib, s, c) for s, (c, _) in zip(sources, items)]

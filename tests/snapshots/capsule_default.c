@@ -58,8 +58,8 @@ void capsule_default(void **args) {
             for (int y = 0; y < 7; ++y) {
                 for (int x = 0; x < 7; ++x) {
                     {
-                        float acc[384] __attribute__((aligned(64)));
-                        for (int so_i = 0; so_i < 384; ++so_i) acc[so_i] = 0.0f;
+                        so_v16 acc_vec[24];
+                        for (int so_i = 0; so_i < 24; ++so_i) acc_vec[so_i] = (so_v16){0} + 0.0f;
                         for (int kh = 0; kh < 3; ++kh) {
                             for (int kw = 0; kw < 3; ++kw) {
                                 for (int i = 0; i < 32; ++i) {
@@ -68,9 +68,10 @@ void capsule_default(void **args) {
                                         for (int n_i = 0; n_i < 2; ++n_i) {
                                             #pragma GCC unroll 4
                                             for (int p = 0; p < 4; ++p) {
-                                                #pragma omp simd
-                                                for (int o_q_i = 0; o_q_i < SO_MIN(48, 128 - (48*o_q_o)); ++o_q_i) {
-                                                    acc[192*n_i + o_q_i + 48*p] = acc[192*n_i + o_q_i + 48*p] + (P[16*i + 7680*kh + 512*kw + 115200*n_i + 230400*n_o + 4*p + r + 1024*x + 15360*y] * W[512*i + 49152*kh + 16384*kw + o_q_i + 48*o_q_o + 128*r]);
+                                                #pragma GCC unroll 2
+                                                for (int o_q_i_vec = 0; o_q_i_vec < 2; ++o_q_i_vec) {
+                                                    const int o_q_i = 16 * o_q_i_vec;
+                                                    acc_vec[12*n_i + o_q_i_vec + 3*p] = acc_vec[12*n_i + o_q_i_vec + 3*p] + (P[16*i + 7680*kh + 512*kw + 115200*n_i + 230400*n_o + 4*p + r + 1024*x + 15360*y] * so_ld16(&W[512*i + 49152*kh + 16384*kw + o_q_i + 48*o_q_o + 128*r]));
                                                 }
                                             }
                                         }
@@ -82,9 +83,17 @@ void capsule_default(void **args) {
                         for (int n_i = 0; n_i < 2; ++n_i) {
                             #pragma GCC unroll 4
                             for (int p = 0; p < 4; ++p) {
-                                #pragma omp simd
-                                for (int o_q_i = 0; o_q_i < SO_MIN(48, 128 - (48*o_q_o)); ++o_q_i) {
-                                    V[25088*n_i + 50176*n_o + 192*o_q_o + 4*p + 512*x + 3584*y + (o_q_i % 4) + 16*(o_q_i / 4)] = acc[192*n_i + o_q_i + 48*p];
+                                #pragma GCC unroll 2
+                                for (int o_q_i_vec = 0; o_q_i_vec < 2; ++o_q_i_vec) {
+                                    const int o_q_i = 16 * o_q_i_vec;
+                                    {
+                                        const so_v16 so_w = acc_vec[12*n_i + o_q_i_vec + 3*p];
+                                        const int so_c = o_q_i;
+                                        for (int so_l = 0; so_l < 16; ++so_l) {
+                                            const int o_q_i = so_c + so_l;
+                                            V[25088*n_i + 50176*n_o + 192*o_q_o + 4*p + 512*x + 3584*y + (o_q_i % 4) + 16*(o_q_i / 4)] = so_w[so_l];
+                                        }
+                                    }
                                 }
                             }
                         }
