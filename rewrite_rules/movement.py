@@ -438,7 +438,9 @@ def _split_plan(op: Compute, seeds: dict[tuple[str, int], tuple[int, ...]], spli
                         if (k, d) not in dims:
                             dims[(k, d)], changed = f, True
                     elif f is not None and ix.terms:
-                        return None
+                        if _radix_dims(ix, f, ext) is None:
+                            return None
+                        continue  # already read as its digits (4*a + b): the split axis is read as [a, b]
                     split_dims = [d for d in ix.vars() if (k, d) in dims]
                     if split_dims and acc.tensor not in splittable:
                         continue  # a tensor whose layout stays (a run-time input): re-indexed by _split_op
@@ -453,6 +455,20 @@ def _split_plan(op: Compute, seeds: dict[tuple[str, int], tuple[int, ...]], spli
     if any(t not in splittable for t, _ in axes):
         return None
     return axes, dims
+
+
+def _radix_dims(ix: Affine, factors: tuple[int, ...], extent: dict[str, int]) -> list[str] | None:
+    """The dims, outer first, of an index that is already the mixed-radix number of ``factors``
+    (``4*a + b`` with a < n1, b < 4 for factors (n1, 4)); None otherwise."""
+    if ix.const != 0 or len(ix.terms) != len(factors) or any(not isinstance(d, str) for d in ix.dims):
+        return None
+    terms = sorted(ix.terms, key=lambda t: -t[1])
+    stride = 1
+    for (d, c), f in zip(reversed(terms), reversed(factors)):
+        if c != stride or extent.get(d) != f:
+            return None
+        stride *= f
+    return [d for d, _ in terms]
 
 
 def _split_shape(shape: tuple[int, ...], tensor: str, axes) -> tuple[int, ...]:
@@ -477,7 +493,8 @@ def _split_op(op: Compute, axes, dims) -> Compute:
         names = {d: [fresh_name(f"{d}_{j}", used) for j in range(len(f))] for (kk, d), f in dims.items() if kk == k}
         values = {d: _mixed_radix(names[d], f) for (kk, d), f in dims.items() if kk == k}
 
-        def split_index(tensor: str, index: tuple[Affine, ...], names=names, values=values) -> tuple[Affine, ...]:
+        def split_index(tensor: str, index: tuple[Affine, ...], names=names, values=values, ext=st.extent
+                        ) -> tuple[Affine, ...]:
             out: list[Affine] = []
             for m, ix in enumerate(index):
                 f = axes.get((tensor, m))
@@ -485,6 +502,8 @@ def _split_op(op: Compute, axes, dims) -> Compute:
                     out.append(ix.substitute(values))
                 elif ix.is_plain_dim:
                     out += [Affine.dim(n) for n in names[ix.terms[0][0]]]
+                elif ix.terms:  # read as its digits already (checked by _split_plan)
+                    out += [Affine.dim(d) for d in _radix_dims(ix, f, ext)]
                 else:
                     out += [Affine.of({}, c) for c in _digits(ix.const, f)]
             return tuple(out)
@@ -569,7 +588,14 @@ def split_loops_through_reshape(graph: Graph, site: Site) -> Graph:
     if not any(reshape.outputs[0] in n.inputs for n in nodes if n is not reshape) and reshape.outputs[0] not in graph.outputs:
         nodes = [n for n in nodes if n is not reshape]
     split = rebuild(graph, nodes, new_types=new_types, new_constants=new_consts)
-    return _read_through_unsplit(split, {n.name for n in after})
+    split = _read_through_unsplit(split, {n.name for n in after})
+    # a transpose feeding the reshape (an exported model's reshape-transpose chain) is read through in the same
+    # move: alone, the split loops read the transposed copy in an order no schedule likes, a cost the copy's
+    # removal then repays
+    copy = split.producer.get(reshape.inputs[0])
+    if copy is not None and (copy.name,) in set(copy_sites(split)):
+        split = inline_copy(split, (copy.name,))
+    return split
 
 
 def _read_through_unsplit(graph: Graph, unsplit: set[str]) -> Graph:
@@ -669,6 +695,18 @@ def _merge_reshape_examples() -> list[Graph]:
         x, w = b.input("x", (bsz, c, 4)), b.input("w", (n, 4 * c))
         (r,) = b.extern("reshape", [x], shape=(bsz, 4 * c))
         out.append(b.build([b.compute1("O[a,j] += X[a,k] * W[j,k]", {"X": r, "W": w}, "proj")]))
+    for bsz, t, c in ((2, 3, 4), (3, 2, 2)):  # rows read as their digits already (t*a + i), columns merged
+        b = GraphBuilder(f"digits_and_merged_{c}")
+        x, w = b.input("x", (bsz, t, c, 2)), b.input("w", (3, 2 * c))
+        (r,) = b.extern("reshape", [x], shape=(bsz * t, 2 * c))
+        out.append(b.build([b.compute1(f"O[a,i,j] += X[{t}*a+i,k] * W[j,k]", {"X": r, "W": w}, "proj",
+                                       extents={"a": bsz, "i": t})]))
+    for bsz, c, n in ((2, 3, 4), (3, 2, 2)):  # transpose, merging reshape, contraction: read through both at once
+        b = GraphBuilder(f"transposed_merged_channels_{c}")
+        x, w = b.input("x", (4, bsz, c)), b.input("w", (n, 4 * c))
+        t = b.compute1("O[a,k,r] = X[r,a,k]", {"X": x}, "transpose")
+        (r,) = b.extern("reshape", [t], shape=(bsz, 4 * c))
+        out.append(b.build([b.compute1("O[a,j] += X[a,k] * W[j,k]", {"X": r, "W": w}, "proj")]))
     return out
 
 
@@ -703,7 +741,8 @@ READ_THROUGH_RESHAPE = Rule("read_through_reshape", "movement",
                             "indexes the merged axis as a*n2 + b with a < n1, b < n2)",
                             split_reshape_sites, read_through_reshape, _split_reshape_examples, polynomial=True)
 SPLIT_LOOPS = Rule("split_loops_through_merging_reshape", "movement",
-                   "C(reshape(X, (.., n1*n2, ..))) = reshape(C'(X)) with C's loop over the merged axis split in (n1, n2)",
+                   "C(reshape(X, (.., n1*n2, ..))) = reshape(C'(X)) with C's loop over the merged axis split in (n1, n2) "
+                   "(and X = T[f(d)], a copy, read by C' as T[f(g)])",
                    merge_reshape_sites, split_loops_through_reshape, _merge_reshape_examples, polynomial=True)
 
 WRITE_BACK_COPY = Rule("write_back_copy_in_producer", "movement",

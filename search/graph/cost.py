@@ -17,6 +17,23 @@ runs it: :mod:`superopt.runtime.concat_slices`). A kernel's time is, by default,
   becomes a register-tile epilogue. So a fused kernel saves its intermediate's round trip and one
   launch, which is what makes fusion win under this cost.
 
+On a CPU target the roofline sees the kernel's default schedule (``schedules``, on by default): the schedule
+is lowered to its loop nest and read by the cost model's own feature extractor
+(:func:`costmodel.features.named_features`), so the estimate knows each access's stride against the vector loop,
+the cache traffic its tiling and reuse leave, the bytes a run-time pack moves per call and the work left
+scalar::
+
+    max(compute + strided vector loads, memory traffic / bandwidth, L2 traffic per core / L2 bandwidth) + launch
+
+- compute: the larger of flops / ceiling and the schedule's instructions per core (a vector operation once per
+  vector) at the FMA pipes' rate; a kernel left scalar costs its lanes' worth;
+- strided vector loads: each element a vectorized loop reads with a stride other than 0 or 1 is assembled by
+  a scalar load and an insert, ``gather_cycles`` cycles per element per core (the clock implied by the FMA
+  ceiling): a kernel vectorized along an axis one of its operands is strided in, and left unpacked, is
+  bound by this, not by its flops;
+- memory traffic: the extractor's estimate of the bytes past the last-level cache, plus the packs of
+  run-time inputs and zero-fills, never less than the compulsory bytes.
+
 The ceilings come from a :class:`Ceilings` record: measured on this machine
 (:meth:`Ceilings.measured`: the FMA peak and stream bandwidth of :mod:`superopt.measure.peak` and a
 timed empty parallel kernel call, all cached per target), or given by hand. The module holds no
@@ -40,6 +57,7 @@ import ctypes
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -52,6 +70,7 @@ from superopt.ir.graph import Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
+from superopt.schedule.primitives import Primitive
 from superopt.target import Target
 
 LAUNCH_CACHE_VERSION = 1
@@ -153,7 +172,7 @@ class KernelEstimate:
     flops: float
     bytes: float
     seconds: float
-    how: str  # "roofline", "model" or "extern"
+    how: str  # "roofline", "schedule" (the roofline refined by the default schedule), "model" or "extern"
 
 
 def _identity_reader(st: Statement, tensor: str, shape: tuple[int, ...]) -> bool:
@@ -265,9 +284,14 @@ class GraphCost:
     each element once, so a padded copy of its input costs more than the checks)."""
 
     def __init__(self, ceilings: Ceilings, target: Target | None = None, model: object | None = None,
-                 padded_read_ops: float = 2.0, padded_product_ops: float = 40.0) -> None:
+                 padded_read_ops: float = 2.0, padded_product_ops: float = 40.0, schedules: bool = True,
+                 gather_cycles: float = 1.0, l2_bytes_per_cycle: float = 32.0) -> None:
         self.ceilings = ceilings
         self.target = target
+        # the default schedule's loop nest refines the roofline (a CPU target only: its features are the CPU ones)
+        self.schedules = schedules and target is not None and target.kind == "cpu"
+        self.gather_cycles = gather_cycles
+        self.l2_bytes_per_cycle = l2_bytes_per_cycle
         self.padded_read_ops = padded_read_ops
         self.padded_product_ops = padded_product_ops
         usable = model is not None and callable(getattr(model, "kernel_seconds", None)) and target is not None
@@ -279,6 +303,8 @@ class GraphCost:
                            "workload and gives no absolute kernel times")
         else:
             self.method = f"roofline ({ceilings.source})"
+        if self.schedules and self.model is None:
+            self.method += "; strides, traffic and packs of each kernel's default schedule"
         self.canonical = CanonicalDigests()
         self._kernels: dict[str, KernelEstimate] = {}  # canonical workload key -> model estimate
         self._ops: dict[int, tuple[Compute, frozenset[str], KernelEstimate]] = {}  # id(op) -> (op kept alive, ...)
@@ -295,6 +321,33 @@ class GraphCost:
         return KernelEstimate(flops, nbytes, max(flops / c.flops_per_s, nbytes / c.bytes_per_s) + c.launch_s,
                               "roofline")
 
+    def scheduled(self, compute: Compute, constant_inputs: frozenset[str], roofline: KernelEstimate,
+                  trace: Sequence[Primitive] | None = None) -> KernelEstimate:
+        """The roofline refined by a schedule of the kernel, by default its default schedule (see the module
+        docstring); the roofline itself where the schedule does not lower."""
+        from costmodel.base import Candidate
+        from costmodel.features import named_features
+        from superopt.schedule.default import default_schedule
+        from superopt.schedule.plan import ScheduleError
+
+        target, c = self.target, self.ceilings
+        try:
+            trace = default_schedule(compute, target, constant_inputs) if trace is None else trace
+            f = named_features(Candidate(compute, tuple(trace), target, constant_inputs))
+        except ScheduleError:
+            f = None
+        if f is None:
+            return roofline
+        threads, fma = max(1, target.threads), max(1, target.fma_units)
+        cycles_per_s = c.flops_per_s / (threads * fma * 2 * target.lanes("float32"))  # one core's, as the peak implies
+        cores = 1.0 if f["loop.no_parallel"] else max(1.0, threads * f["loop.parallel.balance"])
+        compute_s = max(roofline.flops / c.flops_per_s, f["est.compute_per_core"] / (fma * cycles_per_s))
+        strided_s = self.gather_cycles * f["mem.vector_gathers"] / cores / cycles_per_s
+        nbytes = max(roofline.bytes, f["mem.traffic_dram"] + f["mem.packed"] + f["alloc.fill_bytes"])
+        l2_s = f["mem.traffic_l2"] / cores / (self.l2_bytes_per_cycle * cycles_per_s)
+        seconds = max(compute_s + strided_s, nbytes / c.bytes_per_s, l2_s) + c.launch_s
+        return KernelEstimate(roofline.flops, nbytes, seconds, "schedule")
+
     def kernel(self, compute: Compute, constant_inputs: frozenset[str] = frozenset()) -> KernelEstimate:
         """The estimate for one compute op (``constant_inputs``: its local names bound to constants).
 
@@ -303,7 +356,8 @@ class GraphCost:
         hit = self._ops.get(id(compute))
         if hit is not None and hit[0] is compute and hit[1] == constant_inputs:
             return hit[2]
-        key = self.canonical.workload(compute, constant_inputs) if self.model is not None else None
+        key = self.canonical.workload(compute, constant_inputs) if self.model is not None or self.schedules \
+            else None
         est = self._kernels.get(key) if key is not None else None
         if est is None:
             self.kernel_evaluations += 1
@@ -311,10 +365,13 @@ class GraphCost:
             read = {a.tensor for st in compute.statements for a in st.expr.accesses()}
             io = sum(t[n].nbytes for n in dict.fromkeys(compute.inputs + compute.outputs) if n in read or n in compute.outputs)
             est = self.roofline(compute, io)
-            if self.model is not None:
-                seconds = self.model.kernel_seconds(compute, self.target, constant_inputs)
-                if seconds is not None:
-                    est = KernelEstimate(est.flops, est.bytes, float(seconds), "model")
+            seconds = self.model.kernel_seconds(compute, self.target, constant_inputs) if self.model is not None \
+                else None
+            if seconds is not None:
+                est = KernelEstimate(est.flops, est.bytes, float(seconds), "model")
+            elif self.schedules:
+                est = self.scheduled(compute, constant_inputs, est)
+            if key is not None:
                 self._kernels[key] = est
         self._ops[id(compute)] = (compute, constant_inputs, est)
         return est
@@ -357,7 +414,8 @@ class GraphCost:
 
     def to_dict(self) -> dict:
         return {"method": self.method, "ceilings": asdict(self.ceilings), "padded_read_ops": self.padded_read_ops,
-                "padded_product_ops": self.padded_product_ops}
+                "padded_product_ops": self.padded_product_ops, "schedules": self.schedules,
+                "gather_cycles": self.gather_cycles, "l2_bytes_per_cycle": self.l2_bytes_per_cycle}
 
 
 __all__ = ["ALIAS_EXTERNS", "CanonicalDigests", "Ceilings", "GraphCost", "KernelEstimate", "KernelTimeModel", "launch_overhead_s",
