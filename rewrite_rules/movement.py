@@ -185,14 +185,43 @@ def _write_back_plan(graph: Graph, node: Node):
     return prod, xo, groups
 
 
+def _through_reshapes(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` with the reshapes between the copy ``node`` and a compute producer merged and read through by the
+    copy (an exported model reshapes a conv's output before it transposes it); None where one does not read
+    through. Alone each of these moves gains nothing, so the write-back takes them as part of its own move."""
+    for _ in range(8):
+        n = node_named(graph, node.name)
+        if _copy_of(n) is None or len(n.inputs) != 1:
+            return None
+        p = graph.producer.get(n.inputs[0])
+        if p is None or not p.is_extern:
+            return graph
+        if not _is_reshape(p) or len(graph.consumers.get(p.outputs[0], [])) != 1 or p.outputs[0] in graph.outputs:
+            return None
+        if _is_reshape(graph.producer.get(p.inputs[0])):
+            graph = merge_reshapes(graph, (p.name,))
+        elif (p.name, n.name) in set(split_reshape_sites(graph)):
+            graph = read_through_reshape(graph, (p.name, n.name))
+        else:
+            return None
+    return None
+
+
 def write_back_sites(graph: Graph) -> Iterator[Site]:
     for node in graph.nodes:
-        if _write_back_plan(graph, node) is not None:
+        if _copy_of(node) is None:
+            continue
+        through = _through_reshapes(graph, node)
+        if through is not None and _write_back_plan(through, node_named(through, node.name)) is not None:
             yield (node.name,)
 
 
 def write_back_copy(graph: Graph, site: Site) -> Graph:
     node = node_named(graph, site[0])
+    through = _through_reshapes(graph, node) if _copy_of(node) is not None else None
+    if through is None:
+        raise RuleNotApplicable(f"node {site[0]!r} does not read a compute node's output through reshapes")
+    graph, node = through, node_named(through, site[0])
     plan = _write_back_plan(graph, node)
     if plan is None:
         raise RuleNotApplicable(f"node {site[0]!r} is no copy of a compute node's output")
@@ -719,6 +748,12 @@ def _write_back_examples() -> list[Graph]:
         w = b.constant(rng.standard_normal((k, n)).astype(np.float32), "w")
         mm = b.compute1("O[i,j] += X[i,k] * W[k,j]", {"X": x, "W": w}, "matmul")
         out.append(b.build([b.compute1("O[a,i,c] = X[i,2*a+c]", {"X": mm}, "transpose", extents={"a": n // 2, "c": 2})]))
+    for m, k, n in ((3, 4, 6), (2, 3, 8)):  # a matmul's output reshaped (split), then transposed: O[a, i, b]
+        b = GraphBuilder(f"matmul_reshaped_transposed_{n}")
+        x, w = b.input("x", (m, k)), b.input("w", (k, n))
+        mm = b.compute1("O[i,j] += X[i,k] * W[k,j]", {"X": x, "W": w}, "matmul")
+        (r,) = b.extern("reshape", [mm], shape=(m, n // 2, 2))
+        out.append(b.build([b.compute1("O[a,i,c] = X[i,a,c]", {"X": r}, "transpose")]))
     for h, w_ in ((3, 4), (4, 2)):  # an elementwise op with an index-valued term, then a transpose
         b = GraphBuilder(f"scaled_transposed_{h}")
         x = b.input("x", (2, h, w_))

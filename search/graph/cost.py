@@ -20,10 +20,9 @@ runs it: :mod:`superopt.runtime.concat_slices`). A kernel's time is, by default,
 On a CPU target the roofline sees the kernel's default schedule (``schedules``, on by default): the schedule
 is lowered to its loop nest and read by the cost model's own feature extractor
 (:func:`costmodel.features.named_features`), so the estimate knows each access's stride against the vector loop,
-the cache traffic its tiling and reuse leave, the bytes a run-time pack moves per call and the work left
-scalar::
+the bytes a run-time pack moves per call and the work left scalar::
 
-    max(compute + strided vector loads, memory traffic / bandwidth, L2 traffic per core / L2 bandwidth) + launch
+    max(compute + strided vector loads, (bytes + run-time packs + zero-fills) / bandwidth) + launch
 
 - compute: the larger of flops / ceiling and the schedule's instructions per core (a vector operation once per
   vector) at the FMA pipes' rate; a kernel left scalar costs its lanes' worth;
@@ -31,8 +30,10 @@ scalar::
   a scalar load and an insert, ``gather_cycles`` cycles per element per core (the clock implied by the FMA
   ceiling): a kernel vectorized along an axis one of its operands is strided in, and left unpacked, is
   bound by this, not by its flops;
-- memory traffic: the extractor's estimate of the bytes past the last-level cache, plus the packs of
-  run-time inputs and zero-fills, never less than the compulsory bytes.
+- bytes: the roofline's (each input and output once, the workspace's round trips) plus what the schedule moves
+  on each call: the packs of run-time inputs and zero-filled buffers; a buffer the innermost loop walks with a
+  stride (a transposing copy) costs ``strided_bytes`` times its bytes more (part-used lines, no prefetch: the
+  three layout copies around the capsule votes' conv, 5 MB, took 0.7 ms, 40% of the stream bandwidth).
 
 The ceilings come from a :class:`Ceilings` record: measured on this machine
 (:meth:`Ceilings.measured`: the FMA peak and stream bandwidth of :mod:`superopt.measure.peak` and a
@@ -285,13 +286,13 @@ class GraphCost:
 
     def __init__(self, ceilings: Ceilings, target: Target | None = None, model: object | None = None,
                  padded_read_ops: float = 2.0, padded_product_ops: float = 40.0, schedules: bool = True,
-                 gather_cycles: float = 1.0, l2_bytes_per_cycle: float = 32.0) -> None:
+                 gather_cycles: float = 1.0, strided_bytes: float = 1.5) -> None:
         self.ceilings = ceilings
         self.target = target
         # the default schedule's loop nest refines the roofline (a CPU target only: its features are the CPU ones)
         self.schedules = schedules and target is not None and target.kind == "cpu"
         self.gather_cycles = gather_cycles
-        self.l2_bytes_per_cycle = l2_bytes_per_cycle
+        self.strided_bytes = strided_bytes
         self.padded_read_ops = padded_read_ops
         self.padded_product_ops = padded_product_ops
         usable = model is not None and callable(getattr(model, "kernel_seconds", None)) and target is not None
@@ -326,7 +327,7 @@ class GraphCost:
         """The roofline refined by a schedule of the kernel, by default its default schedule (see the module
         docstring); the roofline itself where the schedule does not lower."""
         from costmodel.base import Candidate
-        from costmodel.features import named_features
+        from costmodel.features import BUFFERS, named_features
         from superopt.schedule.default import default_schedule
         from superopt.schedule.plan import ScheduleError
 
@@ -341,11 +342,19 @@ class GraphCost:
         threads, fma = max(1, target.threads), max(1, target.fma_units)
         cycles_per_s = c.flops_per_s / (threads * fma * 2 * target.lanes("float32"))  # one core's, as the peak implies
         cores = 1.0 if f["loop.no_parallel"] else max(1.0, threads * f["loop.parallel.balance"])
-        compute_s = max(roofline.flops / c.flops_per_s, f["est.compute_per_core"] / (fma * cycles_per_s))
+        # (the extractor counts a multiply-add as two operations, as flops are counted: a pipe retires one per cycle)
+        compute_s = max(roofline.flops / c.flops_per_s, f["est.compute_per_core"] / (2 * fma * cycles_per_s))
         strided_s = self.gather_cycles * f["mem.vector_gathers"] / cores / cycles_per_s
-        nbytes = max(roofline.bytes, f["mem.traffic_dram"] + f["mem.packed"] + f["alloc.fill_bytes"])
-        l2_s = f["mem.traffic_l2"] / cores / (self.l2_bytes_per_cycle * cycles_per_s)
-        seconds = max(compute_s + strided_s, nbytes / c.bytes_per_s, l2_s) + c.launch_s
+        # (the extractor's cache-traffic estimates rank tilings of one kernel; as absolute bytes they run 10x over
+        # what well-tiled convs move, so the memory term keeps the compulsory bytes and adds what the schedule
+        # itself moves per call: run-time packs and zero-fills)
+        nbytes = roofline.bytes + f["mem.packed"] + f["alloc.fill_bytes"]
+        # a buffer walked with a stride in the innermost loop (a transposing copy's read or write) streams whole
+        # lines it uses a part of before they are evicted, and defeats the prefetcher: charged strided_bytes more
+        for r in range(BUFFERS):
+            if f[f"buf{r}.inner_stride"] > 1.0:
+                nbytes += self.strided_bytes * f[f"buf{r}.unique_bytes"]
+        seconds = max(compute_s + strided_s, nbytes / c.bytes_per_s) + c.launch_s
         return KernelEstimate(roofline.flops, nbytes, seconds, "schedule")
 
     def kernel(self, compute: Compute, constant_inputs: frozenset[str] = frozenset()) -> KernelEstimate:
@@ -415,7 +424,7 @@ class GraphCost:
     def to_dict(self) -> dict:
         return {"method": self.method, "ceilings": asdict(self.ceilings), "padded_read_ops": self.padded_read_ops,
                 "padded_product_ops": self.padded_product_ops, "schedules": self.schedules,
-                "gather_cycles": self.gather_cycles, "l2_bytes_per_cycle": self.l2_bytes_per_cycle}
+                "gather_cycles": self.gather_cycles, "strided_bytes": self.strided_bytes}
 
 
 __all__ = ["ALIAS_EXTERNS", "CanonicalDigests", "Ceilings", "GraphCost", "KernelEstimate", "KernelTimeModel", "launch_overhead_s",
