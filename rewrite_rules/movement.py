@@ -471,8 +471,10 @@ def _split_plan(op: Compute, seeds: dict[tuple[str, int], tuple[int, ...]], spli
                             return None
                         continue  # already read as its digits (4*a + b): the split axis is read as [a, b]
                     split_dims = [d for d in ix.vars() if (k, d) in dims]
-                    if split_dims and acc.tensor not in splittable:
-                        continue  # a tensor whose layout stays (a run-time input): re-indexed by _split_op
+                    if split_dims and acc.tensor not in splittable and all(d in st.reduce_dims for d in split_dims):
+                        # a tensor whose layout stays (a run-time input, as a conv's weight) read along a split
+                        # reduction: re-indexed by _split_op
+                        continue
                     if split_dims:
                         if not ix.is_plain_dim:
                             return None
@@ -618,11 +620,13 @@ def split_loops_through_reshape(graph: Graph, site: Site) -> Graph:
         nodes = [n for n in nodes if n is not reshape]
     split = rebuild(graph, nodes, new_types=new_types, new_constants=new_consts)
     split = _read_through_unsplit(split, {n.name for n in after})
-    # a transpose feeding the reshape (an exported model's reshape-transpose chain) is read through in the same
-    # move: alone, the split loops read the transposed copy in an order no schedule likes, a cost the copy's
-    # removal then repays
+    # a transpose of a graph input feeding the reshape (an exported model's reshape-transpose chain at its
+    # entry) is read through in the same move: alone, the split loops read the transposed copy in an order no
+    # schedule likes, a cost the copy's removal then repays. (A copy of a node's output is left to the other
+    # moves: its producer may write it, or fuse with its reader)
     copy = split.producer.get(reshape.inputs[0])
-    if copy is not None and (copy.name,) in set(copy_sites(split)):
+    if copy is not None and all(g not in split.producer for g in copy.inputs) and \
+            (copy.name,) in set(copy_sites(split)):
         split = inline_copy(split, (copy.name,))
     return split
 

@@ -35,6 +35,10 @@ the bytes a run-time pack moves per call and the work left scalar::
   stride (a transposing copy) costs ``strided_bytes`` times its bytes more (part-used lines, no prefetch: the
   three layout copies around the capsule votes' conv, 5 MB, took 0.7 ms, 40% of the stream bandwidth).
 
+Kernels the roofline puts under ``refine_above_s`` keep the roofline: their operands sit in cache and a
+call's overhead dominates, where the per-element charges above (which assume operands streamed from memory)
+would steer fusion choices on noise (a BERT layer's 4-us attention read its merged Q/K/V as 20 us).
+
 The ceilings come from a :class:`Ceilings` record: measured on this machine
 (:meth:`Ceilings.measured`: the FMA peak and stream bandwidth of :mod:`superopt.measure.peak` and a
 timed empty parallel kernel call, all cached per target), or given by hand. The module holds no
@@ -286,13 +290,14 @@ class GraphCost:
 
     def __init__(self, ceilings: Ceilings, target: Target | None = None, model: object | None = None,
                  padded_read_ops: float = 2.0, padded_product_ops: float = 40.0, schedules: bool = True,
-                 gather_cycles: float = 1.0, strided_bytes: float = 1.5) -> None:
+                 gather_cycles: float = 1.0, strided_bytes: float = 1.5, refine_above_s: float = 50e-6) -> None:
         self.ceilings = ceilings
         self.target = target
         # the default schedule's loop nest refines the roofline (a CPU target only: its features are the CPU ones)
         self.schedules = schedules and target is not None and target.kind == "cpu"
         self.gather_cycles = gather_cycles
         self.strided_bytes = strided_bytes
+        self.refine_above_s = refine_above_s
         self.padded_read_ops = padded_read_ops
         self.padded_product_ops = padded_product_ops
         usable = model is not None and callable(getattr(model, "kernel_seconds", None)) and target is not None
@@ -378,7 +383,7 @@ class GraphCost:
                 else None
             if seconds is not None:
                 est = KernelEstimate(est.flops, est.bytes, float(seconds), "model")
-            elif self.schedules:
+            elif self.schedules and est.seconds > self.refine_above_s:
                 est = self.scheduled(compute, constant_inputs, est)
             if key is not None:
                 self._kernels[key] = est
@@ -424,7 +429,8 @@ class GraphCost:
     def to_dict(self) -> dict:
         return {"method": self.method, "ceilings": asdict(self.ceilings), "padded_read_ops": self.padded_read_ops,
                 "padded_product_ops": self.padded_product_ops, "schedules": self.schedules,
-                "gather_cycles": self.gather_cycles, "strided_bytes": self.strided_bytes}
+                "gather_cycles": self.gather_cycles, "strided_bytes": self.strided_bytes,
+                "refine_above_s": self.refine_above_s}
 
 
 __all__ = ["ALIAS_EXTERNS", "CanonicalDigests", "Ceilings", "GraphCost", "KernelEstimate", "KernelTimeModel", "launch_overhead_s",
