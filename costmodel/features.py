@@ -110,6 +110,12 @@ def _names() -> tuple[str, ...]:
 
 FEATURE_NAMES = _names()
 _INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
+# the features put as they are (fractions, flags, counts of loops, register counts); every other one is log2(1 + x)
+_LINEAR_FEATURES = frozenset({
+    "ops.vector_fraction", "loop.depth", "loop.parallel.depth", "loop.parallel.balance", "loop.no_parallel",
+    "loop.vector.extent", "loop.vector.efficiency", "loop.vector.innermost", "loop.tails", "loop.stages",
+    "loop.epilogues", "alloc.tile_registers", "alloc.tile_spill", *(f"loop.{k}.count" for k in LOOP_KINDS),
+    *(f"target.{k}" for k in ("vector_bits", "vector_registers", "threads", "cores", "fma_units"))})
 
 
 class FeatureVersionError(ValueError):
@@ -217,6 +223,17 @@ def extract(candidate: Candidate) -> np.ndarray:
     except ScheduleError:
         return np.full(len(FEATURE_NAMES), np.nan, dtype=np.float32)
     return nest_features(plan, nest, candidate.target, candidate.constant_inputs)
+
+
+def named_features(candidate: Candidate) -> dict[str, float] | None:
+    """The features of one candidate by name in their own units (counts, bytes, strides: the ``log2(1 + x)``
+    undone; fractions and flags as they are); None when its trace does not lower. For estimates outside the
+    learned model (the graph search's kernel times) that need the same strides, traffic and packing."""
+    f = extract(candidate)
+    if np.isnan(f).any():
+        return None
+    linear = _LINEAR_FEATURES
+    return {n: (2.0 ** min(float(v), 1000.0) - 1.0) if n not in linear else float(v) for n, v in zip(FEATURE_NAMES, f)}
 
 
 def nest_features(plan: KernelPlan, nest: LoopNest, target: Target, constant_inputs: frozenset[str]) -> np.ndarray:

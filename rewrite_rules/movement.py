@@ -138,6 +138,130 @@ def inline_copy(graph: Graph, site: Site) -> Graph:
     return _rewire(graph, node, readers)
 
 
+# ---- a copy of a producer's output written by the producer itself ------------------------------------
+def _radix_axes(copy_index: tuple[Affine, ...], extent: dict[str, int], shape: tuple[int, ...],
+                dims: tuple[str, ...]) -> list[list[str]] | None:
+    """Per axis of the copied tensor, the copy's dims (outer first) whose mixed-radix number it is
+    (``X[.., 4*a + b, ..]`` with b < 4: [a, b]), every dim of the copy used exactly once; None otherwise."""
+    groups, seen = [], []
+    for ix, n in zip(copy_index, shape):
+        if ix.const != 0 or not ix.terms or any(not isinstance(d, str) for d in ix.dims):
+            return None
+        terms = sorted(ix.terms, key=lambda t: -t[1])
+        stride = 1
+        for d, c in reversed(terms):
+            if c != stride:
+                return None
+            stride *= extent[d]
+        if stride != n:
+            return None
+        groups.append([d for d, _ in terms])
+        seen += groups[-1]
+    return groups if sorted(seen) == sorted(dims) else None
+
+
+def _write_back_plan(graph: Graph, node: Node):
+    """(producer, its output local, the copy's dim groups per axis) when ``node`` is a copy ``O[d] = X[f(d)]``
+    (a transpose, a split, or both) of a compute node's output that nothing else reads."""
+    copy = _copy_of(node)
+    if copy is None:
+        return None
+    local, access, dims = copy
+    x = node.inputs[node.op.inputs.index(local)]
+    prod = graph.producer.get(x)
+    if prod is None or prod.is_extern or x in graph.outputs or len(graph.consumers.get(x, [])) != 1:
+        return None
+    if prod.outputs.count(x) != 1 or graph.type_of[x].dtype != graph.type_of[node.outputs[0]].dtype:
+        return None
+    (st,) = node.op.statements
+    groups = _radix_axes(access.index, st.extent, graph.type_of[x].shape, dims)
+    if groups is None:
+        return None
+    xo = prod.op.outputs[prod.outputs.index(x)]
+    for pst in prod.op.statements:  # the producer reads its output only where it writes it (an accumulation)
+        for a in pst.expr.accesses():
+            if a.tensor == xo and (pst.out != xo or a.index != tuple(Affine.dim(d) for d in pst.out_dims)):
+                return None
+    return prod, xo, groups
+
+
+def _through_reshapes(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` with the reshapes between the copy ``node`` and a compute producer merged and read through by the
+    copy (an exported model reshapes a conv's output before it transposes it); None where one does not read
+    through. Alone each of these moves gains nothing, so the write-back takes them as part of its own move."""
+    for _ in range(8):
+        n = node_named(graph, node.name)
+        if _copy_of(n) is None or len(n.inputs) != 1:
+            return None
+        p = graph.producer.get(n.inputs[0])
+        if p is None or not p.is_extern:
+            return graph
+        if not _is_reshape(p) or len(graph.consumers.get(p.outputs[0], [])) != 1 or p.outputs[0] in graph.outputs:
+            return None
+        if _is_reshape(graph.producer.get(p.inputs[0])):
+            graph = merge_reshapes(graph, (p.name,))
+        elif (p.name, n.name) in set(split_reshape_sites(graph)):
+            graph = read_through_reshape(graph, (p.name, n.name))
+        else:
+            return None
+    return None
+
+
+def write_back_sites(graph: Graph) -> Iterator[Site]:
+    for node in graph.nodes:
+        if _copy_of(node) is None:
+            continue
+        through = _through_reshapes(graph, node)
+        if through is not None and _write_back_plan(through, node_named(through, node.name)) is not None:
+            yield (node.name,)
+
+
+def write_back_copy(graph: Graph, site: Site) -> Graph:
+    node = node_named(graph, site[0])
+    through = _through_reshapes(graph, node) if _copy_of(node) is not None else None
+    if through is None:
+        raise RuleNotApplicable(f"node {site[0]!r} does not read a compute node's output through reshapes")
+    graph, node = through, node_named(through, site[0])
+    plan = _write_back_plan(graph, node)
+    if plan is None:
+        raise RuleNotApplicable(f"node {site[0]!r} is no copy of a compute node's output")
+    prod, xo, groups = plan
+    (cst,) = node.op.statements
+    cext = cst.extent
+    statements = []
+    for st in prod.op.statements:
+        if st.out != xo:
+            statements.append(st)
+            continue
+        used = {d for d, _ in st.extents}
+        names: dict[str, str] = {}  # the copy's dim -> the producer's new loop
+        values: dict[str, Affine] = {}
+        for e, group in zip(st.out_dims, groups):
+            fresh = [e] if len(group) == 1 else [fresh_name(f"{e}_{j}", used) for j in range(len(group))]
+            names.update(zip(group, fresh))
+            values[e] = _mixed_radix(fresh, tuple(cext[d] for d in group))
+        out_dims = tuple(names[d] for d in cst.out_dims)
+        # the output's dims first, in its order (as every statement lists them), then the reduction's
+        extents = [(names[d], cext[d]) for d in cst.out_dims] + [(d, n) for d, n in st.extents if d not in st.out_dims]
+
+        def sub(e, values=values, out_dims=out_dims, st=st):
+            if isinstance(e, Access) and e.tensor == xo:  # the accumulation's read of its own output
+                return Access(xo, tuple(Affine.dim(d) for d in out_dims))
+            if isinstance(e, Access):
+                return Access(e.tensor, tuple(ix.substitute(values) for ix in e.index))
+            if isinstance(e, IndexValue):
+                return IndexValue(e.index.substitute(values))
+            return e
+
+        statements.append(Statement(xo, out_dims, st.reduce, map_expr(st.expr, sub), tuple(extents), st.padding))
+    t = node.outputs[0]
+    types = tuple((n, graph.type_of[t] if n == xo else ty) for n, ty in prod.op.types)
+    new_prod = Node(prod.name, Compute(prod.op.inputs, prod.op.outputs, tuple(statements), types), prod.inputs,
+                    tuple(t if o == prod.outputs[prod.op.outputs.index(xo)] else o for o in prod.outputs))
+    nodes = [new_prod if n.name == prod.name else n for n in graph.nodes if n.name != node.name]
+    return rebuild(graph, nodes)
+
+
 # ---- identity copies and reshapes, reshape of reshape ----------------------------------------------
 def _identity_source(graph: Graph, node: Node) -> str:
     return node.inputs[0] if _is_reshape(node) else node.inputs[node.op.inputs.index(_copy_of(node)[0])]
@@ -343,8 +467,14 @@ def _split_plan(op: Compute, seeds: dict[tuple[str, int], tuple[int, ...]], spli
                         if (k, d) not in dims:
                             dims[(k, d)], changed = f, True
                     elif f is not None and ix.terms:
-                        return None
+                        if _radix_dims(ix, f, ext) is None:
+                            return None
+                        continue  # already read as its digits (4*a + b): the split axis is read as [a, b]
                     split_dims = [d for d in ix.vars() if (k, d) in dims]
+                    if split_dims and acc.tensor not in splittable and all(d in st.reduce_dims for d in split_dims):
+                        # a tensor whose layout stays (a run-time input, as a conv's weight) read along a split
+                        # reduction: re-indexed by _split_op
+                        continue
                     if split_dims:
                         if not ix.is_plain_dim:
                             return None
@@ -358,6 +488,20 @@ def _split_plan(op: Compute, seeds: dict[tuple[str, int], tuple[int, ...]], spli
     return axes, dims
 
 
+def _radix_dims(ix: Affine, factors: tuple[int, ...], extent: dict[str, int]) -> list[str] | None:
+    """The dims, outer first, of an index that is already the mixed-radix number of ``factors``
+    (``4*a + b`` with a < n1, b < 4 for factors (n1, 4)); None otherwise."""
+    if ix.const != 0 or len(ix.terms) != len(factors) or any(not isinstance(d, str) for d in ix.dims):
+        return None
+    terms = sorted(ix.terms, key=lambda t: -t[1])
+    stride = 1
+    for (d, c), f in zip(reversed(terms), reversed(factors)):
+        if c != stride or extent.get(d) != f:
+            return None
+        stride *= f
+    return [d for d, _ in terms]
+
+
 def _split_shape(shape: tuple[int, ...], tensor: str, axes) -> tuple[int, ...]:
     out: list[int] = []
     for m, n in enumerate(shape):
@@ -365,20 +509,32 @@ def _split_shape(shape: tuple[int, ...], tensor: str, axes) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _mixed_radix(names: list[str], factors: tuple[int, ...]) -> Affine:
+    """``d = f2*f3*d0 + f3*d1 + d2``: a loop split in ``factors`` (outer first) as the value of the old loop."""
+    terms, stride = {}, 1
+    for n, f in zip(reversed(names), reversed(factors)):
+        terms[n], stride = stride, stride * f
+    return Affine.of(terms)
+
+
 def _split_op(op: Compute, axes, dims) -> Compute:
     statements = []
     for k, st in enumerate(op.statements):
         used = {d for d, _ in st.extents}
         names = {d: [fresh_name(f"{d}_{j}", used) for j in range(len(f))] for (kk, d), f in dims.items() if kk == k}
+        values = {d: _mixed_radix(names[d], f) for (kk, d), f in dims.items() if kk == k}
 
-        def split_index(tensor: str, index: tuple[Affine, ...], names=names) -> tuple[Affine, ...]:
+        def split_index(tensor: str, index: tuple[Affine, ...], names=names, values=values, ext=st.extent
+                        ) -> tuple[Affine, ...]:
             out: list[Affine] = []
             for m, ix in enumerate(index):
                 f = axes.get((tensor, m))
-                if f is None:
-                    out.append(ix)
+                if f is None:  # an axis that keeps its extent: the split loops recombined into the old index
+                    out.append(ix.substitute(values))
                 elif ix.is_plain_dim:
                     out += [Affine.dim(n) for n in names[ix.terms[0][0]]]
+                elif ix.terms:  # read as its digits already (checked by _split_plan)
+                    out += [Affine.dim(d) for d in _radix_dims(ix, f, ext)]
                 else:
                     out += [Affine.of({}, c) for c in _digits(ix.const, f)]
             return tuple(out)
@@ -463,7 +619,16 @@ def split_loops_through_reshape(graph: Graph, site: Site) -> Graph:
     if not any(reshape.outputs[0] in n.inputs for n in nodes if n is not reshape) and reshape.outputs[0] not in graph.outputs:
         nodes = [n for n in nodes if n is not reshape]
     split = rebuild(graph, nodes, new_types=new_types, new_constants=new_consts)
-    return _read_through_unsplit(split, {n.name for n in after})
+    split = _read_through_unsplit(split, {n.name for n in after})
+    # a transpose of a graph input feeding the reshape (an exported model's reshape-transpose chain at its
+    # entry) is read through in the same move: alone, the split loops read the transposed copy in an order no
+    # schedule likes, a cost the copy's removal then repays. (A copy of a node's output is left to the other
+    # moves: its producer may write it, or fuse with its reader)
+    copy = split.producer.get(reshape.inputs[0])
+    if copy is not None and all(g not in split.producer for g in copy.inputs) and \
+            (copy.name,) in set(copy_sites(split)):
+        split = inline_copy(split, (copy.name,))
+    return split
 
 
 def _read_through_unsplit(graph: Graph, unsplit: set[str]) -> Graph:
@@ -558,6 +723,46 @@ def _merge_reshape_examples() -> list[Graph]:
         w = b.constant(rng.standard_normal((h * d, 5)).astype(np.float32), "w")
         (r,) = b.extern("reshape", [x], shape=(bsz, t, h * d))
         out.append(b.build([b.compute1("O[a,i,j] += X[a,i,k] * W[k,j]", {"X": r, "W": w}, "proj")]))
+    for bsz, c, n in ((2, 3, 4), (3, 2, 3)):  # (b, c, 4) -> (b, 4c) read with a run-time weight: re-indexed, not split
+        b = GraphBuilder(f"merged_channels_input_weight_{c}")
+        x, w = b.input("x", (bsz, c, 4)), b.input("w", (n, 4 * c))
+        (r,) = b.extern("reshape", [x], shape=(bsz, 4 * c))
+        out.append(b.build([b.compute1("O[a,j] += X[a,k] * W[j,k]", {"X": r, "W": w}, "proj")]))
+    for bsz, t, c in ((2, 3, 4), (3, 2, 2)):  # rows read as their digits already (t*a + i), columns merged
+        b = GraphBuilder(f"digits_and_merged_{c}")
+        x, w = b.input("x", (bsz, t, c, 2)), b.input("w", (3, 2 * c))
+        (r,) = b.extern("reshape", [x], shape=(bsz * t, 2 * c))
+        out.append(b.build([b.compute1(f"O[a,i,j] += X[{t}*a+i,k] * W[j,k]", {"X": r, "W": w}, "proj",
+                                       extents={"a": bsz, "i": t})]))
+    for bsz, c, n in ((2, 3, 4), (3, 2, 2)):  # transpose, merging reshape, contraction: read through both at once
+        b = GraphBuilder(f"transposed_merged_channels_{c}")
+        x, w = b.input("x", (4, bsz, c)), b.input("w", (n, 4 * c))
+        t = b.compute1("O[a,k,r] = X[r,a,k]", {"X": x}, "transpose")
+        (r,) = b.extern("reshape", [t], shape=(bsz, 4 * c))
+        out.append(b.build([b.compute1("O[a,j] += X[a,k] * W[j,k]", {"X": r, "W": w}, "proj")]))
+    return out
+
+
+def _write_back_examples() -> list[Graph]:
+    rng = np.random.default_rng(1)
+    out = []
+    for m, k, n in ((3, 4, 6), (2, 5, 4)):  # a matmul whose output is transposed and split: C[i, 2*a+b] -> O[a, i, b]
+        b = GraphBuilder(f"matmul_split_transposed_{n}")
+        x = b.input("x", (m, k))
+        w = b.constant(rng.standard_normal((k, n)).astype(np.float32), "w")
+        mm = b.compute1("O[i,j] += X[i,k] * W[k,j]", {"X": x, "W": w}, "matmul")
+        out.append(b.build([b.compute1("O[a,i,c] = X[i,2*a+c]", {"X": mm}, "transpose", extents={"a": n // 2, "c": 2})]))
+    for m, k, n in ((3, 4, 6), (2, 3, 8)):  # a matmul's output reshaped (split), then transposed: O[a, i, b]
+        b = GraphBuilder(f"matmul_reshaped_transposed_{n}")
+        x, w = b.input("x", (m, k)), b.input("w", (k, n))
+        mm = b.compute1("O[i,j] += X[i,k] * W[k,j]", {"X": x, "W": w}, "matmul")
+        (r,) = b.extern("reshape", [mm], shape=(m, n // 2, 2))
+        out.append(b.build([b.compute1("O[a,i,c] = X[i,a,c]", {"X": r}, "transpose")]))
+    for h, w_ in ((3, 4), (4, 2)):  # an elementwise op with an index-valued term, then a transpose
+        b = GraphBuilder(f"scaled_transposed_{h}")
+        x = b.input("x", (2, h, w_))
+        s = b.compute1("O[a,i,j] = X[a,i,j] * 2.0 + i", {"X": x}, "scale")
+        out.append(b.build([b.compute1("O[j,a,i] = X[a,i,j]", {"X": s}, "transpose")]))
     return out
 
 
@@ -575,7 +780,13 @@ READ_THROUGH_RESHAPE = Rule("read_through_reshape", "movement",
                             "indexes the merged axis as a*n2 + b with a < n1, b < n2)",
                             split_reshape_sites, read_through_reshape, _split_reshape_examples, polynomial=True)
 SPLIT_LOOPS = Rule("split_loops_through_merging_reshape", "movement",
-                   "C(reshape(X, (.., n1*n2, ..))) = reshape(C'(X)) with C's loop over the merged axis split in (n1, n2)",
+                   "C(reshape(X, (.., n1*n2, ..))) = reshape(C'(X)) with C's loop over the merged axis split in (n1, n2) "
+                   "(and X = T[f(d)], a copy, read by C' as T[f(g)])",
                    merge_reshape_sites, split_loops_through_reshape, _merge_reshape_examples, polynomial=True)
 
-RULES = [INLINE_COPY, REMOVE_IDENTITY, MERGE_RESHAPES, READ_THROUGH_RESHAPE, SPLIT_LOOPS]
+WRITE_BACK_COPY = Rule("write_back_copy_in_producer", "movement",
+                       "T[d] = C[f(d)] with f a transpose and split of axes, C read by T only = C's loops split and "
+                       "its write-back indexed T[f^-1(e)]: the producer writes the copy's layout",
+                       write_back_sites, write_back_copy, _write_back_examples, polynomial=True)
+
+RULES = [INLINE_COPY, REMOVE_IDENTITY, MERGE_RESHAPES, READ_THROUGH_RESHAPE, SPLIT_LOOPS, WRITE_BACK_COPY]

@@ -12,6 +12,10 @@
   float64 reference is measured against the magnitude of the terms it is computed from
   (``superopt.interp.tolerance``), so an ill-conditioned op (a division by a nearly cancelling sum) is not
   failed for rounding it cannot avoid, and a wrong kernel is still caught.
+- ``tune=`` searches schedules for each new shape on its first call: an int is a number of measurements, a
+  time (``"30s"``, ``"2m"``, or seconds as a float) a wall-clock budget for that call's whole compilation.
+  ``database=PATH`` keeps the measurements (a tuning database, JSON lines): a shape it already holds is
+  loaded from it and not tuned again, in this process or another. ``database=`` alone only reads it.
 - Called with torch tensors, the op runs as a ``torch.library`` custom op (``torch.ops.superopt.<name>``),
   so torch.fx tracing and ``torch.compile`` keep it as one op (with a fake implementation for shapes).
 """
@@ -22,6 +26,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,7 +76,8 @@ class UserOp:
 
     def __init__(self, text: str, outputs: Sequence[str] | None = None, *, name: str | None = None,
                  extents: Mapping[str, int] | None = None, padding: Mapping[str, float] | None = None,
-                 threads: int = 2, cost_model: str | None = None, verify: bool = True) -> None:
+                 threads: int = 2, cost_model: str | None = None, verify: bool = True,
+                 tune: int | float | str | None = None, database: str | Path | None = None) -> None:
         self.text = text
         self.inputs, self.outputs = _signature(text, outputs)
         digest = hashlib.sha256(f"{text}|{self.outputs}|{sorted((extents or {}).items())}".encode()).hexdigest()[:10]
@@ -83,6 +89,11 @@ class UserOp:
         self.threads = threads
         self.cost_model = cost_model
         self.verify = verify
+        self.tune_trials, self.tune_s = tune_budget(tune)
+        if database is not None and (not str(database).strip() or Path(database).is_dir()):
+            raise ValueError(f"bad database={str(database)!r}: give the path of a tuning database file (JSON lines)")
+        self.database = None if database is None else Path(database)
+        self.reports: dict[tuple, Any] = {}  # shape signature -> superopt.api.OptimizeReport of its compilation
         self._compiled: dict[tuple, _Compiled] = {}
         self._torch_op = None
         self.max_error: dict[tuple, float] = {}  # signature -> largest error of the terms' magnitude
@@ -113,7 +124,12 @@ class UserOp:
         ins = [b.input(n, c.type_of[n].shape, c.type_of[n].dtype) for n in c.inputs]
         outs = b.add_compute(c, ins, self.name, out_names=list(c.outputs))
         graph = b.build(outs)
-        prog = optimize(graph, OptimizeConfig(threads=self.threads, verify=False, cost_model=self.cost_model))
+        prog = optimize(graph, OptimizeConfig(threads=self.threads, verify=False, cost_model=self.cost_model,
+                                              database=self.database, tune_trials=self.tune_trials,
+                                              # (a fifth of the budget is left for the check of the result
+                                              # on the call's inputs and the work before and after optimize)
+                                              budget_s=None if self.tune_s is None else 0.8 * self.tune_s))
+        self.reports[key] = prog.report
         compiled = _Compiled(prog, tuple((c.type_of[o].shape, c.type_of[o].dtype) for o in self.outputs))
         if self.verify:
             self.max_error[key] = self._verify(prog, arrays)
@@ -156,6 +172,27 @@ class UserOp:
     @property
     def compiled_shapes(self) -> list[tuple]:
         return [tuple(s for s, _ in k) for k in self._compiled]
+
+
+def tune_budget(tune: int | float | str | None) -> tuple[int | None, float | None]:
+    """``tune=`` as (measurements, seconds): an int counts measurements; a float is seconds; a string is a time
+    with a unit (``"90s"``, ``"2m"``, ``"1h"``). Anything else is a one-line ValueError naming the value."""
+    if tune is None:
+        return None, None
+    if isinstance(tune, bool) or not isinstance(tune, (int, float, str, np.integer, np.floating)):
+        raise ValueError(f"bad tune={tune!r}: give a number of measurements (int), seconds (float) or a time "
+                         "such as '30s'")
+    if isinstance(tune, (int, np.integer)):
+        if tune < 1:
+            raise ValueError(f"bad tune={tune!r}: at least 1 measurement")
+        return int(tune), None
+    if isinstance(tune, str):
+        from superopt.cli import parse_time
+
+        return None, parse_time(tune, "tune")
+    if not (tune > 0 and np.isfinite(tune)):
+        raise ValueError(f"bad tune={tune!r}: the time budget must be a positive number of seconds")
+    return None, float(tune)
 
 
 def _ir_dtype(dt: np.dtype) -> str:
@@ -208,8 +245,8 @@ def _register_torch(op: UserOp):
 
 def op(text: str, outputs: Sequence[str] | None = None, **options: Any) -> UserOp:
     """Define a user op from index notation (see the module docstring); ``options``: name, extents, padding,
-    threads, cost_model, verify."""
+    threads, cost_model, verify, tune, database."""
     return UserOp(text, outputs, **options)
 
 
-__all__ = ["UserOp", "UserOpVerificationError", "op"]
+__all__ = ["UserOp", "UserOpVerificationError", "op", "tune_budget"]

@@ -182,3 +182,33 @@ def test_zero_measurement_tune_and_cost_model_flags(capsys, tmp_path):
     assert "picked by the cost model with no measurement" in capsys.readouterr().out
     assert main(["optimize", onnx_model, "--threads", "1", "--repeat", "2", "--no-db", "--no-cost-model"]) == 0
     assert "default schedules (no tuning database, no cost model)" in capsys.readouterr().out
+
+
+def test_the_tuned_schedule_of_an_exported_model_is_the_one_optimize_runs(capsys, tmp_path, monkeypatch):
+    """The capsule votes with the weight as an input (reshapes and transposes around a strided conv): tune and
+    optimize rewrite the graph alike, so optimize's conv kernel runs the database's best record, and matches
+    onnxruntime."""
+    import onnxruntime as ort
+    import torch
+
+    from benchmarks.workloads import _conv_weight, capsule_weight_input_onnx
+    from search.schedule.database import TuningDatabase, node_workload_key
+    from superopt.api import OptimizeConfig, optimize
+
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    P, W = torch.randn(2, 9, 9, 8, 4, 4, generator=g), torch.randn(3, 3, 8, 8, 4, 4, generator=g) * 0.1
+    model = tmp_path / "caps.onnx"
+    model.write_bytes(capsule_weight_input_onnx(P, W))
+    assert main(["tune", str(model), "--trials", "4", "--threads", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    db = tmp_path / "superopt_tuning.jsonl"
+    prog = optimize(str(model), OptimizeConfig(threads=1, database=db, program_cache=False))
+    (conv,) = [n for n in prog.graph.nodes if not n.is_extern]
+    best = TuningDatabase(db).best(node_workload_key(prog.graph, conv.name), prog.executor.target)
+    assert best is not None and prog.report.schedule_source[conv.name] == "database"
+    assert list(prog.executor.traces[conv.name]) == list(best.trace)
+    Wo = _conv_weight(W).permute(0, 2, 3, 1).contiguous().numpy()
+    sess = ort.InferenceSession(model.read_bytes(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], [P.numpy(), Wo])))[0]
+    np.testing.assert_allclose(prog(P.numpy(), Wo)[0], want, rtol=1e-4, atol=1e-4)

@@ -17,6 +17,28 @@ runs it: :mod:`superopt.runtime.concat_slices`). A kernel's time is, by default,
   becomes a register-tile epilogue. So a fused kernel saves its intermediate's round trip and one
   launch, which is what makes fusion win under this cost.
 
+On a CPU target the roofline sees the kernel's default schedule (``schedules``, on by default): the schedule
+is lowered to its loop nest and read by the cost model's own feature extractor
+(:func:`costmodel.features.named_features`), so the estimate knows each access's stride against the vector loop,
+the bytes a run-time pack moves per call and the work left scalar::
+
+    max(compute + strided vector loads, (bytes + run-time packs + zero-fills) / bandwidth) + launch
+
+- compute: the larger of flops / ceiling and the schedule's instructions per core (a vector operation once per
+  vector) at the FMA pipes' rate; a kernel left scalar costs its lanes' worth;
+- strided vector loads: each element a vectorized loop reads with a stride other than 0 or 1 is assembled by
+  a scalar load and an insert, ``gather_cycles`` cycles per element per core (the clock implied by the FMA
+  ceiling): a kernel vectorized along an axis one of its operands is strided in, and left unpacked, is
+  bound by this, not by its flops;
+- bytes: the roofline's (each input and output once, the workspace's round trips) plus what the schedule moves
+  on each call: the packs of run-time inputs and zero-filled buffers; a buffer the innermost loop walks with a
+  stride (a transposing copy) costs ``strided_bytes`` times its bytes more (part-used lines, no prefetch: the
+  three layout copies around the capsule votes' conv, 5 MB, took 0.7 ms, 40% of the stream bandwidth).
+
+Kernels the roofline puts under ``refine_above_s`` keep the roofline: their operands sit in cache and a
+call's overhead dominates, where the per-element charges above (which assume operands streamed from memory)
+would steer fusion choices on noise (a BERT layer's 4-us attention read its merged Q/K/V as 20 us).
+
 The ceilings come from a :class:`Ceilings` record: measured on this machine
 (:meth:`Ceilings.measured`: the FMA peak and stream bandwidth of :mod:`superopt.measure.peak` and a
 timed empty parallel kernel call, all cached per target), or given by hand. The module holds no
@@ -40,6 +62,7 @@ import ctypes
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +76,7 @@ from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
 from superopt.schedule.chained import chained_reductions, prefer_recompute
+from superopt.schedule.primitives import Primitive
 from superopt.schedule.rowwise import foldable_reductions
 from superopt.target import Target
 
@@ -155,7 +179,7 @@ class KernelEstimate:
     flops: float
     bytes: float
     seconds: float
-    how: str  # "roofline", "model" or "extern"
+    how: str  # "roofline", "schedule" (the roofline refined by the default schedule), "model" or "extern"
 
 
 def _identity_reader(st: Statement, tensor: str, shape: tuple[int, ...]) -> bool:
@@ -286,9 +310,15 @@ class GraphCost:
     each element once, so a padded copy of its input costs more than the checks)."""
 
     def __init__(self, ceilings: Ceilings, target: Target | None = None, model: object | None = None,
-                 padded_read_ops: float = 2.0, padded_product_ops: float = 40.0) -> None:
+                 padded_read_ops: float = 2.0, padded_product_ops: float = 40.0, schedules: bool = True,
+                 gather_cycles: float = 1.0, strided_bytes: float = 1.5, refine_above_s: float = 50e-6) -> None:
         self.ceilings = ceilings
         self.target = target
+        # the default schedule's loop nest refines the roofline (a CPU target only: its features are the CPU ones)
+        self.schedules = schedules and target is not None and target.kind == "cpu"
+        self.gather_cycles = gather_cycles
+        self.strided_bytes = strided_bytes
+        self.refine_above_s = refine_above_s
         self.padded_read_ops = padded_read_ops
         self.padded_product_ops = padded_product_ops
         usable = model is not None and callable(getattr(model, "kernel_seconds", None)) and target is not None
@@ -300,6 +330,8 @@ class GraphCost:
                            "workload and gives no absolute kernel times")
         else:
             self.method = f"roofline ({ceilings.source})"
+        if self.schedules and self.model is None:
+            self.method += "; strides, traffic and packs of each kernel's default schedule"
         self.canonical = CanonicalDigests()
         self._kernels: dict[str, KernelEstimate] = {}  # canonical workload key -> model estimate
         self._ops: dict[int, tuple[Compute, frozenset[str], KernelEstimate]] = {}  # id(op) -> (op kept alive, ...)
@@ -316,6 +348,41 @@ class GraphCost:
         return KernelEstimate(flops, nbytes, max(flops / c.flops_per_s, nbytes / c.bytes_per_s) + c.launch_s,
                               "roofline")
 
+    def scheduled(self, compute: Compute, constant_inputs: frozenset[str], roofline: KernelEstimate,
+                  trace: Sequence[Primitive] | None = None) -> KernelEstimate:
+        """The roofline refined by a schedule of the kernel, by default its default schedule (see the module
+        docstring); the roofline itself where the schedule does not lower."""
+        from costmodel.base import Candidate
+        from costmodel.features import BUFFERS, named_features
+        from superopt.schedule.default import default_schedule
+        from superopt.schedule.plan import ScheduleError
+
+        target, c = self.target, self.ceilings
+        try:
+            trace = default_schedule(compute, target, constant_inputs) if trace is None else trace
+            f = named_features(Candidate(compute, tuple(trace), target, constant_inputs))
+        except ScheduleError:
+            f = None
+        if f is None:
+            return roofline
+        threads, fma = max(1, target.threads), max(1, target.fma_units)
+        cycles_per_s = c.flops_per_s / (threads * fma * 2 * target.lanes("float32"))  # one core's, as the peak implies
+        cores = 1.0 if f["loop.no_parallel"] else max(1.0, threads * f["loop.parallel.balance"])
+        # (the extractor counts a multiply-add as two operations, as flops are counted: a pipe retires one per cycle)
+        compute_s = max(roofline.flops / c.flops_per_s, f["est.compute_per_core"] / (2 * fma * cycles_per_s))
+        strided_s = self.gather_cycles * f["mem.vector_gathers"] / cores / cycles_per_s
+        # (the extractor's cache-traffic estimates rank tilings of one kernel; as absolute bytes they run 10x over
+        # what well-tiled convs move, so the memory term keeps the compulsory bytes and adds what the schedule
+        # itself moves per call: run-time packs and zero-fills)
+        nbytes = roofline.bytes + f["mem.packed"] + f["alloc.fill_bytes"]
+        # a buffer walked with a stride in the innermost loop (a transposing copy's read or write) streams whole
+        # lines it uses a part of before they are evicted, and defeats the prefetcher: charged strided_bytes more
+        for r in range(BUFFERS):
+            if f[f"buf{r}.inner_stride"] > 1.0:
+                nbytes += self.strided_bytes * f[f"buf{r}.unique_bytes"]
+        seconds = max(compute_s + strided_s, nbytes / c.bytes_per_s) + c.launch_s
+        return KernelEstimate(roofline.flops, nbytes, seconds, "schedule")
+
     def kernel(self, compute: Compute, constant_inputs: frozenset[str] = frozenset()) -> KernelEstimate:
         """The estimate for one compute op (``constant_inputs``: its local names bound to constants).
 
@@ -324,7 +391,8 @@ class GraphCost:
         hit = self._ops.get(id(compute))
         if hit is not None and hit[0] is compute and hit[1] == constant_inputs:
             return hit[2]
-        key = self.canonical.workload(compute, constant_inputs) if self.model is not None else None
+        key = self.canonical.workload(compute, constant_inputs) if self.model is not None or self.schedules \
+            else None
         est = self._kernels.get(key) if key is not None else None
         if est is None:
             self.kernel_evaluations += 1
@@ -332,10 +400,13 @@ class GraphCost:
             read = {a.tensor for st in compute.statements for a in st.expr.accesses()}
             io = sum(t[n].nbytes for n in dict.fromkeys(compute.inputs + compute.outputs) if n in read or n in compute.outputs)
             est = self.roofline(compute, io)
-            if self.model is not None:
-                seconds = self.model.kernel_seconds(compute, self.target, constant_inputs)
-                if seconds is not None:
-                    est = KernelEstimate(est.flops, est.bytes, float(seconds), "model")
+            seconds = self.model.kernel_seconds(compute, self.target, constant_inputs) if self.model is not None \
+                else None
+            if seconds is not None:
+                est = KernelEstimate(est.flops, est.bytes, float(seconds), "model")
+            elif self.schedules and est.seconds > self.refine_above_s:
+                est = self.scheduled(compute, constant_inputs, est)
+            if key is not None:
                 self._kernels[key] = est
         self._ops[id(compute)] = (compute, constant_inputs, est)
         return est
@@ -378,7 +449,9 @@ class GraphCost:
 
     def to_dict(self) -> dict:
         return {"method": self.method, "ceilings": asdict(self.ceilings), "padded_read_ops": self.padded_read_ops,
-                "padded_product_ops": self.padded_product_ops}
+                "padded_product_ops": self.padded_product_ops, "schedules": self.schedules,
+                "gather_cycles": self.gather_cycles, "strided_bytes": self.strided_bytes,
+                "refine_above_s": self.refine_above_s}
 
 
 __all__ = ["ALIAS_EXTERNS", "CanonicalDigests", "Ceilings", "GraphCost", "KernelEstimate", "KernelTimeModel", "launch_overhead_s",

@@ -286,6 +286,8 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                             config.budget.trials_left(reserve_n + measured))
                 if search_s is not None and per_trial > 0:  # a batch must not run far past the search's time
                     batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
+                elif search_s is not None:  # a trial's time is not known yet: learn it from a small batch
+                    batch = min(batch, 2)
                 trials = task.search.step(batch)
                 steps += 1
                 task.batches += 1
