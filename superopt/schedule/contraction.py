@@ -11,6 +11,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
+from superopt.schedule.contraction_columns import choose_columns, pick
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -164,7 +165,19 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if not kept_columns(b, a) and not kept_columns(a, b):
             raise ValueError("no vector column dim that the folded reductions keep")
         weights_as_columns = not kept_columns(b, a)
-    elif a_cols and not _is_window(a):
+    # the columns by contiguity and lane use where both operands are plain (any order of their dims): the
+    # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
+    scores = choose_columns(st, accs, VECTOR, 4 if target.vector_registers >= 32 else 2) \
+        if keep is None and types is not None and not weights_as_columns and not (consts and a.tensor in consts) \
+        else None
+    layout, moved = None, False
+    if scores:
+        own_b = _own_dims(b, a, st)
+        now = own_b[-2:] if len(own_b) < 2 or ext[own_b[-1]] <= 16 * VECTOR else own_b[-1:]
+        layout = pick(scores, (accs.index(b), tuple(now)))
+        moved = layout != scores.get((accs.index(b), tuple(now)))
+        weights_as_columns = accs[layout.operand] is a
+    if keep is None and a_cols and not _is_window(a):
         weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
     if weights_as_columns:
         # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
@@ -174,9 +187,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         a, b = b, a
     own = _own_dims(b, a, st)
     n_dims = own[-2:]  # fuse at most two column dims
+    groups = [dims for (k, dims) in scores if accs[k] is b] if scores else []
+    if layout is not None and accs[layout.operand] is b:
+        n_dims = list(groups[kn.get(f"{s}.columns", groups.index(layout.dims), tuple(range(len(groups))))])
+        layout = scores[(accs.index(b), tuple(n_dims))]
+    else:
+        layout = None
     if keep is not None and not set(n_dims) <= keep:
         n_dims = own[-1:]
-    if len(n_dims) == 2:
+    if len(n_dims) == 2 and layout is None:
         # (two fused column dims split by multiples of the inner one: an inner dim past 16 vectors makes
         # a tile over the register budget, so one column dim then)
         n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
@@ -200,8 +219,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # column vector loaded feeds every row; capsule votes' W[kx,ky,i,o,r,p] differs per i, not per y)
         m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
-        pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
-        m_dims = [d for d in m_dims if d != pick] + [pick]
+        row_at = len(row_dims) - 1
+        if moved and shared:  # (a row dim the column operand does not read, of 4 or more rows)
+            row_at = row_dims.index(next((d for d in reversed(shared) if ext[d] >= 4), max(shared, key=ext.get)))
+        row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
+        m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
     if 1 < len(reduce_dims) <= 3:
         perms = [list(p) for p in itertools.permutations(reduce_dims)]
@@ -262,6 +284,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # rows x 2 vectors instead (every tile full, none in the slower remainder code). A conv's 7 output
         # columns against a channels-last image, 128 output channels (capsule votes from ONNX): 1.25x
         width = 2 * VECTOR
+    if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
+        width = layout.width  # (the position-chosen columns keep a width of whole vectors)
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (

@@ -1,0 +1,117 @@
+"""Which operand and which of its output dims a contraction's register tile vectorizes, chosen by contiguity
+and lane use (GETT-style), for contractions whose operands are indexed by plain dims in any order.
+
+The tile's columns are one output dim of the column operand, or two of them fused into one loop; the column
+operand is then packed so that the columns are its innermost, contiguous axis (``pack_roles``), whatever its
+own order, and the output tile is written back lane by lane where the output is strided along them. What is
+left to choose is how well the vectors are filled: a fused pair of dims can only be split into tiles of a
+multiple of its inner extent (``C[..., j, i]`` with 6 ``i``: 48 or 96 columns, never 64), and a tile whose
+width is not a whole number of vectors is printed as a scalar loop over a float array instead of vector
+registers (``superopt.codegen.c_vector_tile``), several times slower. Each candidate is scored by the share
+of vector lanes that do useful work, lowered where the tile is not whole vectors, one vector narrow (a load
+per FMA row), or has few rows to reuse each vector over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from superopt.ir.expr import Access
+from superopt.ir.statement import Statement
+
+SCALAR_TILE = 0.35  # a tile not of whole vectors, printed as a scalar loop: its share of a vector tile's speed
+# a tile row of 1..4 vectors: each broadcast of the row operand feeds that many FMAs (one vector a row loads
+# as often as it multiplies)
+VECTOR_REUSE = {1: 0.75, 2: 0.93, 3: 0.97, 4: 1.0}
+SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The column operand (``operand``: index into the statement's two product accesses), the output dims
+    fused into the column loop (outer first), the tile width in elements, and the score it was chosen by."""
+
+    operand: int
+    dims: tuple[str, ...]
+    width: int
+    score: float
+
+
+def _dims(acc: Access) -> set[str]:
+    return {d for ix in acc.index for d in ix.dims}
+
+
+def plain(acc: Access) -> bool:
+    """Every axis indexed by one dim (no windows, strides or reshapes folded into the read)."""
+    return all(ix.is_plain_dim for ix in acc.index)
+
+
+def lane_score(ncol: int, width: int, inner: int, lanes: int) -> float:
+    """Useful lanes over the lanes computed for ``ncol`` columns in tiles of ``width`` (the last tile runs
+    whole over the zero-filled packed panel), lowered for tiles not of whole vectors or one vector wide.
+    ``inner``: the extent a fused loop's tiles must be a multiple of (1 for a single dim)."""
+    if width % inner and width < ncol:
+        return 0.0  # a fused loop splits only by multiples of its inner extent
+    width = min(width, ncol)
+    vectors = math.ceil(width / lanes)
+    score = ncol / (math.ceil(ncol / width) * vectors * lanes)
+    if width % lanes:
+        score *= SCALAR_TILE
+    return score * VECTOR_REUSE[min(vectors, 4)]
+
+
+def row_score(extent: int) -> float:
+    """Few rows (under 4) reuse each column vector too few times to keep the FMA pipes busy."""
+    return min(1.0, extent / 4)
+
+
+def widths(ncol: int, inner: int, lanes: int, most_vectors: int) -> list[int]:
+    """Candidate tile widths: whole vectors up to ``most_vectors``, multiples of a fused loop's inner extent,
+    and all the columns in one tile where they fit."""
+    out = [w * lanes for w in range(1, most_vectors + 1)]
+    if inner > 1:
+        out += [w for w in range(inner, most_vectors * lanes + 1, inner) if w not in out]
+    if ncol < most_vectors * lanes and ncol not in out:
+        out.append(ncol)
+    return out
+
+
+def best_width(ncol: int, inner: int, lanes: int, most_vectors: int = 4) -> int:
+    """The width of the best :func:`lane_score` (the widest of equal scores)."""
+    return max(widths(ncol, inner, lanes, most_vectors), key=lambda w: (lane_score(ncol, w, inner, lanes), w))
+
+
+def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, most_vectors: int = 4
+                   ) -> dict[tuple[int, tuple[str, ...]], Columns] | None:
+    """Every candidate (operand, column dims) of ``out += A * B`` at its best width with its score, or None
+    when an operand is not indexed by plain, distinct dims (windows, reshapes, diagonals: the position-based
+    choice stays)."""
+    if len(accs) != 2 or st.pad_value or not all(plain(a) for a in accs):
+        return None
+    if any(len({ix.dims[0] for ix in a.index}) != len(a.index) for a in accs):
+        return None  # a diagonal read (A[i, i])
+    ext = st.extent
+    out: dict[tuple[int, tuple[str, ...]], Columns] = {}
+    for k, x in enumerate(accs):
+        other = accs[1 - k]
+        own = [d for d in st.out_dims if d in _dims(x) and d not in _dims(other) and ext[d] > 1]
+        groups: list[tuple[str, ...]] = [(d,) for d in own]
+        groups += [(d1, d2) for i, d1 in enumerate(own) for d2 in own[i + 1:]]
+        for dims in groups:
+            ncol = math.prod(ext[d] for d in dims)
+            inner = ext[dims[-1]] if len(dims) == 2 else 1
+            rows = [ext[d] for d in st.out_dims if d not in dims and d not in _dims(x) and ext[d] > 1]
+            rs = row_score(max(rows)) if rows else 0.5
+            w = best_width(ncol, inner, lanes, most_vectors)
+            out[(k, dims)] = Columns(k, dims, w, lane_score(ncol, w, inner, lanes) * rs)
+    return out
+
+
+def pick(scores: Mapping[tuple[int, tuple[str, ...]], Columns], current: tuple[int, tuple[str, ...]]) -> Columns:
+    """The best candidate, or the current one where it scores within :data:`SWITCH_GAIN` of the best (the
+    position-chosen columns are the output's contiguous ones: written back with whole vector stores)."""
+    best = max(scores.values(), key=lambda c: c.score)
+    now = scores.get(current)
+    return now if now is not None and now.score * SWITCH_GAIN >= best.score else best
