@@ -11,7 +11,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
-from superopt.schedule.contraction_columns import choose_columns, pick
+from superopt.schedule.contraction_columns import choose_columns, pick, row_dim, row_use
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -167,15 +167,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         weights_as_columns = not kept_columns(b, a)
     # the columns by contiguity and lane use where both operands are plain (any order of their dims): the
     # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
-    scores = choose_columns(st, accs, VECTOR, 4 if target.vector_registers >= 32 else 2) \
-        if keep is None and types is not None and not weights_as_columns and not (consts and a.tensor in consts) \
+    wide_file = target.vector_registers >= 32
+    scores = choose_columns(st, accs, VECTOR, 4 if wide_file else 2) \
+        if keep is None and types is not None and not weight_on_rows and not (consts and a.tensor in consts) \
         else None
     layout, moved = None, False
     if scores:
-        own_b = _own_dims(b, a, st)
+        col_acc, row_acc = (a, b) if weights_as_columns else (b, a)
+        own_b = _own_dims(col_acc, row_acc, st)
         now = own_b[-2:] if len(own_b) < 2 or ext[own_b[-1]] <= 16 * VECTOR else own_b[-1:]
-        layout = pick(scores, (accs.index(b), tuple(now)))
-        moved = layout != scores.get((accs.index(b), tuple(now)))
+        layout = pick(scores, (accs.index(col_acc), tuple(now)))
+        moved = layout != scores.get((accs.index(col_acc), tuple(now)))
         weights_as_columns = accs[layout.operand] is a
     if keep is None and a_cols and not _is_window(a):
         weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
@@ -220,8 +222,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
         row_at = len(row_dims) - 1
-        if moved and shared:  # (a row dim the column operand does not read, of 4 or more rows)
-            row_at = row_dims.index(next((d for d in reversed(shared) if ext[d] >= 4), max(shared, key=ext.get)))
+        most = 6 if layout is not None and math.ceil(layout.width / VECTOR) >= 4 and wide_file else 8
+        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.8):
+            # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
+            # the innermost row dim splits badly; a short one is left to the second row dim below)
+            row_at = row_dims.index(row_dim(shared, ext, most))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
@@ -308,6 +313,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # rows x vectors of accumulators: 8 x 2, or 6 x 4 on a 32-register file when the tile is 4 vectors wide
         # (24 accumulators; one AVX-512 core: sgemm 1024^3 93%, a 3x3 conv 77% of the FMA ceiling)
         rows = 6 if math.ceil(width / VECTOR) >= 4 and wide == 4 else 8
+        if width > wide * VECTOR and width % VECTOR == 0:  # (a tile wider than the usual: rows to fit the registers)
+            vecs = width // VECTOR
+            rows = max(2, (target.vector_registers - vecs - 2) // vecs)
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
             vecs = max(1, math.ceil(width / VECTOR))

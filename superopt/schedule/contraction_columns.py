@@ -25,6 +25,8 @@ SCALAR_TILE = 0.35  # a tile not of whole vectors, printed as a scalar loop: its
 # a tile row of 1..4 vectors: each broadcast of the row operand feeds that many FMAs (one vector a row loads
 # as often as it multiplies)
 VECTOR_REUSE = {1: 0.75, 2: 0.93, 3: 0.97, 4: 1.0}
+WIDE_TILE = 0.95  # a tile of more than 4 vectors a row has fewer rows (each broadcast feeds more FMAs, but each
+# vector load fewer)
 SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
 
 
@@ -59,7 +61,7 @@ def lane_score(ncol: int, width: int, inner: int, lanes: int) -> float:
     score = ncol / (math.ceil(ncol / width) * vectors * lanes)
     if width % lanes:
         score *= SCALAR_TILE
-    return score * VECTOR_REUSE[min(vectors, 4)]
+    return score * VECTOR_REUSE[min(vectors, 4)] * (WIDE_TILE if vectors > 4 else 1.0)
 
 
 def row_score(extent: int) -> float:
@@ -73,6 +75,10 @@ def widths(ncol: int, inner: int, lanes: int, most_vectors: int) -> list[int]:
     out = [w * lanes for w in range(1, most_vectors + 1)]
     if inner > 1:
         out += [w for w in range(inner, most_vectors * lanes + 1, inner) if w not in out]
+        # wider tiles of whole vectors where the inner extent divides no narrower one (2 x 40 = 5 vectors, in
+        # fewer rows): every tile full, instead of a tile printed as scalars
+        out += [w for w in range(inner, 2 * most_vectors * lanes + 1, inner) if w > most_vectors * lanes
+                and w % lanes == 0]
     if ncol < most_vectors * lanes and ncol not in out:
         out.append(ncol)
     return out
@@ -115,3 +121,17 @@ def pick(scores: Mapping[tuple[int, tuple[str, ...]], Columns], current: tuple[i
     best = max(scores.values(), key=lambda c: c.score)
     now = scores.get(current)
     return now if now is not None and now.score * SWITCH_GAIN >= best.score else best
+
+
+def row_use(n: int, rows: int = 8) -> float:
+    """The share of a register tile's rows that do useful work over ``n`` rows in blocks of at most ``rows``,
+    weighed by how often a block reuses each column vector it loads (fewer rows: more loads per FMA)."""
+    block = rows if n >= 4 * rows else min(range(min(rows, n), min(3, n) - 1 if n < 4 else 3, -1),
+                                           key=lambda r: (math.ceil(n / r) * r - n, -r))  # (as the tile splits)
+    return n / (math.ceil(n / block) * block) * min(1.0, block / rows) ** 0.5
+
+
+def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8) -> str:
+    """The row dim of the register tile among ``candidates`` (output dims the column operand does not read,
+    innermost last): the best :func:`row_use` in blocks of at most ``rows``, the innermost of equals."""
+    return max(reversed(candidates), key=lambda d: row_use(ext[d], rows))
