@@ -12,7 +12,16 @@ from superopt.interp import evaluate_compute
 from superopt.ir.expr import product_accesses
 from superopt.lang import compile_op
 from superopt.runtime.kernel import build_kernels
-from superopt.schedule.contraction_columns import best_width, choose_columns, lane_score, pick, row_dim, row_use
+from superopt.schedule.contraction_columns import (
+    best_width,
+    choose_columns,
+    lane_score,
+    pick,
+    row_dim,
+    row_use,
+    tile_rows,
+    tile_use,
+)
 from superopt.schedule.default import default_schedule
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import CacheWrite, Fuse, Pack, Parallel, Reorder, Split, Vectorize
@@ -52,29 +61,36 @@ def _vector_width(trace, stage="C"):
 
 def test_a_fused_pair_splits_by_a_multiple_of_its_inner_extent_and_of_the_vector():
     # 28 x 6 columns (C[..., j, i] with i of 6): 48 = 8 x 6 is whole vectors; 60 = 10 x 6 is not (a scalar tile)
-    assert best_width(168, 6, LANES) == 48
+    assert best_width(168, 6, LANES, rows=[52])[0] in (48, 96)
     assert lane_score(168, 60, 6, LANES) < lane_score(168, 48, 6, LANES)
     assert lane_score(168, 64, 6, LANES) == 0.0  # a fused loop cannot split by 64 (not a multiple of 6)
     # 2 x 40 = 5 vectors where no width of at most 4 vectors is a multiple of 40
-    assert best_width(400, 40, LANES) == 80
+    assert best_width(400, 40, LANES, rows=[30])[0] == 80
 
 
 def test_a_single_dim_is_split_by_whole_vectors_its_last_tile_padded():
-    assert best_width(1000, 1, LANES) in (48, 64)
-    assert best_width(40, 1, LANES) == 16  # 3 one-vector tiles (48 lanes) rather than a scalar tile of 40
-    assert lane_score(92, 48, 1, LANES) == pytest.approx(92 / 96 * 0.97)
+    assert best_width(1000, 1, LANES, rows=[1000])[0] in (48, 64)
+    # tiles of whole vectors, the last padded, rather than a scalar tile of 40
+    assert best_width(40, 1, LANES, rows=[64])[0] in (16, 32)
+    assert lane_score(92, 48, 1, LANES) == pytest.approx(92 / 96)
+    assert tile_use(8, 1) < 0.5 < tile_use(8, 2) < tile_use(8, 3) < tile_use(6, 4) == 1.0
 
 
 def test_rows_fill_the_tile():
     assert row_use(52) > 0.9 > 0.8 > row_use(9)  # 52 rows: 7 blocks of 8; 9 rows: blocks of 5 and 4
     assert row_dim(["l", "k"], {"l": 52, "k": 9}) == "l"
-    assert row_dim(["l", "k"], {"l": 52, "k": 8}) == "k"  # equals: the innermost
+    assert row_dim(["l", "k"], {"l": 52, "k": 8}) == "k"  # a full block of 8: better than 52's 7 blocks
+    assert row_dim(["l", "k"], {"l": 16, "k": 8}) == "k"  # equals: the innermost
+    assert tile_rows(4, 32) == 6 and tile_rows(5, 32) == 5 and tile_rows(2, 16) == 8
+    for n in range(1, 40):  # every extent against every row limit, the 2 rows of a tile 8 vectors wide included
+        for rows in (2, 3, 5, 6, 8):
+            assert 0 < row_use(n, rows, 4) <= 1
 
 
 def test_the_candidates_cover_both_operands_and_pairs_of_their_own_dims():
     c = _einsum_op("oijkn,lomn->lijmk", dict(o=3, i=2, j=5, k=11, n=7, l=20, m=6))
     st = c.statements[-1]
-    scores = choose_columns(st, product_accesses(st.expr), LANES)
+    scores = choose_columns(st, product_accesses(st.expr), LANES, 32)
     assert {dims for _, dims in scores} >= {("j",), ("k",), ("j", "k"), ("l",), ("m",), ("l", "m")}
     best = pick(scores, (0, ("j", "k")))
     # j, k fused (inner 11) has no width of whole vectors; l, m fused (inner 6) has 48
@@ -84,7 +100,7 @@ def test_the_candidates_cover_both_operands_and_pairs_of_their_own_dims():
 def test_windows_and_reshapes_keep_the_position_based_choice():
     c = compile_op("O[n,o,y] += X[n,c,y+k] * W[o,c,k]", {"X": (2, 4, 12), "W": (8, 4, 3)})
     st = c.statements[-1]
-    assert choose_columns(st, product_accesses(st.expr), LANES) is None
+    assert choose_columns(st, product_accesses(st.expr), LANES, 32) is None
 
 
 # --- the default picks the packed, strided-output schedule ----------------------------------------------------

@@ -11,7 +11,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
-from superopt.schedule.contraction_columns import choose_columns, pick, row_dim, row_use
+from superopt.schedule.contraction_columns import choose_columns, pick, row_dim, row_use, tile_rows
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -167,8 +167,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         weights_as_columns = not kept_columns(b, a)
     # the columns by contiguity and lane use where both operands are plain (any order of their dims): the
     # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
-    wide_file = target.vector_registers >= 32
-    scores = choose_columns(st, accs, VECTOR, 4 if wide_file else 2) \
+    scores = choose_columns(st, accs, VECTOR, target.vector_registers) \
         if keep is None and types is not None and not weight_on_rows and not (consts and a.tensor in consts) \
         else None
     layout, moved = None, False
@@ -178,6 +177,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         now = own_b[-2:] if len(own_b) < 2 or ext[own_b[-1]] <= 16 * VECTOR else own_b[-1:]
         layout = pick(scores, (accs.index(col_acc), tuple(now)))
         moved = layout != scores.get((accs.index(col_acc), tuple(now)))
+        if len(layout.dims) == 2:  # (a fused pair the position rule would split off whole vectors: re-laid too)
+            inner_ext = ext[layout.dims[-1]]
+            wide_cols = (4 if target.vector_registers >= 32 else 2) * VECTOR
+            moved = moved or (inner_ext * max(1, wide_cols // inner_ext)) % VECTOR != 0 \
+                and math.prod(ext[d] for d in layout.dims) > wide_cols
         weights_as_columns = accs[layout.operand] is a
     if keep is None and a_cols and not _is_window(a):
         weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
@@ -222,11 +226,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
         row_at = len(row_dims) - 1
-        most = 6 if layout is not None and math.ceil(layout.width / VECTOR) >= 4 and wide_file else 8
-        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.8):
+        most = tile_rows(math.ceil(layout.width / VECTOR), target.vector_registers) if layout is not None else 8
+        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
-            row_at = row_dims.index(row_dim(shared, ext, most))
+            row_at = row_dims.index(row_dim(shared, ext, most, math.ceil(layout.width / VECTOR)))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
@@ -314,8 +318,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # (24 accumulators; one AVX-512 core: sgemm 1024^3 93%, a 3x3 conv 77% of the FMA ceiling)
         rows = 6 if math.ceil(width / VECTOR) >= 4 and wide == 4 else 8
         if width > wide * VECTOR and width % VECTOR == 0:  # (a tile wider than the usual: rows to fit the registers)
-            vecs = width // VECTOR
-            rows = max(2, (target.vector_registers - vecs - 2) // vecs)
+            rows = tile_rows(width // VECTOR, target.vector_registers)
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
             vecs = max(1, math.ceil(width / VECTOR))
@@ -383,6 +386,20 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if keep is not None and outer and not walks[outer[0]] <= keep:
         # the parallel loop may only walk kept dims (threads would otherwise update one folded element)
         outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
+    if layout is not None and len(outer) > 1 and not outer[0].startswith(f"{r0}_o"):
+        # the parallel loop: a short first loop that the next cannot be fused with (a tail) leaves a thread idle
+        # part of the time (3 iterations on 2 threads: a third); an outer loop that divides better goes first
+        tails = {col_o if col_o and ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
+
+        def share(lp: str) -> float:
+            n = extents[lp]
+            return 1.0 if n >= 4 * threads else n / (math.ceil(n / threads) * threads)
+
+        if share(outer[0]) < 0.8 and (outer[0] in tails or outer[1] in tails):
+            better = [lp for lp in outer[1:] if share(lp) > share(outer[0]) and not lp.startswith(f"{r0}_o")]
+            if better:
+                first = max(better, key=share)
+                outer = [first] + [x for x in outer if x != first]
     inner = reduce_dims + ([rows2_i] if rows2_i else []) + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))
     prims.append(CacheWrite(s, reduce_dims[0]))

@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from superopt.ir.expr import Access
 from superopt.ir.statement import Statement
 
-SCALAR_TILE = 0.35  # a tile not of whole vectors, printed as a scalar loop: its share of a vector tile's speed
-# a tile row of 1..4 vectors: each broadcast of the row operand feeds that many FMAs (one vector a row loads
-# as often as it multiplies)
-VECTOR_REUSE = {1: 0.75, 2: 0.93, 3: 0.97, 4: 1.0}
-WIDE_TILE = 0.95  # a tile of more than 4 vectors a row has fewer rows (each broadcast feeds more FMAs, but each
-# vector load fewer)
+SCALAR_TILE = 0.2  # a tile not of whole vectors, printed as a scalar loop: its share of a vector tile's speed
+# FMAs per value loaded (vectors of the column operand and broadcasts of the row operand) of a rows x vectors
+# tile at which the loads no longer bound it: 8 x 3 and 6 x 4 reach it, 8 x 1 (8 FMAs for 9 loads) less than half
+TILE_INTENSITY = 2.2
 SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
 
 
@@ -52,7 +50,7 @@ def plain(acc: Access) -> bool:
 
 def lane_score(ncol: int, width: int, inner: int, lanes: int) -> float:
     """Useful lanes over the lanes computed for ``ncol`` columns in tiles of ``width`` (the last tile runs
-    whole over the zero-filled packed panel), lowered for tiles not of whole vectors or one vector wide.
+    whole over the zero-filled packed panel), lowered for tiles not of whole vectors.
     ``inner``: the extent a fused loop's tiles must be a multiple of (1 for a single dim)."""
     if width % inner and width < ncol:
         return 0.0  # a fused loop splits only by multiples of its inner extent
@@ -61,12 +59,16 @@ def lane_score(ncol: int, width: int, inner: int, lanes: int) -> float:
     score = ncol / (math.ceil(ncol / width) * vectors * lanes)
     if width % lanes:
         score *= SCALAR_TILE
-    return score * VECTOR_REUSE[min(vectors, 4)] * (WIDE_TILE if vectors > 4 else 1.0)
+    return score
 
 
-def row_score(extent: int) -> float:
-    """Few rows (under 4) reuse each column vector too few times to keep the FMA pipes busy."""
-    return min(1.0, extent / 4)
+def tile_rows(vectors: int, registers: int) -> int:
+    """The most rows of a register tile ``vectors`` wide (as the contraction schedule splits them): 8 rows of up
+    to 3 vectors, 6 of 4 on a 32-register file, and for wider tiles what fits the registers with the loads."""
+    wide = 4 if registers >= 32 else 2
+    if vectors > wide:
+        return max(2, (registers - vectors - 2) // vectors)
+    return 6 if vectors >= 4 and wide == 4 else 8
 
 
 def widths(ncol: int, inner: int, lanes: int, most_vectors: int) -> list[int]:
@@ -84,12 +86,19 @@ def widths(ncol: int, inner: int, lanes: int, most_vectors: int) -> list[int]:
     return out
 
 
-def best_width(ncol: int, inner: int, lanes: int, most_vectors: int = 4) -> int:
-    """The width of the best :func:`lane_score` (the widest of equal scores)."""
-    return max(widths(ncol, inner, lanes, most_vectors), key=lambda w: (lane_score(ncol, w, inner, lanes), w))
+def best_width(ncol: int, inner: int, lanes: int, most_vectors: int = 4, rows: Sequence[int] = (),
+               registers: int = 32) -> tuple[int, float]:
+    """The width of the best :func:`lane_score` times the :func:`row_use` of the best of the row extents ``rows``
+    in a tile that wide (the widest of equal scores), and that score."""
+    def score(w: int) -> float:
+        vectors = math.ceil(min(w, ncol) / lanes)
+        most = tile_rows(vectors, registers)
+        return lane_score(ncol, w, inner, lanes) * (max(row_use(n, most, vectors) for n in rows) if rows else 0.3)
+    w = max(widths(ncol, inner, lanes, most_vectors), key=lambda w: (score(w), w))
+    return w, score(w)
 
 
-def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, most_vectors: int = 4
+def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, registers: int = 32
                    ) -> dict[tuple[int, tuple[str, ...]], Columns] | None:
     """Every candidate (operand, column dims) of ``out += A * B`` at its best width with its score, or None
     when an operand is not indexed by plain, distinct dims (windows, reshapes, diagonals: the position-based
@@ -99,6 +108,7 @@ def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, most_vecto
     if any(len({ix.dims[0] for ix in a.index}) != len(a.index) for a in accs):
         return None  # a diagonal read (A[i, i])
     ext = st.extent
+    most_vectors = 4 if registers >= 32 else 2
     out: dict[tuple[int, tuple[str, ...]], Columns] = {}
     for k, x in enumerate(accs):
         other = accs[1 - k]
@@ -109,9 +119,8 @@ def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, most_vecto
             ncol = math.prod(ext[d] for d in dims)
             inner = ext[dims[-1]] if len(dims) == 2 else 1
             rows = [ext[d] for d in st.out_dims if d not in dims and d not in _dims(x) and ext[d] > 1]
-            rs = row_score(max(rows)) if rows else 0.5
-            w = best_width(ncol, inner, lanes, most_vectors)
-            out[(k, dims)] = Columns(k, dims, w, lane_score(ncol, w, inner, lanes) * rs)
+            w, score = best_width(ncol, inner, lanes, most_vectors, rows, registers)
+            out[(k, dims)] = Columns(k, dims, w, score)
     return out
 
 
@@ -123,15 +132,21 @@ def pick(scores: Mapping[tuple[int, tuple[str, ...]], Columns], current: tuple[i
     return now if now is not None and now.score * SWITCH_GAIN >= best.score else best
 
 
-def row_use(n: int, rows: int = 8) -> float:
+def tile_use(rows: int, vectors: int) -> float:
+    """How near a rows x vectors tile comes to keeping the FMA pipes busy: its FMAs per value loaded against
+    :data:`TILE_INTENSITY`."""
+    return min(1.0, rows * vectors / (rows + vectors) / TILE_INTENSITY)
+
+
+def row_use(n: int, rows: int = 8, vectors: int = 3) -> float:
     """The share of a register tile's rows that do useful work over ``n`` rows in blocks of at most ``rows``,
-    weighed by how often a block reuses each column vector it loads (fewer rows: more loads per FMA)."""
-    block = rows if n >= 4 * rows else min(range(min(rows, n), min(3, n) - 1 if n < 4 else 3, -1),
+    times the :func:`tile_use` of a block of those rows ``vectors`` wide."""
+    block = rows if n >= 4 * rows else min(range(min(rows, n), min(4, rows, n) - 1, -1),
                                            key=lambda r: (math.ceil(n / r) * r - n, -r))  # (as the tile splits)
-    return n / (math.ceil(n / block) * block) * min(1.0, block / rows) ** 0.5
+    return n / (math.ceil(n / block) * block) * tile_use(block, vectors)
 
 
-def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8) -> str:
+def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8, vectors: int = 3) -> str:
     """The row dim of the register tile among ``candidates`` (output dims the column operand does not read,
     innermost last): the best :func:`row_use` in blocks of at most ``rows``, the innermost of equals."""
-    return max(reversed(candidates), key=lambda d: row_use(ext[d], rows))
+    return max(reversed(candidates), key=lambda d: row_use(ext[d], rows, vectors))
