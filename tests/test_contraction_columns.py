@@ -112,7 +112,7 @@ def test_the_default_vectorizes_the_operand_whose_dims_fill_vectors_and_packs_it
     its column axes last, and C is written back lane by lane."""
     if _target().lanes("float32") != LANES:
         pytest.skip("the widths are stated for 16-lane vectors")
-    ext = dict(o=3, i=2, j=5, k=11, n=17, l=20, m=6)
+    ext = dict(o=3, i=2, j=5, k=11, n=40, l=20, m=6)  # (1.6M multiply-adds: enough to repay a pack)
     c = _einsum_op("oijkn,lomn->lijmk", ext)
     trace = default_schedule(c, _target(), frozenset())
     assert Fuse("C", "l", "m") in trace
@@ -126,7 +126,7 @@ def test_the_default_vectorizes_the_operand_whose_dims_fill_vectors_and_packs_it
 def test_a_pair_whose_inner_extent_divides_no_vector_width_gets_a_wide_tile(kernel_cache):
     if _target().lanes("float32") != LANES or _target().vector_registers < 32:
         pytest.skip("the widths are stated for 16-lane vectors and 32 registers")
-    c = _einsum_op("imkn,jnlm->ijkl", dict(i=7, j=6, k=9, l=40, m=5, n=3))
+    c = _einsum_op("imkn,jnlm->ijkl", dict(i=7, j=6, k=9, l=40, m=25, n=3))
     trace = default_schedule(c, _target(), frozenset())
     vec, width = _vector_width(trace)
     assert vec == "j_l_i" and width == 80
@@ -203,3 +203,17 @@ def test_a_reduction_over_leading_axes_accumulates_rows_in_column_blocks(text, s
     par = next(p.loop for p in trace if isinstance(p, Parallel))
     assert not set(par.split("_")) & set(st.reduce_dims)
     _run(c, [trace], kernel_cache)
+
+
+def test_small_kernels_and_constant_weights_keep_the_position_chosen_columns():
+    """A move may pack the other operand on every call: not for a kernel of a few thousand multiply-adds, and
+    never away from a constant weight (packed once, for free, as the column operand)."""
+    small = compile_op("Y[i,j] += X[i,k] * W[k,j]", {"X": (32, 16), "W": (16, 16)})
+    for consts in (frozenset(), frozenset({"W"})):
+        trace = default_schedule(small, _target(), consts)
+        assert _vector_width(trace, "Y")[0] == "j" and not any(isinstance(p, Pack) for p in trace)
+    # (j of 100 columns: a tail in 64-column tiles; vectorizing X's 4096 rows would fill the lanes better)
+    weight = compile_op("Y[i,j] += X[i,k] * W[k,j]", {"X": (4096, 64), "W": (64, 100)})
+    trace = default_schedule(weight, _target(), frozenset({"W"}))
+    assert _vector_width(trace, "Y")[0].startswith("j") and not any(p.stage == "X" for p in trace
+                                                                     if isinstance(p, Pack))

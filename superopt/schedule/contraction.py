@@ -31,6 +31,8 @@ from superopt.target import Target
 # longer ones (16 blocked-input lanes under a 5 x 64 tile) only grow the code: under a tile that large the
 # loop's own counter and pointer updates are already a small share of its FMAs
 UNROLL_REDUCTION = 8
+# multiply-adds from which the columns are chosen by lane use (a move can pack the other operand on every call)
+MOVE_WORK = 1 << 20
 
 
 def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
@@ -52,7 +54,7 @@ def _is_window(acc: Access) -> bool:
 
 def _row_block(n: int, most: int) -> int:
     """Rows per register tile: the largest of most..4 that wastes fewest padded rows (55 -> 5, 13 -> 7)."""
-    return min(range(most, 3, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
+    return min(range(most, min(3, most - 1), -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
 
 
 def _footprint(acc: Access, st: Statement) -> int:
@@ -167,9 +169,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         weights_as_columns = not kept_columns(b, a)
     # the columns by contiguity and lane use where both operands are plain (any order of their dims): the
     # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
+    # (not for a constant operand, packed once for free where it is the column operand, nor for kernels too small
+    # to repay a per-call pack of the other operand)
     scores = choose_columns(st, accs, VECTOR, target.vector_registers) \
-        if keep is None and types is not None and not weight_on_rows and not (consts and a.tensor in consts) \
-        else None
+        if keep is None and types is not None and not weight_on_rows and not (consts and (a.tensor in consts or
+                                                                                          b.tensor in consts)) \
+        and math.prod(ext.values()) >= MOVE_WORK else None
     layout, moved = None, False
     if scores:
         col_acc, row_acc = (a, b) if weights_as_columns else (b, a)
@@ -230,7 +235,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
-            row_at = row_dims.index(row_dim(shared, ext, most, math.ceil(layout.width / VECTOR)))
+            flat = flat_offset(a.index, types[a.tensor].shape)
+            row_at = row_dims.index(row_dim(shared, ext, most, math.ceil(layout.width / VECTOR),
+                                            {d for d in shared if abs(flat.coeff(d)) == 1}))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
@@ -317,7 +324,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # rows x vectors of accumulators: 8 x 2, or 6 x 4 on a 32-register file when the tile is 4 vectors wide
         # (24 accumulators; one AVX-512 core: sgemm 1024^3 93%, a 3x3 conv 77% of the FMA ceiling)
         rows = 6 if math.ceil(width / VECTOR) >= 4 and wide == 4 else 8
-        if width > wide * VECTOR and width % VECTOR == 0:  # (a tile wider than the usual: rows to fit the registers)
+        if layout is not None and width > wide * VECTOR and width % VECTOR == 0:
+            # (a tile wider than the usual, chosen to fill its lanes: rows to fit the registers)
             rows = tile_rows(width // VECTOR, target.vector_registers)
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
@@ -446,12 +454,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if len(cols) == 1 and ncol > width:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
         elif len(cols) > 1 and ncol > width and inner and width % inner == 0 and ncol == inner * shape[cols[0]] \
-                and kn.get(f"{s}.pack_panels", ncol >= 4 * width, (True, False)):
+                and kn.get(f"{s}.pack_panels", ncol >= 4 * width or layout is not None and ncol % width != 0,
+                           (True, False)):
             # several column axes (j, l of C[i,j,k,l]): split the outer one so each tile's columns form one
             # contiguous panel over the reductions ([j_o][m][n][j_i][l]). Unsplit, every reduction step reads a
             # tile's share of a row of all the columns: where that is a small share (576 columns, 48 per tile:
             # a panel of 4096 steps spans 192 pages) the reads miss the TLB (1.29x measured on that einsum);
-            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split
+            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split, unless
+            # the last tile is partial: the panels are zero-filled to whole tiles, so it runs as a full vector tile
+            # instead of scalar code (268 columns by 96: a third of the work)
             prims.append(Pack(b.tensor, perm, len(rest) + len(red), width // inner))
         elif perm != tuple(range(len(axes))):
             prims.append(Pack(b.tensor, perm))

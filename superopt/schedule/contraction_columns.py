@@ -15,7 +15,7 @@ per FMA row), or has few rows to reuse each vector over.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from superopt.ir.expr import Access
@@ -25,6 +25,8 @@ SCALAR_TILE = 0.2  # a tile not of whole vectors, printed as a scalar loop: its 
 # FMAs per value loaded (vectors of the column operand and broadcasts of the row operand) of a rows x vectors
 # tile at which the loads no longer bound it: 8 x 3 and 6 x 4 reach it, 8 x 1 (8 FMAs for 9 loads) less than half
 TILE_INTENSITY = 2.2
+CONTIGUOUS_ROWS = 1.1
+WIDE_TILE = 0.95  # a tile wider than the usual micro-kernel's (8 x 3, 6 x 4 vectors) only where it fills better
 SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
 
 
@@ -93,7 +95,9 @@ def best_width(ncol: int, inner: int, lanes: int, most_vectors: int = 4, rows: S
     def score(w: int) -> float:
         vectors = math.ceil(min(w, ncol) / lanes)
         most = tile_rows(vectors, registers)
-        return lane_score(ncol, w, inner, lanes) * (max(row_use(n, most, vectors) for n in rows) if rows else 0.3)
+        wide = WIDE_TILE if vectors > (4 if registers >= 32 else 2) else 1.0
+        return lane_score(ncol, w, inner, lanes) * (max(row_use(n, most, vectors) for n in rows) if rows else 0.3) \
+            * wide
     w = max(widths(ncol, inner, lanes, most_vectors), key=lambda w: (score(w), w))
     return w, score(w)
 
@@ -146,7 +150,11 @@ def row_use(n: int, rows: int = 8, vectors: int = 3) -> float:
     return n / (math.ceil(n / block) * block) * tile_use(block, vectors)
 
 
-def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8, vectors: int = 3) -> str:
+def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8, vectors: int = 3,
+            contiguous: Collection[str] = ()) -> str:
     """The row dim of the register tile among ``candidates`` (output dims the column operand does not read,
-    innermost last): the best :func:`row_use` in blocks of at most ``rows``, the innermost of equals."""
-    return max(reversed(candidates), key=lambda d: row_use(ext[d], rows, vectors))
+    innermost last): the best :func:`row_use` in blocks of at most ``rows``, the innermost of equals. A dim along
+    which the row operand is ``contiguous`` scores :data:`CONTIGUOUS_ROWS` times more: a step's broadcasts of the
+    block's rows then come from one cache line instead of one line each."""
+    return max(reversed(candidates),
+               key=lambda d: row_use(ext[d], rows, vectors) * (CONTIGUOUS_ROWS if d in contiguous else 1.0))
