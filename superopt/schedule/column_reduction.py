@@ -41,8 +41,14 @@ def column_reduction_schedule(st: Statement, target: Target, knobs: KnobRecorder
     outer = [d for d in st.out_dims[:-1] if ext[d] > 1]
     spread = math.prod(ext[d] for d in outer)  # work for the threads outside the column blocks
     most = MOST_VECTORS * lanes
+    need = max(1, math.ceil(2 * threads / spread))  # column blocks wanted for the threads
+    # blocks that divide the columns evenly: a last partial block is lowered as a parallel region of its own, one
+    # thread working while the other waits (whole vectors first; else any width, its tile a float array)
+    even = [ext[last] // n for n in range(need, 4 * need + 1) if ext[last] % n == 0 and ext[last] // n >= lanes]
     if ext[last] <= most and spread >= 2 * threads:
         block = ext[last]
+    elif even:
+        block = next((b for b in even if b % lanes == 0), even[0])
     else:  # blocks of whole vectors, enough of them for every thread
         block = next((b * lanes for b in (MOST_VECTORS, 4, 2) if spread * math.ceil(ext[last] / (b * lanes))
                       >= 2 * threads), lanes)
