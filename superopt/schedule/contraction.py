@@ -11,6 +11,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
+from superopt.schedule.contraction_columns import choose_columns, pick, row_dim, row_use, tile_rows
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -30,6 +31,8 @@ from superopt.target import Target
 # longer ones (16 blocked-input lanes under a 5 x 64 tile) only grow the code: under a tile that large the
 # loop's own counter and pointer updates are already a small share of its FMAs
 UNROLL_REDUCTION = 8
+# multiply-adds from which the columns are chosen by lane use (a move can pack the other operand on every call)
+MOVE_WORK = 1 << 20
 
 
 def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
@@ -51,7 +54,7 @@ def _is_window(acc: Access) -> bool:
 
 def _row_block(n: int, most: int) -> int:
     """Rows per register tile: the largest of most..4 that wastes fewest padded rows (55 -> 5, 13 -> 7)."""
-    return min(range(most, 3, -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
+    return min(range(most, min(3, most - 1), -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
 
 
 def _footprint(acc: Access, st: Statement) -> int:
@@ -164,7 +167,28 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if not kept_columns(b, a) and not kept_columns(a, b):
             raise ValueError("no vector column dim that the folded reductions keep")
         weights_as_columns = not kept_columns(b, a)
-    elif a_cols and not _is_window(a):
+    # the columns by contiguity and lane use where both operands are plain (any order of their dims): the
+    # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
+    # (not for a constant operand, packed once for free where it is the column operand, nor for kernels too small
+    # to repay a per-call pack of the other operand)
+    scores = choose_columns(st, accs, VECTOR, target.vector_registers) \
+        if keep is None and types is not None and not weight_on_rows and not (consts and (a.tensor in consts or
+                                                                                          b.tensor in consts)) \
+        and math.prod(ext.values()) >= MOVE_WORK else None
+    layout, moved = None, False
+    if scores:
+        col_acc, row_acc = (a, b) if weights_as_columns else (b, a)
+        own_b = _own_dims(col_acc, row_acc, st)
+        now = own_b[-2:] if len(own_b) < 2 or ext[own_b[-1]] <= 16 * VECTOR else own_b[-1:]
+        layout = pick(scores, (accs.index(col_acc), tuple(now)))
+        moved = layout != scores.get((accs.index(col_acc), tuple(now)))
+        if len(layout.dims) == 2:  # (a fused pair the position rule would split off whole vectors: re-laid too)
+            inner_ext = ext[layout.dims[-1]]
+            wide_cols = (4 if target.vector_registers >= 32 else 2) * VECTOR
+            moved = moved or (inner_ext * max(1, wide_cols // inner_ext)) % VECTOR != 0 \
+                and math.prod(ext[d] for d in layout.dims) > wide_cols
+        weights_as_columns = accs[layout.operand] is a
+    if keep is None and a_cols and not _is_window(a):
         weights_as_columns = kn.get(f"{s}.swap", weights_as_columns, (False, True))
     if weights_as_columns:
         # an image read through a window (NCHW conv: X[n,ci,y+kh,x+kw]): vectorize over the weight's own
@@ -174,9 +198,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         a, b = b, a
     own = _own_dims(b, a, st)
     n_dims = own[-2:]  # fuse at most two column dims
+    groups = [dims for (k, dims) in scores if accs[k] is b] if scores else []
+    if layout is not None and accs[layout.operand] is b:
+        n_dims = list(groups[kn.get(f"{s}.columns", groups.index(layout.dims), tuple(range(len(groups))))])
+        layout = scores[(accs.index(b), tuple(n_dims))]
+    else:
+        layout = None
     if keep is not None and not set(n_dims) <= keep:
         n_dims = own[-1:]
-    if len(n_dims) == 2:
+    if len(n_dims) == 2 and layout is None:
         # (two fused column dims split by multiples of the inner one: an inner dim past 16 vectors makes
         # a tile over the register budget, so one column dim then)
         n_dims = own[-kn.get(f"{s}.col_dims", 2 if ext[own[-1]] <= 16 * VECTOR else 1, (1, 2)):]
@@ -200,8 +230,16 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # column vector loaded feeds every row; capsule votes' W[kx,ky,i,o,r,p] differs per i, not per y)
         m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
-        pick = row_dims[kn.get(f"{s}.row_dim", len(row_dims) - 1, tuple(range(len(row_dims))))]
-        m_dims = [d for d in m_dims if d != pick] + [pick]
+        row_at = len(row_dims) - 1
+        most = tile_rows(math.ceil(layout.width / VECTOR), target.vector_registers) if layout is not None else 8
+        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75):
+            # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
+            # the innermost row dim splits badly; a short one is left to the second row dim below)
+            flat = flat_offset(a.index, types[a.tensor].shape)
+            row_at = row_dims.index(row_dim(shared, ext, most, math.ceil(layout.width / VECTOR),
+                                            {d for d in shared if abs(flat.coeff(d)) == 1}))
+        row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
+        m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
     if 1 < len(reduce_dims) <= 3:
         perms = [list(p) for p in itertools.permutations(reduce_dims)]
@@ -262,6 +300,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # rows x 2 vectors instead (every tile full, none in the slower remainder code). A conv's 7 output
         # columns against a channels-last image, 128 output channels (capsule votes from ONNX): 1.25x
         width = 2 * VECTOR
+    if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
+        width = layout.width  # (the position-chosen columns keep a width of whole vectors)
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
@@ -284,6 +324,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # rows x vectors of accumulators: 8 x 2, or 6 x 4 on a 32-register file when the tile is 4 vectors wide
         # (24 accumulators; one AVX-512 core: sgemm 1024^3 93%, a 3x3 conv 77% of the FMA ceiling)
         rows = 6 if math.ceil(width / VECTOR) >= 4 and wide == 4 else 8
+        if layout is not None and width > wide * VECTOR and width % VECTOR == 0:
+            # (a tile wider than the usual, chosen to fill its lanes: rows to fit the registers)
+            rows = tile_rows(width // VECTOR, target.vector_registers)
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
             vecs = max(1, math.ceil(width / VECTOR))
@@ -352,6 +395,20 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # the parallel loop may only walk kept dims (threads would otherwise update one folded element): all
         # of them outermost, so that they fuse into enough parallel work (capsule votes' batch alone is 2-8)
         outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
+    if layout is not None and len(outer) > 1 and not outer[0].startswith(f"{r0}_o"):
+        # the parallel loop: a short first loop that the next cannot be fused with (a tail) leaves a thread idle
+        # part of the time (3 iterations on 2 threads: a third); an outer loop that divides better goes first
+        tails = {col_o if col_o and ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
+
+        def share(lp: str) -> float:
+            n = extents[lp]
+            return 1.0 if n >= 4 * threads else n / (math.ceil(n / threads) * threads)
+
+        if share(outer[0]) < 0.8 and (outer[0] in tails or outer[1] in tails):
+            better = [lp for lp in outer[1:] if share(lp) > share(outer[0]) and not lp.startswith(f"{r0}_o")]
+            if better:
+                first = max(better, key=share)
+                outer = [first] + [x for x in outer if x != first]
     inner = reduce_dims + ([rows2_i] if rows2_i else []) + ([row_i] if row_i else []) + [col_i]
     prims.append(Reorder(s, tuple(outer + inner)))
     prims.append(CacheWrite(s, reduce_dims[0]))
@@ -398,12 +455,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if len(cols) == 1 and ncol > width:
             prims.append(Pack(b.tensor, perm, len(perm) - 1, width))
         elif len(cols) > 1 and ncol > width and inner and width % inner == 0 and ncol == inner * shape[cols[0]] \
-                and kn.get(f"{s}.pack_panels", ncol >= 4 * width, (True, False)):
+                and kn.get(f"{s}.pack_panels", ncol >= 4 * width or layout is not None and ncol % width != 0,
+                           (True, False)):
             # several column axes (j, l of C[i,j,k,l]): split the outer one so each tile's columns form one
             # contiguous panel over the reductions ([j_o][m][n][j_i][l]). Unsplit, every reduction step reads a
             # tile's share of a row of all the columns: where that is a small share (576 columns, 48 per tile:
             # a panel of 4096 steps spans 192 pages) the reads miss the TLB (1.29x measured on that einsum);
-            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split
+            # a third of each row (capsule votes' 128 columns by 48) streams well enough, and is not split, unless
+            # the last tile is partial: the panels are zero-filled to whole tiles, so it runs as a full vector tile
+            # instead of scalar code (268 columns by 96: a third of the work)
             prims.append(Pack(b.tensor, perm, len(rest) + len(red), width // inner))
         elif perm != tuple(range(len(axes))):
             prims.append(Pack(b.tensor, perm))

@@ -80,6 +80,12 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False,
             pass
     prims: list[Primitive] = []
     inner = loops[-1]
+    if not attached and inner in st.reduce_dims and kn.get(f"{s}.column_blocks", True, (True, False)):
+        from superopt.schedule.column_reduction import column_reduction_schedule
+
+        columns = column_reduction_schedule(st, target, kn)
+        if columns is not None:
+            return columns
     last = st.out_dims[-1] if st.out_dims else None
     window = math.prod(ext[d] for d in st.reduce_dims)
     if (st.reduce_dims and last and inner != last and window <= 64 and ext[inner] < VECTOR
