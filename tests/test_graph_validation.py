@@ -3,6 +3,8 @@ exactly the graphs the full check accepts, and a broken graph raises a one-line 
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import fields, replace
 
 import numpy as np
@@ -113,3 +115,13 @@ def test_rewrite_search_gives_the_same_graph_with_full_validation(monkeypatch):
     assert verdicts["fast"] > 100
     monkeypatch.setattr(Graph, "validate", full_validate)
     assert [search_rewrites(g, config)[0].digest() for g in graphs] == fast
+
+
+def test_validation_keeps_no_graph_alive(squeezenet):
+    """The graph validated last is only weakly referenced: dropping a graph frees it (and its weights)."""
+    g = replace(squeezenet, name="copy")
+    replace(g, name="next")  # validated against g
+    ref = weakref.ref(g)
+    del g
+    gc.collect()
+    assert ref() is None

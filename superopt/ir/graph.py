@@ -211,9 +211,12 @@ class Graph:
         validity, and any doubt falls back to :meth:`_validate_full`, which names the cause."""
         last = _LAST_VALID[0]
         base = last() if last is not None else None
-        static = self._static(base)
-        if static is None or (base is None or not self._valid_from(base, static)) and not self._valid_fast(static):
-            self._validate_full()
+        try:
+            static = self._static(base)
+            if static is None or (base is None or not self._valid_from(base, static)) and not self._valid_fast(static):
+                self._validate_full()
+        finally:
+            _RETYPED[0] = None  # (holds both graphs)
         _LAST_VALID[0] = weakref.ref(self)
 
     def _static(self, base: Graph | None = None) -> set[str] | None:
