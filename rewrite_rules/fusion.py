@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from operator import itemgetter
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, map_expr
 from superopt.ir.graph import Graph, Node
 from superopt.ir.statement import Statement
+from superopt.ir.types import TensorType
 
 
 def _is_elementwise_reader(c: Compute, local: str) -> bool:
@@ -92,7 +94,17 @@ def fuse_elementwise_into_producer(graph: Graph, site: Site) -> Graph:
         raise RuleNotApplicable(f"{site[1]!r} cannot absorb {site[0]!r}")
     merged = merge_nodes(prod, consumer)
     nodes = tuple(merged if n is consumer else n for n in graph.nodes if n is not prod)
-    return replace(graph, nodes=nodes, types=tuple((n, ty) for n, ty in graph.types if n != t))
+    return replace(graph, nodes=nodes, types=_without(graph.types, t))
+
+
+def _without(types: tuple[tuple[str, TensorType], ...], name: str) -> tuple[tuple[str, TensorType], ...]:
+    """``types`` without ``name``'s entries, in order (sliced where it has one: a graph search over a large
+    model fuses hundreds of times, and a Python pass over every tensor each time adds up)."""
+    names = list(map(itemgetter(0), types))
+    if names.count(name) == 1:
+        k = names.index(name)
+        return types[:k] + types[k + 1:]
+    return tuple((n, ty) for n, ty in types if n != name)
 
 
 def _examples() -> list[Graph]:

@@ -78,6 +78,22 @@ def conversion_kind(graph: Graph, node: Node) -> tuple[str, int] | None:
     if st.reduce != "=" or st.padding or not isinstance(st.expr, Access) or st.expr.tensor != node.op.inputs[0]:
         return None
     src, dst = graph.type_of[node.inputs[0]], graph.type_of[node.outputs[0]]
+    hit = _KINDS.get(id(node))
+    if hit is not None and hit[0] is node and hit[1] is src and hit[2] is dst:
+        return hit[3]
+    kind = _conversion_kind(st, src, dst)
+    if len(_KINDS) >= 20_000:
+        _KINDS.clear()
+    _KINDS[id(node)] = (node, src, dst, kind)
+    return kind
+
+
+# id(node) -> (node, its input's and output's types, its conversion kind): the layout pass asks again for every
+# node after each node it blocks, and the graphs it builds share their nodes and types by object
+_KINDS: dict[int, tuple] = {}
+
+
+def _conversion_kind(st: Statement, src: TensorType, dst: TensorType) -> tuple[str, int] | None:
     d, ix, ext = st.out_dims, st.expr.index, st.extent
     if dst.rank == src.rank + 1 >= 4:  # O[n,cb,s..,c] = X[n, B*cb + c, s..]
         block = ext[d[-1]]

@@ -7,8 +7,10 @@ node; nodes are stored in topological order. ``Graph.digest()`` is a stable stru
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -131,6 +133,32 @@ class Node:
         return isinstance(self.op, Extern)
 
 
+# the graph validated last (a weak reference: it must not keep weights alive): the next one is usually a small
+# step from it (``Graph._valid_from``)
+_LAST_VALID: list[weakref.ref | None] = [None]
+
+# node id -> (node, the graph types of its inputs and outputs) it was found to agree with: the graphs of a
+# rewrite search share most nodes (by object), so a node's op is checked against its tensors' types once
+_NODE_TYPES: dict[int, tuple[Node, tuple[TensorType, ...]]] = {}
+_NODE_TYPES_LIMIT = 20_000
+_OUTPUTS = attrgetter("outputs")
+_NAME = itemgetter(0)
+_RETYPED: list = [None]  # (base, graph, the names the graph retypes): computed once per validation
+
+
+def _op_agrees(node: Node, types: tuple[TensorType, ...]) -> bool:
+    """Whether a compute node's op has the node's arity and expects ``types`` (its inputs', then outputs')."""
+    c = node.op
+    if len(c.inputs) != len(node.inputs) or len(c.outputs) != len(node.outputs):
+        return False
+    local_types = c.type_of
+    for gt, local in zip(types, c.inputs + c.outputs):
+        lt = local_types[local]
+        if gt is not lt and (gt.shape != lt.shape or gt.dtype != lt.dtype):
+            return False
+    return True
+
+
 class GraphError(ValueError):
     """A graph that breaks an IR invariant."""
 
@@ -162,14 +190,150 @@ class Graph:
     @cached_property
     def consumers(self) -> dict[str, list[Node]]:
         out: dict[str, list[Node]] = {}
+        get = out.get
         for n in self.nodes:
             for i in n.inputs:
-                out.setdefault(i, []).append(n)
+                readers = get(i)
+                if readers is None:
+                    out[i] = [n]
+                else:
+                    readers.append(n)
         return out
 
     def validate(self) -> None:
-        # (run on every graph a rewrite builds: a graph search over a large model builds thousands, so the
-        # loops take the identical-object shortcut before comparing types field by field)
+        """Raises a :class:`GraphError` naming the first IR invariant broken (SSA, topological order, typed
+        tensors, node ops that agree with the graph's types).
+
+        Run on every graph a rewrite builds (a graph search over a large model builds thousands, each a few
+        nodes away from the last), so a graph is first checked as a difference from the graph validated last
+        (:meth:`_valid_from`: only the nodes it adds or rewires, and those reading a tensor defined or typed
+        differently), else by whole-set checks and one pass per node (:meth:`_valid_fast`); both only prove
+        validity, and any doubt falls back to :meth:`_validate_full`, which names the cause."""
+        last = _LAST_VALID[0]
+        base = last() if last is not None else None
+        try:
+            static = self._static(base)
+            if static is None or (base is None or not self._valid_from(base, static)) and not self._valid_fast(static):
+                self._validate_full()
+        finally:
+            _RETYPED[0] = None  # (holds both graphs)
+        _LAST_VALID[0] = weakref.ref(self)
+
+    def _static(self, base: Graph | None = None) -> set[str] | None:
+        """The graph inputs and constants (distinct, typed, constants typed as their arrays); None: doubt.
+        ``base``: a valid graph; a constant it has (the same object), typed by the same object, is not
+        checked again."""
+        types, inputs, constants = self.type_of, self.inputs, self.constants
+        static = {*inputs, *map(_NAME, constants)}
+        if len(static) != len(inputs) + len(constants) or not static <= types.keys():
+            return None
+        pairs = constants
+        if base is not None:
+            todo = base._retyped(self) & static
+            if constants != base.constants:
+                same = base.constant
+                todo.update(name for name, c in constants if same.get(name) is not c)
+            mine = self.constant
+            pairs = [(name, mine[name]) for name in todo if name in mine]
+        for name, c in pairs:
+            t, ct = types[name], c.type
+            if t is not ct and t != ct:
+                return None
+        return static
+
+    @cached_property
+    def _static_names(self) -> frozenset[str]:
+        return frozenset((*self.inputs, *map(_NAME, self.constants)))
+
+    def _retyped(self, other: Graph) -> set[str]:
+        """The tensor names ``other`` types by another object than this graph does (or this one lacks)."""
+        if other.types is self.types:
+            return set()
+        hit = _RETYPED[0]
+        if hit is not None and hit[0] is self and hit[1] is other:
+            return hit[2]
+        mine = self.type_of
+        out = {name for name, t in other.types if mine.get(name) is not t}
+        _RETYPED[0] = (self, other, out)
+        return out
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        """Tensor -> index of the node defining it (the last one, where a graph defines one twice)."""
+        return {o: k for k, n in enumerate(self.nodes) for o in n.outputs}
+
+    @cached_property
+    def _index(self) -> dict[int, int]:
+        """id(node) -> its index (the nodes stay alive with the graph, so ids are not reused meanwhile)."""
+        return {id(n): k for k, n in enumerate(self.nodes)}
+
+    def _outputs_sound(self, static: set[str]) -> bool:
+        """Node outputs defined once, typed and not inputs or constants; distinct node names; graph outputs
+        defined."""
+        position, nodes = self._position, self.nodes
+        keys = position.keys()
+        return (len(position) == sum(map(len, map(_OUTPUTS, nodes))) and keys <= self.type_of.keys()
+                and keys.isdisjoint(static) and len({n.name for n in nodes}) == len(nodes)
+                and all(o in position or o in static for o in self.outputs))
+
+    def _node_sound(self, k: int, n: Node, static: set[str]) -> bool:
+        """Node ``k`` reads only tensors defined before it, and its op agrees with the graph's types."""
+        position = self._position
+        for i in n.inputs:
+            if position.get(i, -1) >= k or (i not in position and i not in static):
+                return False
+        if isinstance(n.op, Compute):
+            seen = tuple(map(self.type_of.__getitem__, n.inputs + n.outputs))
+            hit = _NODE_TYPES.get(id(n))
+            if hit is None or hit[0] is not n or hit[1] != seen:
+                if not _op_agrees(n, seen):
+                    return False
+                if len(_NODE_TYPES) >= _NODE_TYPES_LIMIT:
+                    _NODE_TYPES.clear()
+                _NODE_TYPES[id(n)] = (n, seen)
+        return True
+
+    def _valid_fast(self, static: set[str]) -> bool:
+        """True only when every invariant holds (False: unknown, ask :meth:`_validate_full`)."""
+        if not self._outputs_sound(static):
+            return False
+        return all(self._node_sound(k, n, static) for k, n in enumerate(self.nodes))
+
+    def _valid_from(self, base: Graph, static: set[str]) -> bool:
+        """True only when every invariant holds, knowing that ``base`` (a valid graph) does: a node of
+        ``base`` (the same object) kept in the same relative order still reads tensors defined before it
+        and agrees with its types, unless one of its tensors is now defined by another node (or none) or
+        typed by another object; only the other nodes are checked one by one."""
+        if not self._outputs_sound(static):
+            return False
+        nodes, bnodes, bindex = self.nodes, base.nodes, base._index
+        prev, kept, fresh = -1, {}, []
+        for k, n in enumerate(nodes):
+            b = bindex.get(id(n))
+            if b is None or bnodes[b] is not n:
+                fresh.append(k)
+            elif b < prev:
+                return False  # reordered: leave it to the pass over every node
+            else:
+                prev = b
+                kept[id(n)] = k
+        if len(fresh) * 4 > len(nodes) + 4:
+            return False  # not a small step from ``base``
+        # tensors whose definition changed: new nodes' outputs, removed nodes' outputs, static ones that came
+        # or went; and tensors typed by another object
+        moved = {o for k in fresh for o in nodes[k].outputs}
+        if len(kept) != len(bnodes):
+            moved.update(o for m in bnodes if id(m) not in kept for o in m.outputs)
+        moved |= static ^ base._static_names
+        moved |= base._retyped(self)
+        check = set(fresh)
+        if moved:
+            check.update(k for k in kept.values() if not moved.isdisjoint(nodes[k].inputs)
+                         or not moved.isdisjoint(nodes[k].outputs))
+        return all(self._node_sound(k, nodes[k], static) for k in check)
+
+    def _validate_full(self) -> None:
+        """Every invariant checked in turn: raises a GraphError naming the first one broken."""
         types = self.type_of
         defined: set[str] = set()
         for name in self.inputs:
