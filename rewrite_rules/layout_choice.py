@@ -308,7 +308,8 @@ def block_node_in(graph: Graph, name: str, block: int) -> Graph:
     used_n = {n.name for n in graph.nodes}
     constants = dict(graph.constants)
     nodes = list(graph.nodes)
-    existing_to = {n.inputs[0]: n.outputs[0] for n in graph.nodes if conversion_kind(graph, n) == ("to", block)}
+    conversions = {n.inputs[0]: n for n in graph.nodes if conversion_kind(graph, n) == ("to", block)}
+    existing_to = {g: n.outputs[0] for g, n in conversions.items()}
     before: list[Node] = []
     new_inputs = []
     for local, g in zip(node.op.inputs, node.inputs):
@@ -346,6 +347,12 @@ def block_node_in(graph: Graph, name: str, block: int) -> Graph:
                           (bout,), (split,)))
         after.append(Node(fresh_name("reshape", used_n), Extern.of("reshape", shape=tuple(t.shape)), (split,), (g,)))
         new_outputs.append(bout)
+    # a reused conversion that a later reader's blocking placed after this node moves up to just before it
+    # (it reads only the input, which this node reads too, so it is defined earlier)
+    k = nodes.index(node)
+    late = [c for g, c in conversions.items() if existing_to.get(g) in new_inputs and nodes.index(c) > k]
+    nodes = [n for n in nodes if not any(n is c for c in late)]
+    before = late + before
     k = nodes.index(node)
     nodes = nodes[:k] + before + [replace(node, op=op, inputs=tuple(new_inputs), outputs=tuple(new_outputs))] \
         + after + nodes[k + 1:]

@@ -463,3 +463,25 @@ def test_a_one_row_tile_that_pads_much_takes_fewer_columns_and_matches_the_refer
         ex = GraphExecutor(g, default_schedules(g, avx512) | {"conv1": trace}, ExecutorConfig(2, target=avx512))
         feed = random_inputs(g)
         assert _max_rel_err(ex(feed), evaluate(g, feed, np.float64), g.outputs) < 1e-5
+
+
+def test_a_reused_conversion_placed_after_an_earlier_reader_moves_up_to_it():
+    """x feeds two convs; blocking the later one first puts x's conversion after the earlier one, and
+    blocking the earlier one then reuses that conversion: it must move up, or the graph reads a tensor before
+    it is defined."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("two_readers")
+    x = b.input("x", (1, 16, 4, 4))
+    outs = []
+    for name in ("conv_a", "conv_b"):
+        w = b.constant(rng.standard_normal((16, 16, 1, 1)).astype(np.float32) / 4, f"w_{name}")
+        outs.append(b.compute1("O[n,co,y,x] += X[n,ci,y+kh,x+kw] * W[co,ci,kh,kw]", {"X": x, "W": w}, name))
+    s = b.compute1("O[n,c,y,x] = A[n,c,y,x] + B[n,c,y,x]", {"A": outs[0], "B": outs[1]}, "sum")
+    g = b.build([s])
+    g2 = block_node_in(block_node_in(g, "conv_b", 8), "conv_a", 8)
+    to_x = [n for n in g2.nodes if conversion_kind(g2, n) == ("to", 8) and n.inputs == ("x",)]
+    assert len(to_x) == 1  # one conversion of x, shared
+    order = [n.name for n in g2.nodes]
+    assert order.index(to_x[0].name) < order.index("conv_a") < order.index("conv_b")
+    feed = random_inputs(g)
+    assert _max_rel_err(evaluate(g2, feed, np.float64), evaluate(g, feed, np.float64), g.outputs) < 1e-12
