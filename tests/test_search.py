@@ -295,7 +295,10 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     assert k.best_s < k.default_s  # the synthetic space has faster schedules than the default
     assert "time budget spent" in r.stop_reason and "1 of 1 kernels whose search beat the default confirmed" in r.stop_reason
     confirmed = [rec for rec in db.records() if rec.paired_default_s is not None]
-    assert len(confirmed) == TuneConfig().confirm_rounds * (TuneConfig().confirm_top + 1)
+    # one confirmation phase re-measures the default and the leaders for each round; the time it does not need
+    # goes back to the search, whose new leaders a later phase confirms in the same way: whole phases only
+    per_phase = TuneConfig().confirm_rounds * (TuneConfig().confirm_top + 1)
+    assert len(confirmed) >= per_phase and len(confirmed) % per_phase == 0
     assert {rec.trace for rec in confirmed} >= {default, k.best_trace}
 
     class DefaultFastest(FakeMeasurer):  # nothing beats the default: nothing to confirm
