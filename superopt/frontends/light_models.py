@@ -128,19 +128,25 @@ _PASS_THROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Drop
 _POSITIVE_HOMOGENEOUS = (*_PASS_THROUGH, "Relu", "GlobalAveragePool", "AveragePool", "MaxPool")
 
 
-def _classifier(graph: onnx.GraphProto) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
-    """(the final Softmax, the Gemm or Conv whose weights produce its logits through shape-only ops)."""
+def _classifier(graph: onnx.GraphProto) -> tuple[str, set[str]] | None:
+    """(the logits in front of the final Softmax, the initializers holding the weight and bias of the Gemm or
+    Conv that produces them through ops a positive scale passes), or None where the graph has no such layer."""
     producer = {o: n for n in graph.node for o in n.output}
+
+    def source(name: str, through: tuple[str, ...]) -> tuple[str, onnx.NodeProto | None]:
+        while name in producer and producer[name].op_type in through:
+            name = producer[name].input[0]
+        return name, producer.get(name)
+
     outputs = {o.name for o in graph.output}
     softmax = [n for n in graph.node if n.op_type == "Softmax" and n.output[0] in outputs]
     if not softmax:
         return None
-    node = producer.get(softmax[-1].input[0])
-    while node is not None and node.op_type in _POSITIVE_HOMOGENEOUS:
-        node = producer.get(node.input[0])
-    if node is None or node.op_type not in ("Gemm", "Conv"):
+    _, layer = source(softmax[-1].input[0], _POSITIVE_HOMOGENEOUS)
+    if layer is None or layer.op_type not in ("Gemm", "Conv"):
         return None
-    return softmax[-1], node
+    # the weight may reach the layer through a Reshape
+    return softmax[-1].input[0], {source(name, _PASS_THROUGH)[0] for name in layer.input[1:3]}
 
 
 def calibrate_logits(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -155,24 +161,23 @@ def calibrate_logits(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> onn
     found = _classifier(model.graph)
     if found is None:
         return model
-    softmax, layer = found
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.extend([onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None)])
-    logits = _run_float32(probe, feed)[0]
+    logits_name, weights = found
+    outputs = [onnx.ValueInfoProto() for _ in model.graph.output]  # the model itself is probed for its logits
+    for kept, o in zip(outputs, model.graph.output):  # (copies of its outputs only, not of its weights)
+        kept.CopyFrom(o)
+    del model.graph.output[:]
+    model.graph.output.extend([onnx.helper.make_tensor_value_info(logits_name, onnx.TensorProto.FLOAT, None)])
+    try:
+        logits = _run_float32(model, feed)[0]
+    finally:
+        del model.graph.output[:]
+        model.graph.output.extend(outputs)
     std = float(np.std(logits))
     if not np.isfinite(std) or std == 0.0:
         return model
     scale = 2.0 ** -np.floor(np.log2(std))
     if scale == 1.0:
         return model
-    producer = {o: n for n in model.graph.node for o in n.output}
-    weights = set()
-    for name in layer.input[1:3]:  # the weight may reach the layer through a Reshape
-        while name in producer and producer[name].op_type in _PASS_THROUGH:
-            name = producer[name].input[0]
-        weights.add(name)
     for i, t in enumerate(model.graph.initializer):
         if t.name in weights:
             scaled = (numpy_helper.to_array(t) * scale).astype(np.float32)
