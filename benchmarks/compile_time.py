@@ -169,7 +169,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 _PHASE_ORDER = {p: i for i, p in enumerate(("load", "rewrite", "ceilings", "schedule", "codegen", "compile", "build",
-                                            "verify", "cache"))}
+                                            "verify", "cache", "other"))}
 
 
 def render(result: dict) -> str:

@@ -1,8 +1,9 @@
 """Seconds per pipeline phase: one :class:`PhaseTimer` is passed down the passes of one ``optimize``.
 
 Phases nest (code generation and C compilation run inside the build): the clock of the enclosing phase
-pauses while an inner one runs, so every second of the timed span is charged to exactly one phase and
-the phases sum to the span. A leaf module (the standard library only): every layer may take a timer.
+pauses while an inner one runs, and the bookkeeping between phases is charged to ``other``, so every
+second since the timer was made is charged to exactly one phase and the phases sum to the span.
+A leaf module (the standard library only): every layer may take a timer.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # the phases of ``superopt.optimize``, in pipeline order (a report lists them in this order, then any other)
-PHASES = ("load", "rewrite", "ceilings", "schedule", "codegen", "compile", "build", "verify", "cache")
+PHASES = ("load", "rewrite", "ceilings", "schedule", "codegen", "compile", "build", "verify", "cache", "other")
+OTHER = "other"  # the time outside every named phase
 
 
 class PhaseTimer:
@@ -25,9 +27,8 @@ class PhaseTimer:
         self._mark = time.perf_counter()
 
     def _charge(self, now: float) -> None:
-        if self._stack:
-            top = self._stack[-1]
-            self.seconds[top] = self.seconds.get(top, 0.0) + (now - self._mark)
+        top = self._stack[-1] if self._stack else OTHER
+        self.seconds[top] = self.seconds.get(top, 0.0) + (now - self._mark)
         self._mark = now
 
     @contextmanager
@@ -45,10 +46,12 @@ class PhaseTimer:
 
     @property
     def total_s(self) -> float:
+        """Seconds charged so far (up to the last phase boundary or :meth:`ordered`)."""
         return sum(self.seconds.values())
 
     def ordered(self) -> dict[str, float]:
-        """Seconds by phase, in pipeline order."""
+        """Seconds by phase up to now, in pipeline order; they sum to :attr:`total_s`."""
+        self._charge(time.perf_counter())
         known = [p for p in PHASES if p in self.seconds]
         return {p: self.seconds[p] for p in known + sorted(set(self.seconds) - set(PHASES))}
 

@@ -42,10 +42,12 @@ def test_nested_phases_are_charged_exclusively():
         with timer.phase("compile"):
             time.sleep(0.05)
         time.sleep(0.02)
-    assert set(timer.seconds) == {"build", "compile"}
+    timer.ordered()  # charges the time since the last phase ended to "other"
+    assert set(timer.seconds) == {"build", "compile", "other"}
     assert 0.05 <= timer.seconds["compile"] < 0.09
     assert 0.04 <= timer.seconds["build"] < 0.08  # the sleep inside compile is not counted twice
-    assert timer.total_s == pytest.approx(timer.seconds["build"] + timer.seconds["compile"])
+    assert timer.seconds["other"] < 0.02
+    assert timer.total_s == pytest.approx(sum(timer.seconds.values()))
 
 
 def _check_phases(report: dict) -> None:
@@ -53,7 +55,8 @@ def _check_phases(report: dict) -> None:
     assert set(PIPELINE) <= set(phases), phases
     assert all(t >= 0 for t in phases.values())
     assert report["total_s"] > 0
-    assert abs(sum(phases.values()) - report["total_s"]) <= 0.1 * report["total_s"], (phases, report["total_s"])
+    # the bookkeeping between phases is charged to "other", so the phases account for every second
+    assert sum(phases.values()) == pytest.approx(report["total_s"], rel=1e-9), (phases, report["total_s"])
 
 
 def test_report_phases_sum_to_the_total_and_count_the_kernels_compiled(model_path, tmp_path):
