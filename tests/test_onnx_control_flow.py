@@ -175,3 +175,30 @@ def test_optimize_keeps_control_flow_native_and_reports_no_fallback():
     for w in ([0.5, -1, 2], [-3, -3, -3]):
         feed = {"x0": np.array([1, -2, 3], np.float32), "w": np.array(w, np.float32)}
         np.testing.assert_allclose(prog(feed["x0"], feed["w"])[0], sess.run(None, feed)[0], rtol=1e-5)
+
+
+def test_reference_interprets_bodies_instead_of_running_the_compiled_ones():
+    """The verifier's reference runs a control-flow body through the interpreter (in its own precision), so a
+    compiled body is checked against the spec, not against itself: a broken body runner does not reach it."""
+    from superopt.frontends.onnx_frontend import import_onnx_model
+    from superopt.interp.magnitude import reference_with_magnitudes
+    from superopt.interp.reference import evaluate
+    from superopt.ir.externs.control_flow import bodies_run_by
+
+    body, outs = _accumulate_loop(0)
+    nodes = [helper.make_node("Loop", ["n", "", "x", "x"], outs, body=body)]
+    g = helper.make_graph(nodes, "g", [_vi("x", F, [3]), _vi("w", F, [3])], [_vi(outs[0], F, [3])],
+                          initializer=[helper.make_tensor("n", I64, [], [3])])
+    graph = import_onnx_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    x, w = np.array([1, -2, 3], np.float32), np.array([0.5, -1, 2], np.float32)
+    want = x + 3 * x * w  # acc starts at x and adds x * w three times
+
+    def broken(body_graph, xs):
+        return [np.zeros(t.shape, t.np_dtype) for t in map(body_graph.type_of.__getitem__, body_graph.outputs)]
+
+    with bodies_run_by(broken):
+        got = evaluate(graph, [x, w])[graph.outputs[0]]
+        ref, _ = reference_with_magnitudes(graph, dict(zip(graph.inputs, [x, w])))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(ref[graph.outputs[0]], want, rtol=1e-12)
+    assert ref[graph.outputs[0]].dtype == np.float64

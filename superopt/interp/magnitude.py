@@ -35,10 +35,12 @@ from superopt.interp.reference import (
     _Space,
     _StatementEval,
     access_view,
+    body_interpreter,
     evaluate_statement,
 )
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
+from superopt.ir.externs.control_flow import bodies_run_by
 from superopt.ir.graph import Graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import is_float
@@ -276,7 +278,8 @@ def reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], sa
         for r, env in enumerate(envs):
             ins = [shared[i] if i in shared else env[i] for i in node.inputs]
             if node.is_extern:
-                outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
+                with bodies_run_by(body_interpreter(np.float64)):  # a control-flow body is interpreted too
+                    outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
                 if r:
                     outs = [_perturb(o, np.abs(o), rng) for o in outs]
             else:

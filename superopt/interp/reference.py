@@ -9,7 +9,7 @@ and reduced along the reduction axes. ``dtype=np.float64`` evaluates floats in d
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Cast, Compare, Const, Expr, IndexValue, Unary, Where
 from superopt.ir.externs import evaluate_extern, run_time_shaped
+from superopt.ir.externs.control_flow import bodies_run_by
 from superopt.ir.graph import Graph
 from superopt.ir.statement import REDUCE_IDENTITY, Statement
 from superopt.ir.types import DTYPES, TensorType, is_float
@@ -246,6 +247,16 @@ def _constant(c, float_dtype: np.dtype) -> np.ndarray:
     return c.array.astype(float_dtype) if is_float(c.type.dtype) else c.array
 
 
+def body_interpreter(dtype) -> Callable[[Graph, Sequence[np.ndarray]], list[np.ndarray]]:
+    """A control-flow body runner (:func:`superopt.ir.externs.control_flow.bodies_run_by`) that interprets the
+    body in ``dtype``, as the enclosing graph is."""
+
+    def run(body: Graph, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = evaluate(body, list(xs), dtype)
+        return [out[o] for o in body.outputs]
+    return run
+
+
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], dtype=np.float32,
              keep_intermediates: bool = False) -> dict[str, np.ndarray]:
     """Run a graph; returns its outputs by name (or every tensor, with ``keep_intermediates``)."""
@@ -273,7 +284,8 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
                 env[t] = _constant(constants[t], float_dtype)
         ins = [env[t] for t in node.inputs]
         if node.is_extern:
-            outs = evaluate_extern(node.op.kind, ins, node.op.attr)
+            with bodies_run_by(body_interpreter(float_dtype)):  # a control-flow body is interpreted too
+                outs = evaluate_extern(node.op.kind, ins, node.op.attr)
         else:
             outs = evaluate_compute(node.op, ins, float_dtype)
         for name, val, dynamic in zip(node.outputs, outs, run_time_shaped(node)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -289,6 +290,10 @@ class GraphExecutor:
         self._output_rules = [(o, self._copies(o)) for o in graph.outputs]
         self._input_types = [(n, graph.type_of[n].shape, np.dtype(graph.type_of[n].np_dtype)) for n in graph.inputs]
         self._steps = self._plan_steps()
+        # the intermediates live in the buffers planned once (self._buffers), so two calls at the same time
+        # would overwrite each other's: calls from several threads (a control-flow body that the verifier's
+        # reference thread and the program both run, or a user's threads) take turns
+        self._lock = threading.RLock()
 
     def _kernel_buffers(self) -> list[PlannedBuffer]:
         """Per compute node: its kernel's workspace and stack buffers, packed inputs, fresh outputs."""
@@ -327,14 +332,15 @@ class GraphExecutor:
         return buf.ctypes.data + self.memory.offset_of.get(tensor, 0)
 
     def __call__(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        env = self._input_env(inputs)
-        try:
-            for step in self._steps:
-                step(env)
-        except _NativeFailure:
-            self._status.value = 0
-            return self._run(inputs, None)  # the numpy externs raise the reference's error
-        return self._results(env)
+        with self._lock:
+            env = self._input_env(inputs)
+            try:
+                for step in self._steps:
+                    step(env)
+            except _NativeFailure:
+                self._status.value = 0
+                return self._run(inputs, None)  # the numpy externs raise the reference's error
+            return self._results(env)
 
     def run_per_node(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """The plain path: one call per node, numpy for every extern (the chained path must agree with it)."""
@@ -370,15 +376,16 @@ class GraphExecutor:
     def _run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
              times: dict[str, list[float]] | None) -> dict[str, np.ndarray]:
         g = self.graph
-        env = self._input_env(inputs)
-        for name, c in g.constants:
-            env[name] = c.array
-        for n in g.nodes:
-            t0 = time.perf_counter() if times is not None else 0.0
-            self._run_node(n, env)
-            if times is not None:
-                times[n.name].append(time.perf_counter() - t0)
-        return self._results(env)
+        with self._lock:
+            env = self._input_env(inputs)
+            for name, c in g.constants:
+                env[name] = c.array
+            for n in g.nodes:
+                t0 = time.perf_counter() if times is not None else 0.0
+                self._run_node(n, env)
+                if times is not None:
+                    times[n.name].append(time.perf_counter() - t0)
+            return self._results(env)
 
     def _input_env(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """The graph inputs, checked and made contiguous in their element types."""

@@ -6,6 +6,7 @@ the default schedules and one thread (bodies are small and run once per iteratio
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,17 +16,22 @@ from superopt.ir.prune import prune_graph
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 
 _COMPILED: dict[str, GraphExecutor] = {}  # graph digest -> its executor (a body is compiled once per process)
+_COMPILING = threading.Lock()  # the verifier's reference thread and the program may ask for a body at once
 
 
 def _executor(graph: Graph) -> GraphExecutor:
     key = graph.digest()
-    if key not in _COMPILED:
-        from superopt.schedule.graph_defaults import default_schedules
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        return hit
+    with _COMPILING:
+        if key not in _COMPILED:
+            from superopt.schedule.graph_defaults import default_schedules
 
-        pruned = prune_graph(graph)
-        config = ExecutorConfig(threads=1)
-        _COMPILED[key] = GraphExecutor(pruned, default_schedules(pruned, config.resolved_target()), config)
-    return _COMPILED[key]
+            pruned = prune_graph(graph)
+            config = ExecutorConfig(threads=1)
+            _COMPILED[key] = GraphExecutor(pruned, default_schedules(pruned, config.resolved_target()), config)
+        return _COMPILED[key]
 
 
 def run_body(graph: Graph, xs: Sequence[np.ndarray]) -> list[np.ndarray]:

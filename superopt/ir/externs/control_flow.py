@@ -19,7 +19,9 @@ call).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -59,6 +61,9 @@ class Body:
         return [self.graph.type_of[o] for o in self.graph.outputs]
 
     def __call__(self, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        run = _BODY_RUNNER_HERE.get()
+        if run is not None:
+            return run(self.graph, xs)
         if not _BODY_RUNNER:
             raise RuntimeError(f"control-flow body {self.graph.name!r}: no body runner installed (importing "
                                "superopt.runtime installs the compiled one)")
@@ -69,9 +74,24 @@ BodyRunner = Callable[[Graph, Sequence[np.ndarray]], list[np.ndarray]]
 _BODY_RUNNER: list[BodyRunner] = []  # installed by the runtime, which compiles bodies (the IR sits below it)
 
 
+# the runner of this thread's current context, over the installed one: the reference interpreter runs bodies
+# itself, so that a compiled body is checked against the spec and not against its own code
+_BODY_RUNNER_HERE: ContextVar[BodyRunner | None] = ContextVar("body_runner", default=None)
+
+
 def install_body_runner(run: BodyRunner) -> None:
     """How every control-flow body runs from now on: ``run(graph, inputs) -> outputs``."""
     _BODY_RUNNER[:] = [run]
+
+
+@contextmanager
+def bodies_run_by(run: BodyRunner) -> Iterator[None]:
+    """Within the block, in this thread only, control-flow bodies run by ``run`` instead of the installed runner."""
+    token = _BODY_RUNNER_HERE.set(run)
+    try:
+        yield
+    finally:
+        _BODY_RUNNER_HERE.reset(token)
 
 
 def _check_inputs(kind: str, body: Body, types: Sequence[TensorType], what: str) -> None:
