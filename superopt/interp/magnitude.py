@@ -101,6 +101,9 @@ class _MagnitudeEval:
         if st.reduce == "+=":
             m = m.sum(axis=red_axes) if red_axes else m
         elif st.reduce in ("max=", "min="):
+            # an infinite term (a max pool's -inf padding) never wins where the result is finite, and where it
+            # does the result is that exact infinity: its scale bounds no error
+            m = np.where(np.isfinite(m), m, 0.0)
             m = m.max(axis=red_axes, initial=0.0) if red_axes else m
         elif st.reduce != "=":
             raise _NoBound
@@ -209,7 +212,9 @@ def _local_magnitude(st: Statement, env: Mapping[str, np.ndarray], value: np.nda
 def _perturb(value: np.ndarray, magnitude: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
     if rng is None or value.dtype.kind != "f":
         return value
-    return value + U32 * magnitude * rng.standard_normal(value.shape)
+    noise = U32 * magnitude * rng.standard_normal(value.shape)
+    # an infinity (a max pool's -inf padding) is exact: perturbing it would give inf - inf = NaN downstream
+    return np.where(np.isfinite(value), value + np.where(np.isfinite(noise), noise, 0.0), value)
 
 
 def _run_compute(c: Compute, args: Mapping[str, np.ndarray], rng: np.random.Generator | None,
