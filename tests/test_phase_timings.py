@@ -40,13 +40,14 @@ def test_nested_phases_are_charged_exclusively():
     with timer.phase("build"):
         time.sleep(0.02)
         with timer.phase("compile"):
-            time.sleep(0.05)
+            time.sleep(0.3)
         time.sleep(0.02)
     timer.ordered()  # charges the time since the last phase ended to "other"
     assert set(timer.seconds) == {"build", "compile", "other"}
-    assert 0.05 <= timer.seconds["compile"] < 0.09
-    assert 0.04 <= timer.seconds["build"] < 0.08  # the sleep inside compile is not counted twice
-    assert timer.seconds["other"] < 0.02
+    assert timer.seconds["compile"] >= 0.3
+    # the sleep inside compile is not counted twice (a loaded machine may oversleep, but not by 0.26 s)
+    assert 0.04 <= timer.seconds["build"] < 0.3
+    assert timer.seconds["other"] < 0.3
     assert timer.total_s == pytest.approx(sum(timer.seconds.values()))
 
 
