@@ -115,8 +115,8 @@ def _registry() -> list[Rule]:
     )
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *reshape_fusion.RULES, *vertical_fusion.RULES, *winograd.RULES,
-            *moments.RULES]
+            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *reshape_fusion.RULES,
+            *vertical_fusion.RULES, *winograd.RULES, *moments.RULES]
 
 
 RULES: list[Rule] = _registry()
