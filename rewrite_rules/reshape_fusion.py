@@ -17,7 +17,7 @@ import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, node_named
 from rewrite_rules.fusion import _is_elementwise_reader, elementwise_fusion_sites, fuse_elementwise_into_producer
-from rewrite_rules.movement import merge_reshape_sites, split_loops_through_reshape
+from rewrite_rules.movement import _merge_plan, split_loops_through_reshape
 from superopt.builder import GraphBuilder
 from superopt.ir.graph import Graph
 
@@ -39,9 +39,15 @@ def _candidate(graph: Graph, reshape_name: str, reader_name: str) -> bool:
 
 
 def fuse_through_reshape_sites(graph: Graph) -> Iterator[Site]:
-    for reshape, reader in merge_reshape_sites(graph):
-        if _candidate(graph, reshape, reader):
-            yield (reshape, reader)
+    # (the cheap checks first: a graph search enumerates the sites of every rule at every expansion)
+    for node in graph.nodes:
+        if not (node.is_extern and node.op.kind == "reshape"):
+            continue
+        readers = graph.consumers.get(node.outputs[0], [])
+        if len(readers) != 1 or not _candidate(graph, node.name, readers[0].name):
+            continue
+        if _merge_plan(graph, node, readers[0]) is not None:
+            yield (node.name, readers[0].name)
 
 
 def fuse_through_reshape(graph: Graph, site: Site) -> Graph:
