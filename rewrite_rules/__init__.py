@@ -109,13 +109,14 @@ def _registry() -> list[Rule]:
         moments,
         movement,
         pixel_merge,
+        reshape_fusion,
         vertical_fusion,
         winograd,
     )
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *vertical_fusion.RULES, *winograd.RULES,
-            *moments.RULES]
+            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *reshape_fusion.RULES,
+            *vertical_fusion.RULES, *winograd.RULES, *moments.RULES]
 
 
 RULES: list[Rule] = _registry()

@@ -93,17 +93,51 @@ def test_inputs_without_a_compute_producer_or_that_are_graph_outputs_keep_the_co
     assert concat_slices(g) == []
 
 
-def test_a_concatenation_of_a_concatenation_elides_the_inner_one(kernel_cache):
+def test_a_concatenation_of_a_concatenation_nests_in_the_outer_buffer(kernel_cache):
     b = GraphBuilder("nested")
     x = b.input("x", (1, 4, 3, 2))
     parts = [b.compute1(f"P[a,b,c,d] = X[a,b,c,d] * {k + 1}.0", {"X": x}, f"p{k}") for k in range(3)]
     inner = ops.concat(b, parts[:2], 1)
     outer = ops.concat(b, [inner, parts[2]], 1)
     g = b.build([b.compute1("O[a,b,c,d] = C[a,b,c,d] - 0.5", {"C": outer}, "o")])
-    assert [cs.output for cs in concat_slices(g)] == [inner]
+    assert [cs.output for cs in concat_slices(g)] == [inner, outer]
+    ex = _executor(g, kernel_cache)
+    assert len(ex.memory.elided) == 2
+    assert {ex.root[t] for t in (*parts, inner)} == {outer}
+    size = g.type_of[parts[0]].nbytes
+    assert [ex.memory.offset_of[t] for t in (*parts, inner)] == [0, size, 2 * size, 0]
     feed = {"x": np.random.default_rng(2).standard_normal((1, 4, 3, 2)).astype(np.float32)}
-    got = _executor(g, kernel_cache)(feed)
-    np.testing.assert_allclose(got[g.outputs[0]], evaluate(g, feed, np.float64)[g.outputs[0]], rtol=1e-6)
+    for got in (ex(feed), ex.run_per_node(feed)):
+        np.testing.assert_allclose(got[g.outputs[0]], evaluate(g, feed, np.float64)[g.outputs[0]], rtol=1e-6)
+
+
+def test_a_growing_chain_of_concatenations_read_between_steps_lives_in_one_buffer(kernel_cache):
+    """DenseNet's block: each step reads everything so far and appends a slice; every concatenation is
+    a prefix of the last one, and a slice written through a reshape (a tile merged back) lands in place."""
+    b = GraphBuilder("dense_chain")
+    x = b.input("x", (1, 2, 3, 4))
+    feats = b.compute1("F[a,c,y,z] = X[a,c,y,z] + 1.0", {"X": x}, "stem")
+    readers = []
+    for k in range(3):
+        s = b.compute1("S[a,y,z] += C[a,c,y,z]", {"C": feats}, f"sum{k}", extents={"c": 2 * (k + 1)})
+        new = b.compute1(f"N[a,y,z,c] = tanh(S[a,y,z]) * {k + 2}.0", {"S": s}, f"grow{k}", extents={"c": 2})
+        (new,) = b.extern("reshape", [new], shape=(1, 2, 3, 4)) if k == 1 else (b.compute1(
+            "M[a,c,y,z] = N[a,y,z,c]", {"N": new}, f"move{k}"),)
+        feats = ops.concat(b, [feats, new], 1)
+        readers.append(s)
+    g = b.build([b.compute1("O[a,c,y,z] = C[a,c,y,z] * 0.5", {"C": feats}, "out")])
+    slices = concat_slices(g)
+    assert len(slices) == 3
+    assert len(slices[1].inputs) == 3  # the reshaped slice and the compute output under it, at one offset
+    assert slices[1].inputs[1][1] == slices[1].inputs[2][1] > 0
+    ex = _executor(g, kernel_cache)
+    last = slices[-1].output
+    assert all(ex.root[cs.output] == last for cs in slices[:-1])
+    assert len(ex.memory.elided) == 3
+    feed = {"x": np.random.default_rng(4).standard_normal((1, 2, 3, 4)).astype(np.float32)}
+    ref = evaluate(g, feed, np.float64)[g.outputs[0]]
+    for got in (ex(feed), ex.run_per_node(feed), ex(feed)):
+        np.testing.assert_allclose(got[g.outputs[0]], ref, rtol=1e-5, atol=1e-6)
 
 
 def test_light_squeezenet_writes_its_fire_concatenations_in_place_and_matches_the_reference(kernel_cache, monkeypatch):

@@ -63,16 +63,34 @@ def _copies_in_order(c: Compute) -> bool:
     return bool(np.array_equal(out.ravel(), np.arange(types[-1].size, dtype=np.float64)))
 
 
+def _written_by(graph: Graph, t: str) -> list[str] | None:
+    """The tensors a producer writes when it writes ``t``: ``[t]`` for a compute node's output, ``[t, s]`` for
+    the reshape of a compute node's output ``s`` that nothing else reads (a view of the same bytes, as the
+    Winograd output transform's blocks merged back into a tile); None otherwise."""
+    producer = graph.producer
+    p = producer.get(t)
+    if p is None:
+        return None
+    if not p.is_extern:
+        return [t]
+    if p.op.kind != "reshape":
+        return None
+    s = p.inputs[0]
+    q = producer.get(s)
+    if q is None or q.is_extern or s in graph.outputs or len(graph.consumers.get(s, [])) != 1:
+        return None
+    return [t, s]
+
+
 def writable_in_place(graph: Graph, n: Node) -> bool:
     """Whether node ``n`` is a contiguous concatenation whose inputs' producers can write its slices:
-    compute nodes produce them, and neither they nor its output is a graph output (those are fresh
-    arrays each call) or aliased by a reshape."""
+    compute nodes produce them (or a reshape of a compute node's output read by nothing else), and neither
+    they nor its output is a graph output (those are fresh arrays each call) or aliased by a reshape."""
     if n.is_extern or len(n.inputs) < 2 or len(n.outputs) != 1:  # (first: the graph cost asks of every node)
         return False
     if n.outputs[0] in graph.outputs or any(t in graph.outputs for t in n.inputs):
         return False
-    producer = graph.producer
-    if any(t not in producer or producer[t].is_extern for t in n.inputs):
+    if any(_written_by(graph, t) is None for t in n.inputs):
         return False
     if any(r.is_extern and r.op.kind == "reshape" for t in n.inputs for r in graph.consumers.get(t, [])):
         return False
@@ -82,15 +100,37 @@ def writable_in_place(graph: Graph, n: Node) -> bool:
 def concat_slices(graph: Graph) -> list[ConcatSlices]:
     """The concatenations of ``graph`` whose inputs can be written in place, with their offsets.
 
-    Each node is :func:`writable_in_place`, and no tensor is a slice of two (a concatenation of a
-    concatenation keeps the outer one's copy)."""
+    Each node is :func:`writable_in_place`, and no tensor is a slice of two. A concatenation of a
+    concatenation nests: the inner one's output is a slice of the outer one (DenseNet's chain of growing
+    concatenations lives in one buffer, each a prefix of the next), so ``inputs`` may name a tensor that is
+    itself the output of an earlier entry; its slices' offsets are relative to it."""
     taken: set[str] = set()
     found: list[ConcatSlices] = []
     for n in graph.nodes:
         if n.outputs[0] in taken or any(t in taken for t in n.inputs) or not writable_in_place(graph, n):
             continue
         offsets = np.cumsum([0, *(graph.type_of[t].nbytes for t in n.inputs)])
-        found.append(ConcatSlices(n.name, n.outputs[0], tuple((t, int(o)) for t, o in zip(n.inputs, offsets))))
-        taken.update(n.inputs)
-        taken.add(n.outputs[0])
+        inputs = [(w, int(o)) for t, o in zip(n.inputs, offsets) for w in _written_by(graph, t)]
+        found.append(ConcatSlices(n.name, n.outputs[0], tuple(inputs)))
+        taken.update(w for w, _ in inputs)
     return found
+
+
+def resolve_slices(root: dict[str, str], slices: list[ConcatSlices]) -> tuple[dict[str, str], dict[str, int]]:
+    """``root`` (tensor -> the tensor owning its memory, reshapes already aliased) with every slice moved into
+    its outermost concatenation, and each slice's byte offset there (a nested slice's offsets add up)."""
+    parent = {t: (cs.output, off) for cs in slices for t, off in cs.inputs}
+    root = dict(root)
+    offset_of: dict[str, int] = {}
+    for t in list(root):
+        r, off, seen = root[t], 0, 0
+        if t in parent:
+            r, off = parent[t]
+        while r in parent and seen < len(parent):  # the owner is itself a slice of an outer concatenation
+            r, step = parent[r]
+            off += step
+            seen += 1
+        if r != root[t] or t in parent:
+            root[t] = r
+            offset_of[t] = off
+    return root, offset_of

@@ -35,7 +35,7 @@ from superopt.phases import PhaseTimer
 from superopt.runtime.buffers import ALIGN, aligned_empty, aligned_empty_at, data_address
 from superopt.runtime.chain import RUNNER_SOURCE, Chain, function_address, load_runner
 from superopt.runtime.compiler import CompilerConfig
-from superopt.runtime.concat_slices import ConcatSlices, concat_slices
+from superopt.runtime.concat_slices import ConcatSlices, concat_slices, resolve_slices
 from superopt.runtime.kernel import CompiledKernel, build_library, pack_caller_source
 from superopt.runtime.native_externs import NativeExtern, native_extern
 from superopt.schedule.primitives import Primitive
@@ -159,9 +159,10 @@ class MemoryPlan:
         return "\n".join([f"memory plan: {self.total_bytes:,d} bytes held", *rows])
 
 
-def _storage_roots(graph: Graph, slices: Sequence[ConcatSlices] = ()) -> dict[str, str]:
+def _storage_roots(graph: Graph, slices: Sequence[ConcatSlices] = ()) -> tuple[dict[str, str], dict[str, int]]:
     """Tensor -> the tensor owning its memory (reshape outputs alias their input; a concatenation's
-    inputs written in place live in its output)."""
+    inputs written in place live in its output, a nested one's in the outermost), and each slice's byte
+    offset there."""
     root: dict[str, str] = {}
     for n in graph.nodes:
         for o in n.outputs:
@@ -169,18 +170,14 @@ def _storage_roots(graph: Graph, slices: Sequence[ConcatSlices] = ()) -> dict[st
         if n.is_extern and n.op.kind == "reshape":
             src = n.inputs[0]
             root[n.outputs[0]] = root.get(src, src)
-    for cs in slices:
-        for t, _ in cs.inputs:
-            root[t] = cs.output
-    return root
+    return resolve_slices(root, list(slices))
 
 
 def plan_memory(graph: Graph, elide_concats: bool = True) -> tuple[MemoryPlan, dict[str, str]]:
     """Intermediate buffers shared by tensors whose lives do not overlap, and (``elide_concats``) the
     concatenations whose inputs their producers write in place (``runtime/concat_slices.py``)."""
     slices = concat_slices(graph) if elide_concats else []
-    root = _storage_roots(graph, slices)
-    offset_of = {t: off for cs in slices for t, off in cs.inputs}
+    root, offset_of = _storage_roots(graph, slices)
     external = set(graph.inputs) | set(graph.constant)
     fresh = {root.get(o, o) for o in graph.outputs}  # outputs own fresh arrays each call
     last_use: dict[str, int] = {}
