@@ -101,8 +101,10 @@ class OptimizeConfig:
                              self.seed, self.layout, self.winograd)
 
 
-MODEL_PICK_S = 0.25
-MODEL_PICK_MIN_S = 2.0
+# (the picking time a distinct kernel adds to the allowance; picks run largest work first, and a pick of an
+# elementwise kernel, a space of a few points, takes a fraction of it)
+MODEL_PICK_S = 0.2
+MODEL_PICK_MIN_S = 1.6
 
 
 @dataclass

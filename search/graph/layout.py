@@ -89,9 +89,12 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
             done.append(name)
     graph = cancel_all(graph)
     changed = True
-    while changed:
+    while changed:  # (until a whole pass blocks nothing)
         changed = False
-        for node in graph.nodes:
+        k = 0
+        while k < len(graph.nodes):
+            node = graph.nodes[k]
+            k += 1
             if node.name in done or node.is_extern or conversion_kind(graph, node) is not None:
                 continue
             if _reads_only_conversions(graph, node, block) and blockable(graph, node, block):
@@ -101,7 +104,9 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
                     continue
                 done.append(node.name)
                 changed = True
-                break
+                # the scan goes on after the node: blocking it changes what reads it, never what it reads, so
+                # no node before it became blockable (a scan from the start, per node blocked, was quadratic)
+                k = next(i for i, n in enumerate(graph.nodes) if n.name == node.name) + 1
     return absorb_all(graph), done
 
 

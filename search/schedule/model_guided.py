@@ -58,7 +58,7 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
     seeds = list(seeds)
     for p in seeds:
         add(p)
-    _breed(space, rng, seeds, add, population - len(pool), lambda: len(pool) >= population, fresh)
+    _breed(space, rng, seeds, add, population - len(pool), lambda: len(pool) >= population, fresh, lambda: len(pool))
     scores: dict[tuple[Primitive, ...], float] = {}
     for gen in range(generations + 1):
         new = [t for t in pool if t not in scores]
@@ -70,17 +70,24 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
         ranked = sorted(scores, key=lambda t: -scores[t])[: max(4, population // 16)]
         size = len(pool) + population // 2
         _breed(space, rng, [pool[t] for t in ranked] + seeds, add, population // 2, lambda s=size: len(pool) >= s,
-               fresh / 2)
+               fresh / 2, lambda: len(pool))
     return sorted((Scored(pool[t], t, scores[t]) for t in pool), key=lambda s: -s.score)
 
 
+# consecutive proposals that add nothing after which breeding stops: the space (a copy or an elementwise
+# kernel has a handful of points) is exhausted around its parents
+STALE_TRIES = 128
+
+
 def _breed(space: ScheduleSpace, rng: random.Random, parents: list[Point], add: Callable[[Point], None],
-           wanted: int, full: Callable[[], bool], fresh: float) -> None:
-    """Children until ``full()``, or 4 tries per wanted child (a small space runs out of new points)."""
-    tries = 0
+           wanted: int, full: Callable[[], bool], fresh: float, size: Callable[[], int]) -> None:
+    """Children until ``full()``, or 4 tries per wanted child, or :data:`STALE_TRIES` tries in a row that add
+    no new point (a small space runs out of new points)."""
+    tries = stale = 0
     budget = 4 * max(wanted, 0) + 16
-    while not full() and tries < budget:
+    while not full() and tries < budget and stale < STALE_TRIES:
         tries += 1
+        before = size()
         r = rng.random()
         if not parents or r < fresh:
             add(space.sample(rng))
@@ -89,6 +96,7 @@ def _breed(space: ScheduleSpace, rng: random.Random, parents: list[Point], add: 
             add(space.crossover(a, b, rng))
         else:
             add(space.mutate(rng.choice(parents), rng, rng.choice((1, 1, 2)), structural=rng.random() < 0.25))
+        stale = 0 if size() > before else stale + 1
 
 
 # sketches newer than the shipped model's training data (costmodel/pretrained: datasets/zen3-2t-v1): for a

@@ -41,6 +41,10 @@ class DivMod:
 Atom = str | DivMod  # a dimension / loop variable name, or a quotient or remainder of one
 
 
+def _term_order(term: tuple[Atom, int]) -> tuple[int, str]:
+    return _atom_order(term[0])
+
+
 def _atom_order(atom: Atom) -> tuple[int, str]:
     """Names first, by name; then div/mod atoms by the text of ``(op, var, divisor)`` (the printed order
     of generated C depends on it, so it never changes)."""
@@ -62,8 +66,20 @@ class Affine:
 
     @staticmethod
     def of(terms: Mapping[Atom, int] | None = None, const: int = 0) -> Affine:
-        terms = {d: int(c) for d, c in (terms or {}).items() if c != 0}
-        return Affine(tuple(sorted(terms.items(), key=lambda kv: _atom_order(kv[0]))), int(const))
+        # (the most called constructor of the compiler: lowering and featurizing a schedule builds hundreds
+        # of thousands; names alone sort by name, which is their _atom_order)
+        if not terms:
+            return Affine((), int(const))
+        items = [(d, int(c)) for d, c in terms.items() if c != 0]
+        if len(items) > 1:
+            try:
+                items.sort()  # (all names: sorted by name; a coefficient never decides, the names differ)
+            except TypeError:  # a div/mod atom among them
+                items.sort(key=_term_order)
+            else:
+                if not isinstance(items[0][0], str):  # (div/mod atoms alone: their own order)
+                    items.sort(key=_term_order)
+        return Affine(tuple(items), int(const))
 
     @staticmethod
     def dim(name: Atom) -> Affine:
@@ -102,15 +118,18 @@ class Affine:
     def substitute(self, mapping: Mapping[str, Affine]) -> Affine:
         """Replace variables by expressions; a div/mod atom of a replaced variable is rewritten when the
         replacement is ``m*outer + inner`` with ``m`` a multiple of the divisor (else ValueError)."""
-        out = Affine.of({}, self.const)
+        t: dict[Atom, int] = {}
+        const = self.const
         for d, c in self.terms:
-            if isinstance(d, str):
-                out = out + (mapping[d].scale(c) if d in mapping else Affine.of({d: c}))
-            elif d.var in mapping:
-                out = out + _split_divmod(d, mapping[d.var]).scale(c)
-            else:
-                out = out + Affine.of({d: c})
-        return out
+            part = mapping.get(d) if isinstance(d, str) else \
+                _split_divmod(d, mapping[d.var]) if d.var in mapping else None
+            if part is None:
+                t[d] = t.get(d, 0) + c
+                continue
+            const += part.const * c
+            for a, k in part.terms:
+                t[a] = t.get(a, 0) + k * c
+        return Affine.of(t, const)
 
     def simplify(self) -> Affine:
         """Fold ``k*(v/k)*c + (v%k)*c`` into ``v*c`` (a fused loop over contiguous axes keeps unit stride)."""

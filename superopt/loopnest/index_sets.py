@@ -41,6 +41,22 @@ _HOLDS = {"<": lambda x, k: x < k, "<=": lambda x, k: x <= k, ">": lambda x, k: 
 Test = tuple[Affine, str, int]
 
 
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # a dataclass -> (its fields, its init fields)
+
+
+def _fields(x: object) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The field names of ``x``'s dataclass and those its constructor takes (None: not a dataclass instance);
+    looked up once per class: the walks below visit every node of a loop nest, for every candidate schedule
+    the cost model scores."""
+    t = type(x)
+    got = _FIELDS.get(t)
+    if got is None:
+        if not is_dataclass(t):
+            return None
+        got = _FIELDS[t] = (tuple(f.name for f in fields(t)), tuple(f.name for f in fields(t) if f.init))
+    return got
+
+
 def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, ...]]]]) -> dict[object, tuple[Test, ...]]:
     """Every resolvable test under ``x``, keyed by the node it belongs to (an InBounds, a GuardCond or a
     comparison Op). ``memo`` (id -> (node, tests)) holds the subtrees already walked: an outer loop's body
@@ -52,8 +68,8 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         return {x: ((x.index, "<", x.limit),)}
     if isinstance(x, tuple):
         children = x
-    elif is_dataclass(x) and not isinstance(x, type):
-        children = tuple(getattr(x, f.name) for f in fields(x))
+    elif (names := _fields(x)) is not None:
+        children = tuple(getattr(x, n) for n in names[0])
     else:
         return {}
     hit = memo.get(id(x))
@@ -67,7 +83,7 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         elif isinstance(b, IndexNumber) and isinstance(a, Literal) and isinstance(a.value, int):
             out[x] = ((b.index, _FLIP[x.op], int(a.value)),)
     for c in children:
-        if isinstance(c, tuple) or is_dataclass(c):  # (InBounds and GuardCond are dataclasses)
+        if isinstance(c, tuple) or _fields(c) is not None:  # (InBounds and GuardCond are dataclasses)
             out.update(_tests_of(c, memo))
     memo[id(x)] = (x, out)  # the node is kept: its id is not reused while the memo lives
     return out
@@ -107,9 +123,14 @@ def _map(x: object, fn) -> object:
     if got is not None:
         return got
     if isinstance(x, tuple):
-        return tuple(m for c in x if (m := _map(c, fn)) is not _GONE)
-    if is_dataclass(x) and not isinstance(x, type):
-        return replace(x, **{f.name: _map(getattr(x, f.name), fn) for f in fields(x) if f.init})
+        out = tuple(m for c in x if (m := _map(c, fn)) is not _GONE)
+        return x if len(out) == len(x) and all(a is b for a, b in zip(out, x)) else out
+    names = _fields(x)
+    if names is not None:
+        old = {n: getattr(x, n) for n in names[1]}
+        new = {n: _map(v, fn) for n, v in old.items()}
+        # (a subtree nothing changed in is kept as it is: no copy, and the tests' memo still knows it)
+        return x if all(new[n] is old[n] for n in old) else replace(x, **new)
     return x
 
 

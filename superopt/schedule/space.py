@@ -84,6 +84,10 @@ class ScheduleSpace:
         if not self.sketches:
             self.sketches = ["naive"]
             self._default = Point.of("naive")
+        # each point's resolution and checked trace (or the ScheduleError that rejected it): an evolutionary
+        # search proposes the same points again and again, and resolving one runs its whole sketch
+        self._resolved: dict[Point, tuple | ScheduleError] = {}
+        self._traces: dict[Point, tuple[Primitive, ...] | ScheduleError] = {}
 
     def default_point(self) -> Point:
         """The default heuristic as a point of this space."""
@@ -92,20 +96,36 @@ class ScheduleSpace:
 
     def resolve(self, point: Point) -> tuple[tuple[Primitive, ...], dict[str, Any], dict[str, tuple]]:
         """(trace, knobs used with their values, their domains); raises ScheduleError if it does not fit."""
-        kn = KnobRecorder(point.knob_map)
-        try:
-            trace = tuple(build_sketch(self.compute, self.target, self.consts, point.sketch, kn))
-        except ScheduleError:
-            raise
-        except (ValueError, KeyError, IndexError, StopIteration) as e:
-            raise ScheduleError(f"sketch {point.sketch!r} does not fit with knobs {point.knob_map}: {e}") from e
-        return trace, kn.used, kn.domains
+        got = self._resolved.get(point)
+        if got is None:
+            kn = KnobRecorder(point.knob_map)
+            try:
+                got = (tuple(build_sketch(self.compute, self.target, self.consts, point.sketch, kn)), kn.used,
+                       kn.domains)
+            except ScheduleError as e:
+                got = e
+            except (ValueError, KeyError, IndexError, StopIteration) as e:
+                got = ScheduleError(f"sketch {point.sketch!r} does not fit with knobs {point.knob_map}: {e}")
+                got.__cause__ = e
+            self._resolved[point] = got
+        if isinstance(got, ScheduleError):
+            raise ScheduleError(str(got))  # (a fresh one: raising the stored one would grow its traceback)
+        trace, used, domains = got
+        return trace, dict(used), dict(domains)  # (copies: the memo's own stay as resolved)
 
     def trace(self, point: Point) -> tuple[Primitive, ...]:
         """The point's trace, checked legal (``ScheduleError`` otherwise)."""
-        trace = self.resolve(point)[0]
-        check(self.compute, trace, self.target)
-        return trace
+        got = self._traces.get(point)
+        if got is None:
+            try:
+                got = self.resolve(point)[0]
+                check(self.compute, got, self.target)
+            except ScheduleError as e:
+                got = e
+            self._traces[point] = got
+        if isinstance(got, ScheduleError):
+            raise ScheduleError(str(got))
+        return got
 
     def normalize(self, point: Point) -> Point:
         """The same schedule with exactly the knobs its sketch uses (unused ones dropped)."""
