@@ -130,3 +130,22 @@ def test_check_refuses_register_transposes_on_a_gpu():
     with pytest.raises(ScheduleError, match="CPU targets"):
         lower(c, [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("i_o", "j_o", "j_i", "i_i")),
                   TransposeBlock("O", "j_i")], h200_target())
+
+
+def test_the_cost_model_sees_both_sides_of_a_register_block_move_in_vectors():
+    """The features of a transposition copied by blocks in registers: a vector loop, and unit inner and vector
+    strides on both buffers; the same blocks copied element by element leave one buffer strided."""
+    from costmodel.features import FEATURE_NAMES, nest_features
+    from superopt.loopnest import build_loopnest
+
+    target = avx512_target(2)
+    c = compile_op("O[j,i] = X[i,j]", {"X": (200, 150)})
+    feats = {}
+    for shuffle in (True, False):
+        plan = lower(c, transpose_schedule(c.statements[-1], target, KnobRecorder({"O.shuffle": shuffle})), target)
+        feats[shuffle] = dict(zip(FEATURE_NAMES, nest_features(plan, build_loopnest(plan), target, frozenset())))
+    blocks, scalar = feats[True], feats[False]
+    assert blocks["loop.vectorized.count"] > 0 and scalar["loop.vectorized.count"] == 0
+    for b in ("buf0", "buf1"):
+        assert blocks[f"{b}.inner_stride"] == blocks[f"{b}.vector_stride"] == 1.0  # log2(1 + 1)
+    assert max(scalar["buf0.inner_stride"], scalar["buf1.inner_stride"]) > 1.0

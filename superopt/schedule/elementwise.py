@@ -35,7 +35,7 @@ def fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent
     return prims, name, ext
 
 
-TRANSPOSE_ORDERS = ("outer+in", "outer+out", "in", "out")
+TRANSPOSE_ORDERS = ("mid", "outer+in", "outer+out", "in", "out")
 
 
 def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
@@ -51,8 +51,11 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
-    the loads do). The leading loops are fused until there is work for every thread (loops with a partial
-    block cannot be fused), and run in parallel."""
+    the loads do); or, by default (``mid``), the output's order with ``d_in``'s blocks moved just inside all but
+    the innermost other dim: the stores still run along whole output rows, and the input rows that one block
+    of ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of
+    ``l`` inside ``j``, around ``i`` and ``k``). The leading loops are fused until there is work for every
+    thread (loops with a partial block cannot be fused), and run in parallel."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
@@ -72,13 +75,16 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
     shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
     stream = shuffle and kn.get(f"{s}.stream", False, (False, True))
-    order = kn.get(f"{s}.order", "outer+in", TRANSPOSE_ORDERS)
+    order = kn.get(f"{s}.order", "mid", TRANSPOSE_ORDERS)
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
     in_dims = [ix.dims[0] for ix in st.expr.index]
-    rank = (st.out_dims if order.endswith("out") else in_dims).index
+    rank = (in_dims if order.endswith("in") else st.out_dims).index
     level = sorted([d_in, d_out] + others, key=lambda d: (order.startswith("outer+") and d not in (d_in, d_out), rank(d)))
     if order.startswith("outer+"):
         level = [d for d in level if d in others] + [d for d in level if d not in others]
+    if order == "mid":  # the output's order, d_in's blocks just inside all but the innermost other dim
+        inner_others = [d for d in st.out_dims if d in others]
+        level = [*inner_others[:-1], d_in, *inner_others[-1:], d_out]
     name = {d: f"{d}_o" if d in (d_in, d_out) else d for d in level}
     extent = {name[d]: math.ceil(ext[d] / block) if d in (d_in, d_out) else ext[d] for d in level}
     tailed = {name[d] for d in (d_in, d_out) if ext[d] % block}
