@@ -60,7 +60,8 @@ def test_the_default_copies_a_permutation_by_register_blocks_and_matches_numpy(t
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_block_order_and_streamed_stores_match_numpy(order, stream, kernel_cache):
     c = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (5, 3, 37, 21)})
-    trace = transpose_schedule(c.statements[-1], host_target(2), KnobRecorder({"O.order": order, "O.stream": stream}))
+    trace = transpose_schedule(c.statements[-1], host_target(2), KnobRecorder({"O.order": order, "O.stream": stream}),
+                               c.type_of)
     assert TransposeBlock("O", "l_i", stream) in trace
     x = np.random.default_rng(1).standard_normal((5, 3, 37, 21)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
@@ -142,10 +143,34 @@ def test_the_cost_model_sees_both_sides_of_a_register_block_move_in_vectors():
     c = compile_op("O[j,i] = X[i,j]", {"X": (200, 150)})
     feats = {}
     for shuffle in (True, False):
-        plan = lower(c, transpose_schedule(c.statements[-1], target, KnobRecorder({"O.shuffle": shuffle})), target)
+        trace = transpose_schedule(c.statements[-1], target, KnobRecorder({"O.shuffle": shuffle}), c.type_of)
+        plan = lower(c, trace, target)
         feats[shuffle] = dict(zip(FEATURE_NAMES, nest_features(plan, build_loopnest(plan), target, frozenset())))
     blocks, scalar = feats[True], feats[False]
     assert blocks["loop.vectorized.count"] > 0 and scalar["loop.vectorized.count"] == 0
     for b in ("buf0", "buf1"):
         assert blocks[f"{b}.inner_stride"] == blocks[f"{b}.vector_stride"] == 1.0  # log2(1 + 1)
     assert max(scalar["buf0.inner_stride"], scalar["buf1.inner_stride"]) > 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_a_transposition_of_another_type_keeps_its_blocks_without_register_shuffles(dtype, kernel_cache):
+    from superopt.schedule.primitives import Parallel as Par
+
+    c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (19, 5, 35)}, dtype=dtype)
+    trace = default_schedule(c, host_target(2))
+    assert not any(isinstance(p, TransposeBlock) for p in trace) and any(isinstance(p, Par) for p in trace), trace
+    x = (np.random.default_rng(4).standard_normal((19, 5, 35)) * 100).astype(dtype)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, x.transpose(2, 1, 0))
+
+
+def test_a_transposition_of_an_inlined_temporary_falls_back_to_the_simple_blocks(kernel_cache):
+    """``O[j,i] = T[i,j]`` with ``T = 2 X`` inlined is no plain copy: check() refuses the register block, and the
+    default falls back to a sketch without it (still parallel), not to the naive loops."""
+    c = compile_op("T[i,j] = X[i,j] * 2.0\nO[j,i] = T[i,j]", {"X": (37, 53)})
+    trace = default_schedule(c, host_target(2))
+    assert trace and not any(isinstance(p, TransposeBlock) for p in trace), trace
+    x = np.random.default_rng(5).standard_normal((37, 53)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, (2 * x).T)

@@ -4,9 +4,11 @@ contiguous one, tiled transposes, and which temporaries are inlined into their r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from superopt.ir.expr import Access
 from superopt.ir.statement import Statement
+from superopt.ir.types import TensorType
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -38,16 +40,18 @@ def fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent
 TRANSPOSE_ORDERS = ("mid", "outer+in", "outer+out", "in", "out")
 
 
-def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
+def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
+                       types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
     """A pure copy whose input's contiguous axis (``d_in``) is not the output's (``d_out``): both split into
     square blocks (``<stage>.block``, a vector), so both the strided side and the contiguous side stay in L1
     (attention's K transpose; NCHW16c back to NCHW), where a row-by-row copy walks the strided side through
     memory. A block of a vector's lanes (8 or 16) is a :class:`TransposeBlock` (``<stage>.shuffle``): contiguous
     vector loads along ``d_in``, register shuffles, contiguous vector stores along ``d_out``, and masked ones for
-    the blocks that the extents' remainders cut short; else scalar copies (vectorizing either side of a block
-    turns the other into gathers or scatters). Whole blocks may be stored past the caches (``<stage>.stream``,
-    off by default: each block then ends with a store fence, and where the output fits in the last-level cache,
-    as the next reader would like it to, the stores miss it; the search tries it).
+    the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
+    copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
+    stored past the caches (``<stage>.stream``, off by default: each block then ends with a store fence, and
+    where the output fits in the last-level cache, as the next reader would like it to, the stores miss it; the
+    search tries it).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
@@ -68,7 +72,8 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     d_in = src.dims[0]
     if ext[d_in] < VECTOR or ext[d_out] < VECTOR:
         raise ValueError("transpose extents are shorter than the vector width")
-    shuffles = target.kind == "cpu" and VECTOR in (8, 16)
+    shuffles = target.kind == "cpu" and VECTOR in (8, 16) and types is not None \
+        and all(types[t].dtype == "float32" for t in (s, st.expr.tensor))
     # half a vector where both sides divide by that and not by a vector (no partial blocks: 56 pixels a row of
     # NCHW16c back to NCHW), else a vector
     fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
@@ -78,8 +83,7 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     order = kn.get(f"{s}.order", "mid", TRANSPOSE_ORDERS)
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
     in_dims = [ix.dims[0] for ix in st.expr.index]
-    rank = (in_dims if order.endswith("in") else st.out_dims).index
-    level = sorted([d_in, d_out] + others, key=lambda d: (order.startswith("outer+") and d not in (d_in, d_out), rank(d)))
+    level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
     if order.startswith("outer+"):
         level = [d for d in level if d in others] + [d for d in level if d not in others]
     if order == "mid":  # the output's order, d_in's blocks just inside all but the innermost other dim
@@ -98,9 +102,10 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     return prims + fprims + [Parallel(s, fname)]
 
 
-def simple_schedule(st: Statement, target: Target, attached: bool = False,
-                    knobs: KnobRecorder | None = None) -> list[Primitive]:
-    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks)."""
+def simple_schedule(st: Statement, target: Target, attached: bool = False, knobs: KnobRecorder | None = None,
+                    types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
+    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks, copied by
+    register shuffles where ``types`` shows a float32 copy)."""
     kn = knobs or KnobRecorder()
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
@@ -108,7 +113,7 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False,
     loops = [d for d, _ in st.extents]
     if not attached:
         try:
-            return transpose_schedule(st, target, kn)
+            return transpose_schedule(st, target, kn, types)
         except ValueError:
             pass
     prims: list[Primitive] = []

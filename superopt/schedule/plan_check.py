@@ -84,8 +84,8 @@ TRANSPOSE_BLOCKS = (8, 16)  # the register transposes the C prelude has (so_tran
 
 
 def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
-    """A TransposeBlock's stage is a root float32 copy of a kernel input, neither padded nor packed nor folded
-    into another stage; its loop and the one inside it are the stage's two innermost, plain (no vector, parallel
+    """A TransposeBlock's stage is a root float32 copy of a kernel input (unpacked) or of a root stage, neither
+    padded nor folded into another stage; its loop and the one inside it are the stage's two innermost, plain (no vector, parallel
     or unrolled loop), both of L iterations (8 or 16, at most the target's float32 lanes); the copy reads
     contiguously along the loop and writes contiguously along the inner one, each at a stride of at least L
     along the other; and a tail of either loop is that loop's own bound (a partial block), not a guard."""
@@ -101,8 +101,8 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
         why = "register transposes are for CPU targets"
     elif st.reduce != "=" or not isinstance(st.expr, Access) or st.pad_value or st.padding:
         why = f"{s.name} is not a plain copy (a '=' statement of one unpadded access)"
-    elif st.expr.tensor not in plan.compute.inputs or st.expr.tensor in plan.packs:
-        why = f"{st.expr.tensor!r} is not an unpacked kernel input"
+    elif st.expr.tensor in plan.packs or (st.expr.tensor in plan.stages and plan.stages[st.expr.tensor].attach):
+        why = f"{st.expr.tensor!r} is packed or computed inside another stage (its buffer is not its shape)"
     elif plan.types[s.name].dtype != "float32" or plan.types[st.expr.tensor].dtype != "float32":
         why = "the copy is not of float32 to float32"
     elif s.attach is not None or s.epilogue_of or s.reduce_epilogue_of or s.in_place or s.next_row_into \
