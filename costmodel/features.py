@@ -291,7 +291,7 @@ def _arithmetic(nest: LoopNest, put) -> float:
         for op, k in ops.items():
             if k > 0:
                 counts[_op_kind(op)] += k * trips
-        if any(lp.kind == "vectorized" for lp in loops):
+        if any(lp.kind in ("vectorized", "transposed") for lp in loops):
             vector_ops += (sum(k for k in ops.values() if k > 0) + 2 * fma) * trips
     total = sum(counts.values()) + counts["fma"]
     for k in OP_KINDS:
@@ -312,8 +312,9 @@ def _loops(visits: list[Visit], target: Target, put) -> None:
     for v in visits:
         n = v.node
         if isinstance(n, Loop):
-            count[n.kind] += 1
-            product[n.kind] *= n.extent
+            kind = "vectorized" if n.kind == "transposed" else n.kind  # (a block's lanes move as vectors)
+            count[kind] += 1
+            product[kind] *= n.extent
             depth = max(depth, len(v.loops) + 1)
             tails += bool(n.tail)
             if n.kind == "parallel" and not have_par:
@@ -463,6 +464,9 @@ def _buffers(acc: list[_Access], put) -> None:
         lines = x.line_counts[0]
         inner = x.strides[-1] if x.strides else 0
         vec = next((s for lp, s in zip(x.loops, x.strides) if lp.kind == "vectorized"), 0)
+        if len(x.loops) >= 2 and x.loops[-2].kind == "transposed" and None not in x.strides[-2:]:
+            # a block transposed in registers moves each side in vectors along the loop it is contiguous on
+            inner = vec = min(x.strides[-2:], key=abs)
         # reuse: the innermost loop that does not move the buffer; distance = what it touches inside that loop
         reuse_count, reuse_bytes = 1, 0.0
         for d in range(len(x.loops) - 1, -1, -1):

@@ -350,7 +350,8 @@ class _CPrinter:
         self.line("}")
 
     def transposed(self, lp: Loop) -> None:
-        """The block of a ``transposed`` loop pair: one so_transposeL from the block's first element."""
+        """The block of a ``transposed`` loop pair: one so_transposeL from the block's first element (with tails, the
+        partial-block copy so_transposeLp of the rows and columns the tails leave; streamed: so_transposeLs)."""
         inner = lp.body[0]
         copy = inner.body[0]
         src, dst = copy.value.source, copy.target
@@ -359,7 +360,19 @@ class _CPrinter:
             lin = Affine.of({v: c for v, c in a.index.linear.terms if v not in (lp.var, inner.var)}, a.index.linear.const)
             return f"{a.buffer} + {c_linear(lin)}"
 
-        self.line(f"so_transpose{lp.extent}({origin(src)}, {src.stride(inner.var)}, {origin(dst)}, {dst.stride(lp.var)});")
+        args = f"{origin(src)}, {src.stride(inner.var)}, {origin(dst)}, {dst.stride(lp.var)}"
+        if not (lp.tail or inner.tail or lp.stream):
+            self.line(f"so_transpose{lp.extent}({args});")
+            return
+
+        def count(x: Loop) -> str:  # the block's rows (inner) or columns (lp): the loop's bound
+            bound = str(x.extent)
+            for t in x.tail:
+                bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
+            return bound
+
+        kind = "s" if lp.stream else "p"
+        self.line(f"so_transpose{lp.extent}{kind}({args}, {count(inner)}, {count(lp)});")
 
     def kernel(self, nest: LoopNest, name: str) -> str:
         self.lines = [f"void {name}(void **args) {{"]

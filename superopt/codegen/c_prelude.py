@@ -2,14 +2,12 @@
 exp/erf/sigmoid, register transposes, floor and truncated modulo, saturating shifts, thread control."""
 
 
-def transpose_source(lanes: int) -> str:
-    """C of ``so_transpose<lanes>(src, ss, dst, ds)``: the lanes x lanes block of floats at ``src`` (rows ``ss``
-    apart) written transposed at ``dst`` (rows ``ds`` apart). Round ``g`` (1, 2, 4, ...) pairs rows ``g``
-    apart and swaps their off-diagonal runs of ``g`` elements with one two-vector shuffle each (the indices
-    must be constants, so every round is written out); after log2(lanes) rounds row k holds column k."""
-    lines = [f"static inline void so_transpose{lanes}(const float *restrict src, long ss, float *restrict dst, long ds) {{",
-             f"    so_v{lanes} a[{lanes}], b[{lanes}];",
-             f"    for (int i = 0; i < {lanes}; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);"]
+def _shuffle_rounds(lanes: int) -> tuple[list[str], str]:
+    """C lines that transpose the rows ``a[0..lanes)`` in registers (``b`` the scratch rows), and the array that
+    then holds the transposed rows. Round ``g`` (1, 2, 4, ...) pairs rows ``g`` apart and swaps their off-diagonal
+    runs of ``g`` elements with one two-vector shuffle each (the indices must be constants, so every round is
+    written out); after log2(lanes) rounds row k holds column k."""
+    lines: list[str] = []
     cur, nxt, g = "a", "b", 1
     while g < lanes:
         lo = [i for grp in range(0, lanes, 2 * g) for i in (*range(grp, grp + g), *range(lanes + grp, lanes + grp + g))]
@@ -20,8 +18,77 @@ def transpose_source(lanes: int) -> str:
                   f"        {nxt}[r + j + {g}] = __builtin_shufflevector({pair}, {','.join(map(str, hi))});",
                   "    }"]
         cur, nxt, g = nxt, cur, 2 * g
-    lines += [f"    for (int k = 0; k < {lanes}; ++k) memcpy(dst + k * ds, &{cur}[k], sizeof {cur}[k]);", "}"]
+    return lines, cur
+
+
+def transpose_source(lanes: int) -> str:
+    """C of ``so_transpose<lanes>(src, ss, dst, ds)``: the lanes x lanes block of floats at ``src`` (rows ``ss``
+    apart) written transposed at ``dst`` (rows ``ds`` apart), through register shuffles (:func:`_shuffle_rounds`)."""
+    rounds, out = _shuffle_rounds(lanes)
+    lines = [f"static inline void so_transpose{lanes}(const float *restrict src, long ss, float *restrict dst, long ds) {{",
+             f"    so_v{lanes} a[{lanes}], b[{lanes}];",
+             f"    for (int i = 0; i < {lanes}; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);",
+             *rounds,
+             f"    for (int k = 0; k < {lanes}; ++k) memcpy(dst + k * ds, &{out}[k], sizeof {out}[k]);", "}"]
     return "\n".join(lines) + "\n"
+
+
+# GCC's own names of the AVX-512 masked loads and stores and of the non-temporal store (immintrin.h, which
+# wraps them, costs every translation unit a quarter of a second to parse): lanes -> (load, store, stream)
+_MASKED = {16: ("__builtin_ia32_loadups512_mask", "__builtin_ia32_storeups512_mask", "__builtin_ia32_movntps512"),
+           8: ("__builtin_ia32_loadups256_mask", "__builtin_ia32_storeups256_mask", "__builtin_ia32_movntps256")}
+_MASKED_ISA = {16: "defined(__AVX512F__)", 8: "defined(__AVX512F__) && defined(__AVX512VL__)"}
+
+
+def transpose_part_source(lanes: int) -> str:
+    """C of ``so_transpose<lanes>p(src, ss, dst, ds, rows, cols)``: the first ``rows`` rows of ``cols`` floats of
+    a block (a block a tail cuts short) written transposed, ``cols`` rows of ``rows`` floats. A whole block
+    takes :func:`transpose_source`'s path; a partial one the same shuffles between masked loads (the rows past
+    ``rows`` are zeros) and masked stores, where the target has them (AVX-512), else an element-wise copy."""
+    load, store, _ = _MASKED[lanes]
+    rounds, out = _shuffle_rounds(lanes)
+    return "\n".join([
+        f"static inline void so_transpose{lanes}p(const float *restrict src, long ss, float *restrict dst, long ds, "
+        "int rows, int cols) {",
+        f"    if (rows == {lanes} && cols == {lanes}) {{ so_transpose{lanes}(src, ss, dst, ds); return; }}",
+        "#if " + _MASKED_ISA[lanes] + " && !defined(__clang__)",
+        f"    so_v{lanes} a[{lanes}], b[{lanes}];",
+        "    unsigned int in = (1u << cols) - 1u, out = (1u << rows) - 1u;",
+        f"    for (int i = 0; i < {lanes}; ++i)",
+        f"        a[i] = i < rows ? {load}(src + i * ss, (so_v{lanes}){{0}}, in) : (so_v{lanes}){{0}};",
+        *rounds,
+        f"    for (int k = 0; k < cols; ++k) {store}(dst + k * ds, {out}[k], out);",
+        "#else",
+        "    for (int k = 0; k < cols; ++k) for (int i = 0; i < rows; ++i) dst[k * ds + i] = src[i * ss + k];",
+        "#endif",
+        "}"]) + "\n"
+
+
+def transpose_stream_source(lanes: int) -> str:
+    """C of ``so_transpose<lanes>s(src, ss, dst, ds, rows, cols)``: :func:`transpose_part_source`'s copy whose
+    whole blocks are written with non-temporal stores (to memory, past the caches: no read of each written line
+    first), each row where it is aligned to its vector (the store's requirement). The block ends with a store
+    fence, so that the block is in memory before the kernel's threads join."""
+    _, _, stream = _MASKED[lanes]
+    rounds, out = _shuffle_rounds(lanes)
+    return "\n".join([
+        f"static inline void so_transpose{lanes}s(const float *restrict src, long ss, float *restrict dst, long ds, "
+        "int rows, int cols) {",
+        "#if " + _MASKED_ISA[lanes] + " && !defined(__clang__)",
+        f"    if (rows == {lanes} && cols == {lanes}) {{",
+        f"        so_v{lanes} a[{lanes}], b[{lanes}];",
+        f"        for (int i = 0; i < {lanes}; ++i) memcpy(&a[i], src + i * ss, sizeof a[i]);",
+        *["    " + line for line in rounds],
+        f"        for (int k = 0; k < {lanes}; ++k) {{",
+        f"            if (((uintptr_t)(dst + k * ds) & {4 * lanes - 1}) == 0) {stream}(dst + k * ds, {out}[k]);",
+        f"            else memcpy(dst + k * ds, &{out}[k], sizeof {out}[k]);",
+        "        }",
+        "        __builtin_ia32_sfence();",
+        "        return;",
+        "    }",
+        "#endif",
+        f"    so_transpose{lanes}p(src, ss, dst, ds, rows, cols);",
+        "}"]) + "\n"
 
 
 # float vectors of 16 and 8 lanes (GCC vector extensions), their int masks, unaligned loads and stores (through an
@@ -37,7 +104,8 @@ VECTOR_TYPES = "".join(
     f"static inline void so_st{n}(float *p, so_v{n} v) {{ *(so_v{n}u *)p = v; }}\n"
     f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
     for n in (16, 8))
-TRANSPOSES = VECTOR_TYPES + transpose_source(16) + transpose_source(8)
+TRANSPOSES = VECTOR_TYPES + "".join(transpose_source(n) + transpose_part_source(n) + transpose_stream_source(n)
+                                     for n in (16, 8))
 
 
 PRELUDE = r"""#include <math.h>

@@ -44,7 +44,7 @@ from superopt.loopnest.statements import (
 )
 from superopt.loopnest.values import Literal, Load, Value
 from superopt.loopnest.versioning import peel_tile_tails
-from superopt.schedule.kernel_plan import KernelPlan, Stage, local_shape
+from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage, local_shape
 from superopt.schedule.kernel_plan import Loop as PlanLoop
 from superopt.schedule.plan_check import reduce_epilogue_dims
 
@@ -226,7 +226,9 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             body.extend(self.loops(s, k + 1, inner))
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
-            out.append(self.transposed(self.make_loop(s, lp, inner, body, clause)))
+            out.append(self.transposed(self.make_loop(s, lp, inner, body, clause),
+                                       s.transpose_block if s.transpose_block and s.transpose_block[0] == lp.name
+                                       else None))
         if not is_acc:
             return out
         wb: list[Node] = []
@@ -258,30 +260,38 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
         out.extend(wb)
         return [Scope(tuple(out))]
 
-    def transposed(self, lp: Loop) -> Loop:
+    def transposed(self, lp: Loop, chosen: tuple[str, bool] | None = None) -> Loop:
         """``lp`` as a ``transposed`` loop when it and the one loop it holds walk an L x L block (L: 8 or 16, at
         most the target's float32 lanes) of one float32 copy that reads contiguously along ``lp`` and writes
-        contiguously along the inner loop (a transpose's block, see ``default.transpose_schedule``); else
-        ``lp``. Plain loops only: no tails, guards, padding or wrapped indices."""
+        contiguously along the inner loop; else ``lp``. ``chosen``: the stage's TransposeBlock at this loop (its
+        plan is checked: tails allowed, which make partial blocks, and its ``stream``); without one, a block that
+        needs nothing else (a transpose's block, see ``schedule.elementwise.transpose_schedule``, or a pack's):
+        plain loops only, no tails, guards, padding or wrapped indices."""
         lanes = lp.extent
+        why = None
+        inner = lp.body[0] if len(lp.body) == 1 else None
+        a = inner.body[0] if isinstance(inner, Loop) and len(inner.body) == 1 else None
         if self.plan.target.kind != "cpu" or lanes not in (8, 16) or lanes > self.plan.target.lanes("float32") \
-                or lp.kind != "serial" or lp.tail or len(lp.body) != 1:
-            return lp
-        inner = lp.body[0]
-        if not isinstance(inner, Loop) or inner.kind != "serial" or inner.extent != lanes or inner.tail \
-                or len(inner.body) != 1 or not isinstance(inner.body[0], Assign):
-            return lp
-        a = inner.body[0]
-        if not isinstance(a.target, BufferAccess) or not isinstance(a.value, Load) or a.value.checks \
+                or lp.kind != "serial" or (lp.tail and not chosen):
+            why = "not a serial loop of a vector's lanes"
+        elif not isinstance(inner, Loop) or inner.kind != "serial" or inner.extent != lanes \
+                or (inner.tail and not chosen) or not isinstance(a, Assign):
+            why = "the loop does not hold one loop of as many iterations around one copy"
+        elif not isinstance(a.target, BufferAccess) or not isinstance(a.value, Load) or a.value.checks \
                 or not isinstance(a.value.source, BufferAccess):
-            return lp
-        src, dst = a.value.source, a.target
-        if src.dtype != "float32" or dst.dtype != "float32" or src.index.wrapped or dst.index.wrapped:
-            return lp
-        if src.stride(lp.var) != 1 or dst.stride(inner.var) != 1 or not src.stride(inner.var) \
-                or not dst.stride(lp.var) or src.stride(inner.var) < lanes or dst.stride(lp.var) < lanes:
-            return lp
-        return replace(lp, kind="transposed")
+            why = "the copy is not from one buffer to another without checks"
+        else:
+            src, dst = a.value.source, a.target
+            if src.dtype != "float32" or dst.dtype != "float32" or src.index.wrapped or dst.index.wrapped:
+                why = "the copy is not of float32 at plain indices"
+            elif src.stride(lp.var) != 1 or dst.stride(inner.var) != 1 or not src.stride(inner.var) \
+                    or not dst.stride(lp.var) or src.stride(inner.var) < lanes or dst.stride(lp.var) < lanes:
+                why = "the copy does not read along the loop and write along the inner one"
+        if why is None:
+            return replace(lp, kind="transposed", stream=bool(chosen and chosen[1]))
+        if chosen:  # (plan_check admits only blocks that lower to this)
+            raise ScheduleError(f"TransposeBlock({lp.stage}, {lp.var}): {why}")
+        return lp
 
     def split_sum(self, s: Stage, lp: PlanLoop, k: int, bounds: Bounds) -> Scope:
         """A vectorized scalar sum as ``lanes`` partial sums (four vector registers) added up at the end.

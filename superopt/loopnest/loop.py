@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 # block_* / thread_*: a loop bound to a CUDA grid axis (one iteration per block or thread; see schedule.Bind).
 # transposed: a loop of a vector's L lanes around one loop of L around one copy whose source runs along the inner
 # loop with a stride and along this one contiguously, its target the other way round: the pair is one L x L
-# block transposed through register shuffles (a CPU printer's so_transposeL; see loopnest.build, _Builder.transposed)
+# block transposed through register shuffles (a CPU printer's so_transposeL; see loopnest.build, _Builder.transposed);
+# with tails, a block that they cut short copies their bounds' rows and columns only (masked loads and stores)
 LoopKind = Literal["serial", "parallel", "vectorized", "unrolled", "transposed", "block_x", "block_y", "block_z",
                    "thread_x", "thread_y", "thread_z"]
 GPU_LOOP_KINDS = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
@@ -53,6 +54,7 @@ class Loop:
     reductions: tuple[ReductionClause, ...] = ()
     reduce: bool = False
     stage: str | None = None
+    stream: bool = False  # a ``transposed`` block whose whole blocks are stored past the caches (non-temporal)
 
     @property
     def trip_count(self) -> int:

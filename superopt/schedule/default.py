@@ -168,5 +168,6 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                 position.get(t, -1) <= position[producers[0]] for t in reads[st.out]):  # (none computed after it)
             trace.append(Epilogue(st.out, producers[0]))
             continue
-        trace += simple_schedule(st, target, knobs=kn)
+        # (the simple sketch, the fallback of the others, without register-transposed blocks)
+        trace += simple_schedule(st, target, knobs=kn, types=None if sketch == STAGES_SIMPLE else compute.type_of)
     return trace

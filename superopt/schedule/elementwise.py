@@ -4,9 +4,11 @@ contiguous one, tiled transposes, and which temporaries are inlined into their r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from superopt.ir.expr import Access
 from superopt.ir.statement import Statement
+from superopt.ir.types import TensorType
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.primitives import (
     CacheWrite,
@@ -15,6 +17,7 @@ from superopt.schedule.primitives import (
     Primitive,
     Reorder,
     Split,
+    TransposeBlock,
     Vectorize,
 )
 from superopt.target import Target
@@ -34,12 +37,29 @@ def fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent
     return prims, name, ext
 
 
-def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None) -> list[Primitive]:
-    """A pure copy whose input's contiguous axis is not the output's: square blocks (``<stage>.block``,
-    a vector by default, half a vector where both sides divide by that and not by a vector; the last block
-    of a side that is not a multiple of it is partial), so both the strided side and the contiguous side
-    stay in L1 (attention's K transpose; NCHW16c back to NCHW), where a row-by-row copy walks the strided side
-    through memory. Whole blocks of 8 or 16 are copied by register shuffles."""
+TRANSPOSE_ORDERS = ("mid", "outer+in", "outer+out", "in", "out")
+
+
+def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
+                       types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
+    """A pure copy whose input's contiguous axis (``d_in``) is not the output's (``d_out``): both split into
+    square blocks (``<stage>.block``, a vector), so both the strided side and the contiguous side stay in L1
+    (attention's K transpose; NCHW16c back to NCHW), where a row-by-row copy walks the strided side through
+    memory. A block of a vector's lanes (8 or 16) is a :class:`TransposeBlock` (``<stage>.shuffle``): contiguous
+    vector loads along ``d_in``, register shuffles, contiguous vector stores along ``d_out``, and masked ones for
+    the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
+    copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
+    stored past the caches (``<stage>.stream``, off by default: each block then ends with a store fence, and
+    where the output fits in the last-level cache, as the next reader would like it to, the stores miss it; the
+    search tries it).
+
+    The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
+    in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
+    the loads do); or, by default (``mid``), the output's order with ``d_in``'s blocks moved just inside all but
+    the innermost other dim: the stores still run along whole output rows, and the input rows that one block
+    of ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of
+    ``l`` inside ``j``, around ``i`` and ``k``). The leading loops are fused until there is work for every
+    thread (loops with a partial block cannot be fused), and run in parallel."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
@@ -52,22 +72,40 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     d_in = src.dims[0]
     if ext[d_in] < VECTOR or ext[d_out] < VECTOR:
         raise ValueError("transpose extents are shorter than the vector width")
-    # a block both sides divide is copied whole by register shuffles (the loop nest's ``transposed`` loops)
+    shuffles = target.kind == "cpu" and VECTOR in (8, 16) and types is not None \
+        and all(types[t].dtype == "float32" for t in (s, st.expr.tensor))
+    # half a vector where both sides divide by that and not by a vector (no partial blocks: 56 pixels a row of
+    # NCHW16c back to NCHW), else a vector
     fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
-    outer = [d for d in st.out_dims if d not in (d_in, d_out)]
-    blocks = (f"{d_out}_o", f"{d_in}_i", f"{d_out}_i")
-    prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block)]
-    # (scalar copies: vectorizing either side of a block turns the other into gathers or scatters)
-    if math.prod(ext[d] for d in outer) >= 2 * threads:
-        fprims, fname, _ = fuse_chain(s, outer, dict(ext), 4 * threads)
-        return prims + [Reorder(s, (*outer, f"{d_in}_o", *blocks))] + fprims + [Parallel(s, fname)]
-    return prims + [Reorder(s, (f"{d_in}_o", *outer, *blocks)), Parallel(s, f"{d_in}_o")]
+    shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
+    stream = shuffle and kn.get(f"{s}.stream", False, (False, True))
+    order = kn.get(f"{s}.order", "mid", TRANSPOSE_ORDERS)
+    others = [d for d in st.out_dims if d not in (d_in, d_out)]
+    in_dims = [ix.dims[0] for ix in st.expr.index]
+    level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
+    if order.startswith("outer+"):
+        level = [d for d in level if d in others] + [d for d in level if d not in others]
+    if order == "mid":  # the output's order, d_in's blocks just inside all but the innermost other dim
+        inner_others = [d for d in st.out_dims if d in others]
+        level = [*inner_others[:-1], d_in, *inner_others[-1:], d_out]
+    name = {d: f"{d}_o" if d in (d_in, d_out) else d for d in level}
+    extent = {name[d]: math.ceil(ext[d] / block) if d in (d_in, d_out) else ext[d] for d in level}
+    tailed = {name[d] for d in (d_in, d_out) if ext[d] % block}
+    loops = [name[d] for d in level]
+    prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block),
+                              Reorder(s, (*loops, f"{d_in}_i", f"{d_out}_i"))]
+    if shuffle:
+        prims.append(TransposeBlock(s, f"{d_in}_i", stream))
+    fusable = loops[:next((k for k, n in enumerate(loops) if n in tailed), len(loops))] or loops[:1]
+    fprims, fname, _ = fuse_chain(s, fusable, extent, 4 * threads)
+    return prims + fprims + [Parallel(s, fname)]
 
 
-def simple_schedule(st: Statement, target: Target, attached: bool = False,
-                    knobs: KnobRecorder | None = None) -> list[Primitive]:
-    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks)."""
+def simple_schedule(st: Statement, target: Target, attached: bool = False, knobs: KnobRecorder | None = None,
+                    types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
+    """Parallel outer loops, vectorized innermost loop (the ``simple`` sketch; transposes get blocks, copied by
+    register shuffles where ``types`` shows a float32 copy)."""
     kn = knobs or KnobRecorder()
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
@@ -75,7 +113,7 @@ def simple_schedule(st: Statement, target: Target, attached: bool = False,
     loops = [d for d, _ in st.extents]
     if not attached:
         try:
-            return transpose_schedule(st, target, kn)
+            return transpose_schedule(st, target, kn, types)
         except ValueError:
             pass
     prims: list[Primitive] = []

@@ -34,6 +34,7 @@ from superopt.schedule.primitives import (
     ReduceEpilogue,
     Reorder,
     Split,
+    TransposeBlock,
     Unroll,
     Vectorize,
 )
@@ -108,6 +109,8 @@ def _check_fields(p: object) -> None:
             ok = isinstance(v, str)
         elif ann == "int":
             ok = isinstance(v, int) and not isinstance(v, bool)
+        elif ann == "bool":
+            ok = isinstance(v, bool)
         elif ann.startswith(("tuple[str", "tuple[int")):
             want = str if ann.startswith("tuple[str") else int
             ok = isinstance(v, (tuple, list)) and all(isinstance(x, want) and not isinstance(x, bool) for x in v)
@@ -300,6 +303,11 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         if any(q.tensor == p.tensor and q.loop == p.loop for q in stage.prefetches):
             raise ScheduleError(f"{p}: {p.tensor} is already prefetched at loop {p.loop!r}")
         stage.prefetches.append(p)
+    elif isinstance(p, TransposeBlock):
+        stage.loop(p.loop, p)
+        if stage.transpose_block is not None:
+            raise ScheduleError(f"{p}: {stage.name} already copies a transposed block at {stage.transpose_block[0]!r}")
+        stage.transpose_block = (p.loop, p.stream)  # (checked once the trace is applied: plan_check)
     elif isinstance(p, CacheRead):
         stage.loop(p.at, p)
         stage.cache_reads.append((p.tensor, p.at))  # a GPU shared-memory copy: codegen.cuda_shared

@@ -59,6 +59,8 @@ def check_plan(plan: KernelPlan) -> None:
             _check_prefetch(plan, s, p)
         if s.linear:
             _check_linear(plan, s)
+        if s.transpose_block is not None:
+            _check_transpose_block(plan, s)
         if s.epilogue_of is not None:
             _check_epilogue(plan, s, plan.stages[s.epilogue_of])
         if s.reduce_epilogue_of is not None:
@@ -76,6 +78,60 @@ def check_plan(plan: KernelPlan) -> None:
             if cur.name in seen:
                 raise ScheduleError(f"ComputeAt: cycle through {cur.name}")
             seen.add(cur.name)
+
+
+TRANSPOSE_BLOCKS = (8, 16)  # the register transposes the C prelude has (so_transpose8, so_transpose16)
+
+
+def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
+    """A TransposeBlock's stage is a root float32 copy of a kernel input (unpacked) or of a root stage, neither
+    padded nor folded into another stage; its loop and the one inside it are the stage's two innermost, plain (no vector, parallel
+    or unrolled loop), both of L iterations (8 or 16, at most the target's float32 lanes); the copy reads
+    contiguously along the loop and writes contiguously along the inner one, each at a stride of at least L
+    along the other; and a tail of either loop is that loop's own bound (a partial block), not a guard."""
+    from superopt.ir.expr import Access, flat_offset
+
+    loop, stream = s.transpose_block
+    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''})"
+    names = [lp.name for lp in s.loops]
+    st = s.stmt
+    why = None
+    lanes = plan.target.lanes("float32")
+    if plan.target.kind != "cpu":
+        why = "register transposes are for CPU targets"
+    elif st.reduce != "=" or not isinstance(st.expr, Access) or st.pad_value or st.padding:
+        why = f"{s.name} is not a plain copy (a '=' statement of one unpadded access)"
+    elif st.expr.tensor in plan.packs or (st.expr.tensor in plan.stages and plan.stages[st.expr.tensor].attach):
+        why = f"{st.expr.tensor!r} is packed or computed inside another stage (its buffer is not its shape)"
+    elif plan.types[s.name].dtype != "float32" or plan.types[st.expr.tensor].dtype != "float32":
+        why = "the copy is not of float32 to float32"
+    elif s.attach is not None or s.epilogue_of or s.reduce_epilogue_of or s.in_place or s.next_row_into \
+            or s.epilogue or s.reduce_epilogues or s.next_rows or s.linear:
+        why = f"{s.name} is computed inside another stage, or another inside it"
+    elif len(names) < 2 or names[-2] != loop:
+        why = f"loop {loop!r} is not the second innermost (loops: {names})"
+    if why:
+        raise ScheduleError(f"{prim}: {why}")
+    outer, inner = s.loops[-2], s.loops[-1]
+    if outer.extent not in TRANSPOSE_BLOCKS or outer.extent > lanes or inner.extent != outer.extent:
+        why = (f"loops {loop!r} and {inner.name!r} walk {outer.extent} x {inner.extent}, not a block of "
+               f"{' or '.join(str(b) for b in TRANSPOSE_BLOCKS if b <= lanes)} x the same")
+    elif any(lp.vector or lp.parallel or lp.unroll or lp.bind for lp in (outer, inner)):
+        why = "the block's loops must be plain (not vectorized, parallel or unrolled)"
+    if why:
+        raise ScheduleError(f"{prim}: {why}")
+    src, dst = (flat_offset([ix.substitute(s.dims) for ix in index], plan.types[t].shape).simplify()
+                for t, index in st.indexed())
+    o, i = outer.name, inner.name
+    if src.map.get(o) != 1 or dst.map.get(i) != 1:
+        why = f"the copy does not read contiguously along {o!r} and write contiguously along {i!r}"
+    elif abs(src.map.get(i, 0)) < outer.extent or abs(dst.map.get(o, 0)) < outer.extent:
+        why = f"the copy's stride along the other loop is under {outer.extent} (the block's rows would overlap)"
+    for lin, _ in s.tails:
+        if why is None and (lin.vars() & {o, i}) and not (len(lin.vars() & {o, i}) == 1 and lin.map.get(o, lin.map.get(i)) == 1):
+            why = f"a tail ({lin}) is not the bound of one of the block's loops (it would be a guard)"
+    if why:
+        raise ScheduleError(f"{prim}: {why}")
 
 
 def _check_prefetch(plan: KernelPlan, s: Stage, p: Prefetch) -> None:

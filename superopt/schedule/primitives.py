@@ -184,6 +184,21 @@ class Prefetch(Primitive):
     spread: str
 
 
+@dataclass(frozen=True)
+class TransposeBlock(Primitive):
+    """Copy the square block that loop ``loop`` and the one loop inside it walk (both of 8 or 16 iterations, at
+    most the target's float32 lanes) through register shuffles: the stage is a float32 copy that reads
+    contiguously along ``loop`` and writes contiguously along the inner loop (a transposition), so the block is
+    ``L`` contiguous vector loads, log2(L) rounds of two-vector shuffles and ``L`` contiguous vector stores, where
+    element-wise copies make one side a gather or a scatter. A block that a tail cuts short (extents that are not
+    multiples of ``L``) is copied with masked loads and stores. ``stream``: whole blocks are written with
+    non-temporal stores (past the caches; for an output larger than the last-level cache, it saves reading
+    every written line first). CPU targets."""
+
+    loop: str
+    stream: bool = False
+
+
 GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
 
 
@@ -210,7 +225,7 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute, TransposeBlock)
 }
 
 
