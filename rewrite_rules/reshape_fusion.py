@@ -26,6 +26,8 @@ def _candidate(graph: Graph, reshape_name: str, reader_name: str) -> bool:
     """The reshape's input comes from a compute op read by the reshape only, the reader reads the reshape's
     output elementwise and is its only reader."""
     reshape, reader = node_named(graph, reshape_name), node_named(graph, reader_name)
+    if reader.is_extern:  # (an extern reader has no loops to split)
+        return False
     src, merged = reshape.inputs[0], reshape.outputs[0]
     prod = graph.producer.get(src)
     if prod is None or prod.is_extern or len(prod.outputs) != 1 or src in graph.outputs or merged in graph.outputs:

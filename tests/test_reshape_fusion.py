@@ -87,3 +87,19 @@ def test_the_pipeline_runs_the_unit_as_two_kernels_matching_onnxruntime():
     x = _feed()
     (want,) = _ort_session(model.SerializeToString(), 1).run(None, {"x": x})
     np.testing.assert_allclose(prog(x)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_reshape_read_by_an_extern_is_no_site():
+    """A merging reshape whose one reader is an extern (here a TopK) offers no loops to split: no site, no error."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 3, 1, 1)) * 0.3).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([1, 8 * 4 * 4], np.int64), "shape")
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Reshape", ["c", "shape"], ["flat"]),
+             helper.make_node("TopK", ["flat", "k"], ["v", "i"])]
+    g = helper.make_graph(nodes, "topk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 3])], [w, shape, k])
+    graph = import_onnx_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    reshapes = [n for n in graph.nodes if n.is_extern and n.op.kind == "reshape"]
+    assert [r.is_extern for n in reshapes for r in graph.consumers[n.outputs[0]]] == [True]
+    assert FUSE_THROUGH_RESHAPE.sites(graph) == []
