@@ -171,7 +171,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
     # (not for a constant operand, packed once for free where it is the column operand, nor for kernels too small
     # to repay a per-call pack of the other operand)
-    scores = choose_columns(st, accs, VECTOR, target.vector_registers) \
+    scores = choose_columns(st, accs, VECTOR, target.vector_registers,
+                            lambda o, i: types is not None and contiguous_dims(st, types, o, i)) \
         if keep is None and types is not None and not weight_on_rows and not (consts and (a.tensor in consts or
                                                                                           b.tensor in consts)) \
         and math.prod(ext.values()) >= MOVE_WORK else None

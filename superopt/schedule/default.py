@@ -20,11 +20,13 @@ from superopt.schedule.chained import chained_reductions, flops_per_byte, recomp
 from superopt.schedule.contraction import contraction_schedule, final_contraction, is_contraction
 from superopt.schedule.elementwise import inlinable, simple_schedule
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.output_layout import choose_output_layout, with_output_layouts
 from superopt.schedule.primitives import (
     Epilogue,
     Inline,
     InPlace,
     NextRow,
+    OutputLayout,
     Primitive,
     ReduceEpilogue,
 )
@@ -128,6 +130,16 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                                    lambda c, default: kn.get(f"{c}.recompute", default, (True, False)))
         compute = with_recomputes(compute, trace)
         stmts = list(compute.statements)
+    if len(stmts) == 1 and use_contraction and stmts[0].out in compute.outputs and not consts & set(compute.inputs):
+        # the output computed in a layout that makes the tile's best columns one run, then copied (run-time
+        # operands only: a constant one is packed ahead of time into whatever the tile reads)
+        st = stmts[0]
+        perm = choose_output_layout(st, target.lanes("float32"), target.vector_registers)
+        if kn.get(f"{st.out}.out_layout", perm is not None, (False, True) if perm is not None else (False,)):
+            prim = OutputLayout(st.out, perm)
+            trace.append(prim)
+            compute = with_output_layouts(compute, [prim])
+            stmts = list(compute.statements)
     folded = foldable_reductions(compute) if sketch == FOLD_REDUCTIONS else {}
     reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
     tiled: set[str] = set()
