@@ -207,3 +207,15 @@ def test_both_operands_transposed_the_smaller_one_is_the_packed_column_operand(k
     assert [p.stage for p in packs] == ["A"], trace
     assert any(isinstance(p, Vectorize) and p.loop.startswith("i") for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_cache):
+    """A[j,i,m,l]'s (j, i) is one run of the fused loop's flat offsets but 7*12 apart per column: the columns are
+    not read with unit stride, so they are no linear loop split by any width (that would rule the pack out and
+    fail to lower, leaving the default without a register tile); the default keeps a packed register tile."""
+    from superopt.schedule.primitives import CacheWrite
+
+    c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 12, 7), "B": (200, 12, 7)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    assert any(isinstance(p, CacheWrite) for p in trace) and any(isinstance(p, Pack) for p in trace), trace
+    _check_against_reference(c, [trace], kernel_cache)

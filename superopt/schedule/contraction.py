@@ -47,6 +47,18 @@ def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, 
     return True
 
 
+def unit_run(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
+    """:func:`contiguous_dims`, and every tensor that ``inner`` indexes walks it with unit stride: the fused loop
+    reads one contiguous run of each, split by any width with no pack (a linear loop rules packs out)."""
+    if not contiguous_dims(st, types, outer, inner):
+        return False
+    for tensor, index in st.indexed():
+        coeff = flat_offset(index, types[tensor].shape).coeff(inner)
+        if coeff not in (0, 1):
+            return False
+    return True
+
+
 def _is_window(acc: Access) -> bool:
     """Indexed by a sum or a stride of loop variables somewhere (an image under a sliding window)."""
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
@@ -172,7 +184,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # (not for a constant operand, packed once for free where it is the column operand, nor for kernels too small
     # to repay a per-call pack of the other operand)
     scores = choose_columns(st, accs, VECTOR, target.vector_registers,
-                            lambda o, i: types is not None and contiguous_dims(st, types, o, i)) \
+                            lambda o, i: types is not None and unit_run(st, types, o, i)) \
         if keep is None and types is not None and not weight_on_rows and not (consts and (a.tensor in consts or
                                                                                           b.tensor in consts)) \
         and math.prod(ext.values()) >= MOVE_WORK else None
@@ -449,8 +461,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         fprims, fname, _ = fuse_chain(s, chain, extents, par * threads)
         prims += fprims
         prims.append(Parallel(s, fname))
-    # pack the column operand so the vector loop reads it contiguously
-    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs else None
+    # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
+    # dim: lowering makes it linear, over every tensor's own layout, which the unit_run columns already read
+    # with unit stride)
+    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs and not linear else None
     if roles is not None:
         rest, red, cols = roles
         axes = b.index
