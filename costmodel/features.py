@@ -403,7 +403,7 @@ def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Targe
         acc.append(_Access(a.access.buffer, itemsize, a.loops, strides, elems))
         vec = [s for lp, s in zip(a.loops, strides) if lp.kind == "vectorized"]
         if vec and vec[-1] not in (0, 1):
-            gathers += _trips(a.loops)
+            gathers += _trips(a.loops) * a.weight  # (a read in one branch of a chain of where on indices: its share)
     compulsory = sum(sizes[p.name][0] * sizes[p.name][1] for p in nest.params if p.name in sizes)
     accessed = sum(x.executions * x.itemsize for x in acc)
     # footprint (bytes) of one whole execution of each loop, over every buffer under it (per buffer: the max)

@@ -58,3 +58,28 @@ def test_without_a_target_or_with_schedules_off_the_cost_is_the_roofline():
     for cost in (GraphCost(CEILINGS), GraphCost(CEILINGS, avx512_target(), schedules=False)):
         est = cost.kernel(c)
         assert est.how == "roofline" and "default schedule" not in cost.method
+
+
+# a Winograd-style transform: the row r picks one of three combinations of strided reads (X walked along c by the
+# vector loop with a stride of 64); unrolled over r, each copy folds the chain to one branch
+ROWS = "O[r,c] = where(r == 0, X[c,0] - X[c,2], where(r == 1, X[c,1] + X[c,2], X[c,3] - X[c,1]))"
+DATA = "O[r,c] = where(M[r,c] > 0, X[c,0] - X[c,2], where(M[r,c] < -1, X[c,1] + X[c,2], X[c,3] - X[c,1]))"
+
+
+def _gathers(src, shapes):
+    from costmodel.base import Candidate
+    from costmodel.features import named_features
+    from superopt.schedule.primitives import Unroll, Vectorize
+
+    c = compile_op(src, shapes, extents={"r": 3})
+    f = named_features(Candidate(c, (Unroll("O", "r"), Vectorize("O", "c")), avx512_target(2), frozenset()))
+    return f["mem.vector_gathers"]
+
+
+def test_a_chain_of_where_on_loop_indices_counts_one_branch_of_strided_reads():
+    """6 strided reads over 3 branches: each evaluation reads 2 of them (a third of the reads, not all 6);
+    a condition on the data keeps them all counted (a vector computes both sides of its select)."""
+    on_index = _gathers(ROWS, {"X": (64, 64)})
+    on_data = _gathers(DATA, {"X": (64, 64), "M": (3, 64)})
+    assert abs(on_index - 3 * 64 * 2) < 1.0, on_index
+    assert abs(on_data - 3 * 64 * 6) < 1.0, on_data

@@ -195,3 +195,27 @@ def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(ker
             assert splits["x"] == 4 and splits["ob_ol"] == 64, trace
     c7 = compile_op(BLOCKED, {"in0": (2, 15, 15, 16), "in1": (128, 3, 3, 16)}, extents={"ob": 32, "ol": 4, "y": 7, "x": 7})
     _check_against_reference(c7, [default_schedule(c7, host_target(2), frozenset())], kernel_cache)
+
+
+def test_both_operands_transposed_the_smaller_one_is_the_packed_column_operand(kernel_cache):
+    """C[i,j] += A[k,i,l] * B[j,k,l]: neither operand holds its own output dim innermost, so the column operand
+    is packed by a transpose on every call. j (192 columns, from B) fills the vectors a little better than i
+    (90, from A), but A is under half B's size: its columns, and its cheaper pack, are the default's."""
+    c = compile_op("C[i,j] += A[k,i,l] * B[j,k,l]", {"A": (4, 90, 48), "B": (192, 4, 48)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    packs = [p for p in trace if isinstance(p, Pack)]
+    assert [p.stage for p in packs] == ["A"], trace
+    assert any(isinstance(p, Vectorize) and p.loop.startswith("i") for p in trace), trace
+    _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_cache):
+    """A[j,i,m,l]'s (j, i) is one run of the fused loop's flat offsets but 7*12 apart per column: the columns are
+    not read with unit stride, so they are no linear loop split by any width (that would rule the pack out and
+    fail to lower, leaving the default without a register tile); the default keeps a packed register tile."""
+    from superopt.schedule.primitives import CacheWrite
+
+    c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 12, 7), "B": (200, 12, 7)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    assert any(isinstance(p, CacheWrite) for p in trace) and any(isinstance(p, Pack) for p in trace), trace
+    _check_against_reference(c, [trace], kernel_cache)

@@ -323,6 +323,10 @@ class _CPrinter:
             full = f"{v}_full"
         self.line(f"/* {v} < {full}: full register tiles, constant trip counts */")
         self.loop(lp, stop=full)
+        if n.outer_full and n.middle is not None:
+            self.line(f"/* {v} < {n.split}: register tiles of constant rows, bounded stores */")
+            self.loop(replace(lp, body=n.middle), start=full, stop=str(n.split))
+            full = str(n.split)
         self.loop(replace(lp, body=n.general), start=full)
         if n.outer_full:
             self.ind -= 1
@@ -387,42 +391,87 @@ class _CPrinter:
         return "\n".join(self.lines)
 
 
-def _axis(ix: str | Joined) -> str:
-    return ix if isinstance(ix, str) else f"({ix.outer} * {ix.factor} + {ix.inner})"
+def _axis(ix: str | Joined, rename: dict[str, str] | None = None) -> str:
+    r = rename or {}
+    return r.get(ix, ix) if isinstance(ix, str) else f"({r.get(ix.outer, ix.outer)} * {ix.factor} + {r.get(ix.inner, ix.inner)})"
 
 
 def print_pack(p: PackNest, name: str) -> str:
+    """The pack routine: a copy in the packed loops' order (a transposed pair of loops by blocks), its
+    split axis's last panel cut at the source's extent (a run-time bound instead of a test per element, so the copy
+    vectorizes) and the rest of that panel zero-filled after it."""
     ct = ctype(p.dtype)
     lines = [f"void {name}_pack_{p.tensor}(const void *src_, void *dst_) {{",
              f"    const {ct} *restrict src = (const {ct} *)src_;",
              f"    {ct} *restrict dst = ({ct} *)dst_;"]
+
+    def flat_src(rename: dict[str, str] | None = None) -> str:
+        out = "0"
+        for ix, n in zip(p.src_index, p.src_shape):
+            out = f"({out}) * {n} + {_axis(ix, rename)}"
+        return out
+
+    def flat_dst(rename: dict[str, str] | None = None) -> str:
+        out = "0"
+        for v, n in p.loops:
+            out = f"({out}) * {n} + {(rename or {}).get(v, v)}"
+        return out
+
+    bound = {v: str(n) for v, n in p.loops}
+    cut = None
+    if p.in_range is not None and isinstance(p.in_range[0], Joined):
+        ix, lim = p.in_range
+        bound[ix.inner] = f"SO_MIN({ix.factor}, {lim} - {ix.outer} * {ix.factor})"
+        cut = (ix, lim)
+    elif p.in_range is not None:  # (not a split axis: a test per element)
+        ix, lim = p.in_range
+        lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else "") if p.parallel else "")
+        for i, (v, n) in enumerate(p.loops):
+            lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
+        lines.append("    " * (len(p.loops) + 1) + f"dst[{flat_dst()}] = ({_axis(ix)} < {lim}) ? src[{flat_src()}] : 0;")
+        return "\n".join([x for x in lines if x] + ["}"])
     if p.parallel:
         lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
-    flat_src = "0"
-    for ix, n in zip(p.src_index, p.src_shape):
-        flat_src = f"({flat_src}) * {n} + {_axis(ix)}"
-    flat_dst = "0"
-    for v, n in p.loops:
-        flat_dst = f"({flat_dst}) * {n} + {v}"
-    if p.transpose is not None:  # the two transposed loops innermost, by blocks: one block copy each
-        inner, outer, block, src_stride, dst_stride = p.transpose
-        extent = dict(p.loops)
-        loops = [lp for lp in p.loops if lp[0] not in (inner, outer)] + [(outer, extent[outer]), (inner, extent[inner])]
-        for i, (v, n) in enumerate(loops):
-            step = f"{v} += {block}" if v in (inner, outer) else f"++{v}"
-            lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; {step})")
-        ind = "    " * (len(loops) + 1)
-        lines.append(f"{ind}so_transpose{block}(src + {flat_src}, {src_stride}, dst + {flat_dst}, {dst_stride});")
-        lines.append("}")
-        return "\n".join(lines)
-    for i, (v, n) in enumerate(p.loops):
-        lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {n}; ++{v})")
-    ind = "    " * (len(p.loops) + 1)
-    if p.in_range is not None:
-        ix, lim = p.in_range
-        lines.append(f"{ind}dst[{flat_dst}] = ({_axis(ix)} < {lim}) ? src[{flat_src}] : 0;")
+    if p.transpose is not None:  # the two transposed loops by blocks: one block copy each
+        inner, outer, block, src_stride, dst_stride, span = p.transpose
+        names = [v for v, _ in p.loops]
+        at = names.index(outer)
+        heads = [f"for (int {v} = 0; {v} < {bound[v]}; ++{v})" for v in names[:at]]
+        whole = span >= dict(p.loops)[outer]  # (one run: the blocks of q inside the others)
+        if not whole:
+            heads.append(f"for (int {outer}_s = 0; {outer}_s < {bound[outer]}; {outer}_s += {span})")
+        heads += [f"for (int {v} = 0; {v} < {bound[v]}; ++{v})" for v in names[at + 1:-1] if v != inner]
+        heads.append(f"for (int {outer} = 0; {outer} < {bound[outer]}; {outer} += {block})" if whole else
+                     f"for (int {outer} = {outer}_s; {outer} < SO_MIN({outer}_s + {span}, {bound[outer]}); "
+                     f"{outer} += {block})")
+        heads.append(f"for (int {inner} = 0; {inner} < {bound[inner]}; {inner} += {block})")
+        lines += ["    " * (i + 1) + h for i, h in enumerate(heads)]
+        ind = "    " * (len(heads) + 1)
+        copy = f"so_transpose{block}(src + {flat_src()}, {src_stride}, dst + {flat_dst()}, {dst_stride});"
+        full = f"{outer} + {block} <= {bound[outer]} && {inner} + {block} <= {bound[inner]}"
+        edge = {outer: f"{outer}_e", inner: f"{inner}_e"}
+        if all(bound[v].isdigit() and int(bound[v]) % block == 0 for v in (outer, inner)):
+            lines.append(f"{ind}{copy}")  # (whole blocks only)
+        else:
+            lines += [f"{ind}if ({full}) {copy}",
+                      f"{ind}else for (int {outer}_e = {outer}; {outer}_e < SO_MIN({outer} + {block}, {bound[outer]}); "
+                      f"++{outer}_e)",
+                      f"{ind}    for (int {inner}_e = {inner}; {inner}_e < SO_MIN({inner} + {block}, {bound[inner]}); "
+                      f"++{inner}_e)",
+                      f"{ind}        dst[{flat_dst(edge)}] = src[{flat_src(edge)}];"]
     else:
-        lines.append(f"{ind}dst[{flat_dst}] = src[{flat_src}];")
+        for i, (v, _) in enumerate(p.loops):
+            lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
+        lines.append("    " * (len(p.loops) + 1) + f"dst[{flat_dst()}] = src[{flat_src()}];")
+    if cut is not None:  # the last panel past the source's extent: zeros
+        ix, lim = cut
+        last = dict(p.loops)[ix.outer] - 1
+        lines += ["    {", f"        const int {ix.outer} = {last};"]
+        rest = [(v, n) for v, n in p.loops if v != ix.outer]
+        for i, (v, n) in enumerate(rest):
+            start = lim - last * ix.factor if v == ix.inner else 0
+            lines.append("    " * (i + 2) + f"for (int {v} = {start}; {v} < {n}; ++{v})")
+        lines += ["    " * (len(rest) + 2) + f"dst[{flat_dst()}] = 0;", "    }"]
     lines.append("}")
     return "\n".join(lines)
 

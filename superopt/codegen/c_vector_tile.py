@@ -12,9 +12,11 @@ lane (an NCHW conv's channels, capsule votes' columns through div/mod).
 Nothing structural changes: the loops, their order and kinds, and every statement are the tree's; what
 cannot be spelled this way (a tail, a guard, a loop of a part of a vector, a read neither contiguous nor
 constant along the vector loop, an operation with no vector spelling here) leaves the whole tile to the
-scalar printer. With the float-array spelling gcc stores the tile to the stack after the reduction and
-copies it out, which costs most where a tile's reduction is short (attention's two 64-step matmul tiles);
-long reductions (sgemm) hide it.
+scalar printer, except a write-back loop whose last vector is partial (the last panel of 250 columns in
+tiles of 64, its accumulation run whole over the zero-filled panel): its stores of that vector go lane by
+lane up to the bound, and it may read nothing but the tile along the vector. With the float-array spelling
+gcc stores the tile to the stack after the reduction and copies it out, which costs most where a tile's
+reduction is short (attention's two 64-step matmul tiles); long reductions (sgemm) hide it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class _TilePrinter:
         self.name, self.lanes = name, lanes
         self.vec = f"{name}_vec"
         self.t = f"so_v{lanes}"
+        self.partial: str | None = None  # inside a write-back loop with a partial vector: its count of valid lanes
 
     def node(self, n: object, depth: int, col: str | None) -> list[tuple[int, str]]:
         if isinstance(n, Loop):
@@ -114,33 +117,54 @@ class _TilePrinter:
         """``target = vector`` (``+=`` with ``add``) for the ``lanes`` elements from ``col``: one vector store
         where the target is contiguous along ``col``, else one scalar store a lane (an NCHW output written
         along its channels, capsule votes' (o, q) columns through div/mod)."""
-        if _contiguous(target, col, self.lanes):
-            dst = f"&{c_ref(target)}"
-            return [(depth, f"so_st{self.lanes}({dst}, {f'so_ld{self.lanes}({dst}) + ' if add else ''}{vector});")]
         ref = c_ref(target)
-        return [(depth, "{"), (depth + 1, f"const {self.t} so_w = {vector};"), (depth + 1, f"const int so_c = {col};"),
-                (depth + 1, f"for (int so_l = 0; so_l < {self.lanes}; ++so_l) {{"),
-                (depth + 2, f"const int {col} = so_c + so_l;"),
-                (depth + 2, f"{ref} = {f'{ref} + ' if add else ''}so_w[so_l];"),
-                (depth + 1, "}"), (depth, "}")]
+        lanes = str(self.lanes) if self.partial is None else f"SO_MIN({self.lanes}, {self.partial})"
+        by_lane = [(depth, "{"), (depth + 1, f"const {self.t} so_w = {vector};"), (depth + 1, f"const int so_c = {col};"),
+                   (depth + 1, f"for (int so_l = 0; so_l < {lanes}; ++so_l) {{"),
+                   (depth + 2, f"const int {col} = so_c + so_l;"),
+                   (depth + 2, f"{ref} = {f'{ref} + ' if add else ''}so_w[so_l];"),
+                   (depth + 1, "}"), (depth, "}")]
+        if not _contiguous(target, col, self.lanes):
+            return by_lane
+        dst = f"&{ref}"
+        whole = f"so_st{self.lanes}({dst}, {f'so_ld{self.lanes}({dst}) + ' if add else ''}{vector});"
+        if self.partial is None:
+            return [(depth, whole)]
+        # (a partial vector: its valid lanes one by one; whole vectors before it as before)
+        return [(depth, f"if ({self.partial} >= {self.lanes}) {whole}"), (depth, "else"),
+                *[(d + 1, line) for d, line in by_lane]]
 
     def loop(self, lp: Loop, depth: int, col: str | None) -> list[tuple[int, str]]:
-        if lp.tail or lp.reductions or lp.kind not in ("serial", "unrolled", "vectorized"):
+        if (lp.tail and lp.kind != "vectorized") or lp.reductions or lp.kind not in ("serial", "unrolled", "vectorized"):
             raise _NotVector
         v = lp.var
+        partial = None
         if lp.kind == "vectorized":
-            if col is not None or lp.extent % self.lanes:
+            if col is not None:
                 raise _NotVector
-            steps = lp.extent // self.lanes
+            if lp.tail or lp.extent % self.lanes:
+                if any(_accumulates(n) for n in lp.body):
+                    raise _NotVector  # (only stores may stop short of a vector)
+                partial = f"{v}_n"
+            steps = -(-lp.extent // self.lanes)
             lines = [(depth, f"#pragma GCC unroll {steps}"),
                      (depth, f"for (int {v}_vec = 0; {v}_vec < {steps}; ++{v}_vec) {{"),
                      (depth + 1, f"const int {v} = {self.lanes} * {v}_vec;")]
+            if partial:
+                bound = str(lp.extent)
+                for t in lp.tail:
+                    bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
+                lines.append((depth + 1, f"const int {partial} = {bound} - {v};"))
             col = v
         else:
             lines = [(depth, f"#pragma GCC unroll {lp.extent}")] if lp.kind == "unrolled" else []
             lines.append((depth, f"for (int {v} = 0; {v} < {lp.extent}; ++{v}) {{"))
-        for n in lp.body:
-            lines += self.node(n, depth + 1, col)
+        self.partial, before = partial or self.partial, self.partial
+        try:
+            for n in lp.body:
+                lines += self.node(n, depth + 1, col)
+        finally:
+            self.partial = before
         return [*lines, (depth, "}")]
 
     def _is_tile(self, ref: object) -> bool:
@@ -173,7 +197,8 @@ class _TilePrinter:
             if isinstance(v.source, BufferAccess) and _constant(v.source, col, self.lanes) \
                     and not any(col in chk.index.vars() for chk in v.checks):
                 return c_value(v), False  # (a padded read's bounds checks stay scalar: one per vector step)
-            if isinstance(v.source, BufferAccess) and _contiguous(v.source, col, self.lanes) and not v.checks:
+            if isinstance(v.source, BufferAccess) and _contiguous(v.source, col, self.lanes) and not v.checks \
+                    and self.partial is None:  # (a partial vector's load would read past the bound)
                 return f"so_ld{self.lanes}(&{c_ref(v.source)})", True
             raise _NotVector
         if isinstance(v, Op):
@@ -196,6 +221,16 @@ class _TilePrinter:
         if ref.index is not None and col in ref.index.vars():
             raise _NotVector
         return c_ref(ref), False
+
+
+def _accumulates(n: object) -> bool:
+    if isinstance(n, Accumulate):
+        return True
+    if isinstance(n, Loop):
+        return any(_accumulates(c) for c in n.body)
+    if isinstance(n, Epilogue):
+        return _accumulates(n.body)
+    return False
 
 
 def _col_stride(ix, col: str, lanes: int) -> int | None:

@@ -95,39 +95,57 @@ class PacksAndPrefetches:
         if lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
             in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])  # a partial last panel
         loops = tuple(zip(names, lay.shape))
-        parallel = self.pack_parallel(lay.shape)
         dtype = self.types[tensor].dtype
-        return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel,
-                        self.pack_transpose(loops, tuple(src), lay.src_shape, dtype, in_range, parallel))
+        transpose = self.pack_transpose(loops, tuple(src), lay.src_shape, dtype)
+        # (transposed: the packed innermost loop and the source's innermost one step by blocks, in place)
+        order = [(v, n) for v, n in loops if transpose is None or v not in transpose[:2]]
+        if transpose and transpose[5] < dict(loops)[transpose[1]]:  # (runs of q in its place)
+            q_at = [v for v, _ in loops].index(transpose[1])
+            order.insert(q_at, (transpose[1], -(-dict(loops)[transpose[1]] // transpose[5])))
+        if in_range is not None and isinstance(in_range[0], Joined):  # (its bound moves with the panel: not collapsed)
+            order = order[:next((i for i, (v, _) in enumerate(order) if v == in_range[0].inner), len(order))]
+        parallel = self.pack_parallel(tuple(n for _, n in order), math.prod(lay.shape))
+        return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel, transpose)
 
     def pack_transpose(self, loops: tuple[tuple[str, int], ...], src: tuple[str | Joined, ...],
-                       src_shape: tuple[int, ...], dtype: str, in_range, parallel: int
-                       ) -> tuple[str, str, int, int, int] | None:
-        """Blocks of a vector's lanes squared, transposed in registers, when the packed innermost axis ``p``
-        reads the source with a stride and the source's innermost axis is a plain loop ``q`` of the pack: both
-        extents multiples of the block, neither among the parallel loops, float32 on a CPU of 8 or 16 lanes.
-        Returns (p, q, block, the source's stride along p, the packed layout's stride along q)."""
+                       src_shape: tuple[int, ...], dtype: str) -> tuple[str, str, int, int, int, int] | None:
+        """Blocks of a vector's lanes squared, transposed in registers, where the packed innermost axis ``p``
+        reads the source with a stride and the source's innermost axis is walked with unit stride by a loop ``q``
+        of the pack (a plain axis, or the inner part of a split one), float32 on a CPU of 8 or 16 lanes. Extents
+        need not be multiples of the block: the blocks at the edges are copied element by element, still one block
+        at a time, so every source line is used whole while it is in cache (element by element along ``p``,
+        each read is a line of its own: a GETT-style pack of a 5 MiB operand took a third of its kernel's time).
+        The loops keep the packed order, ``q`` in runs of ``span`` (a multiple of the block) in its place and by
+        blocks inside the others: the packed lines are written whole while in cache (``q`` moved innermost left
+        them half written), and the source rows that one run reads are few enough for the cache (``q`` by blocks
+        in its place read a line from each of 160 rows a step: 1.4x slower).
+        Returns (p, q, block, the source's stride along p, the packed layout's stride along q, span)."""
         target = self.plan.target
         block = target.lanes("float32")
-        if target.kind != "cpu" or dtype != "float32" or block not in (8, 16) or in_range is not None:
+        if target.kind != "cpu" or dtype != "float32" or block not in (8, 16):
             return None
-        extent = dict(loops)
-        p, q = loops[-1][0], src[-1]
-        if not isinstance(q, str) or q == p or extent[p] % block or extent[q] % block:
+        p, last = loops[-1][0], src[-1]
+        q = last if isinstance(last, str) else last.inner
+        if q == p:
             return None
         axis = next((a for a, ix in enumerate(src[:-1]) if ix == p or (isinstance(ix, Joined) and ix.inner == p)), None)
-        if axis is None or {p, q} & {v for v, _ in loops[:parallel]}:
+        if axis is None:
             return None
         q_at = [v for v, _ in loops].index(q)
-        return p, q, block, math.prod(src_shape[axis + 1:]), math.prod(n for _, n in loops[q_at + 1:])
+        # ``q`` in runs of ``span`` (a multiple of the block) around the loops inside it: the source lines and the
+        # packed lines that one run touches stay in half the L2 together
+        rows = math.prod(n for _, n in loops[q_at + 1:])  # (packed elements per step of q)
+        span = max(block, (target.l2_bytes // 2 // (2 * rows * 4)) // block * block)
+        return p, q, block, math.prod(src_shape[axis + 1:]), rows, span
 
-    def pack_parallel(self, shape: tuple[int, ...]) -> int:
-        """Leading pack loops the threads share: the fewest giving each thread 4 parts, none for a copy under
-        :data:`PARALLEL_PACK_ELEMENTS` (a run-time input packed on every call: attention's keys, 0.1 ms alone)."""
+    def pack_parallel(self, shape: tuple[int, ...], elements: int) -> int:
+        """Leading pack loops (of extents ``shape``) the threads share: the fewest giving each thread 4 parts, none
+        for a copy of ``elements`` under :data:`PARALLEL_PACK_ELEMENTS` (a run-time input packed on every call:
+        attention's keys, 0.1 ms alone)."""
         threads = self.plan.target.threads
-        if self.plan.target.kind != "cpu" or threads < 2 or math.prod(shape) < PARALLEL_PACK_ELEMENTS:
+        if self.plan.target.kind != "cpu" or threads < 2 or elements < PARALLEL_PACK_ELEMENTS:
             return 0
-        for k in range(1, len(shape)):
+        for k in range(1, len(shape) + 1):
             if math.prod(shape[:k]) >= 4 * threads:
                 return k
-        return 0
+        return len(shape)

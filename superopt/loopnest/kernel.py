@@ -37,8 +37,9 @@ class PackNest:
     source is read, zero above (the padded tail of a split axis). ``parallel``: how many leading loops
     the threads share (collapsed into one parallel loop; 0: one thread packs it all). ``transpose``: where
     the packed layout's innermost axis is not the source's, (its loop, the loop of the source's innermost
-    axis, the block B, the source's stride along the first, the packed stride along the second): both loops
-    step by B and each step copies a B x B block transposed in registers."""
+    axis, the block B, the source's stride along the first, the packed stride along the second, a span): both
+    loops step by B and each step copies a B x B block transposed in registers; the second walks runs of the span
+    in its place, and its blocks inside the loops between it and the packed innermost one."""
 
     tensor: str
     dtype: str
@@ -48,7 +49,7 @@ class PackNest:
     src_index: tuple[str | Joined, ...]
     in_range: tuple[str | Joined, int] | None
     parallel: int = 0
-    transpose: tuple[str, str, int, int, int] | None = None
+    transpose: tuple[str, str, int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)

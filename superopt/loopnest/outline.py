@@ -65,6 +65,10 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
         cond = "".join(f" if {_lin(t.offset)} + {extent} <= {t.limit}" for extent, t in n.outer_full)
         out.append(f"{pad}peeled {n.loop.var} < {n.split}{cond}: full tiles")
         _lines(n.loop, depth + 1, out)
+        if n.middle is not None:
+            out.append(f"{pad}else {n.loop.var} < {n.split}: constant rows, bounded stores")
+            for c in n.middle:
+                _lines(c, depth + 1, out)
         out.append(f"{pad}then the rest")
         for c in n.general:
             _lines(c, depth + 1, out)

@@ -125,12 +125,16 @@ class PeeledLoop:
     tails dropped: constant trip counts), then ``for var in [full, extent)`` over ``general`` (the
     body as built). ``full`` is ``split`` when every condition of ``outer_full`` holds (a tail on an
     enclosing loop's variable, ``offset + extent <= limit``), else 0. ``loop`` keeps the extent, kind
-    and tail of the original loop. See :mod:`superopt.loopnest.versioning`."""
+    and tail of the original loop. ``middle``: where ``outer_full`` does not hold, the body with only this
+    loop's own tails dropped (the enclosing loop's tails kept, as run-time bounds), run for ``[0, split)`` before
+    ``general`` runs the rest: the last panel of columns keeps register tiles of constant rows. See
+    :mod:`superopt.loopnest.versioning`."""
 
     loop: Loop
     general: tuple[Node, ...]
     split: int
     outer_full: tuple[tuple[int, TailLimit], ...] = ()
+    middle: tuple[Node, ...] | None = None
 
 
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard

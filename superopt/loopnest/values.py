@@ -9,7 +9,7 @@ functions (``exp``, ``relu``, ``neg``, ...), binary operators (``+``, ``max``, `
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from superopt.ir.expr import Affine
@@ -64,3 +64,41 @@ def op_counts(v: Value) -> Counter[str]:
 
 def loads(v: Value) -> list[Load]:
     return [n for n in value_nodes(v) if isinstance(n, Load)]
+
+
+def _index_only(v: Value) -> bool:
+    return not any(isinstance(n, Load) for n in value_nodes(v))
+
+
+def weighted_loads(v: Value, uniform: Callable[[Value], bool] = _index_only) -> list[tuple[Load, float]]:
+    """Every load of ``v`` with the share of evaluations that perform it. A chain of ``where`` whose conditions
+    ``uniform`` accepts (by default: conditions on loop indices only, which an unrolled loop folds to constants,
+    as in a Winograd transform's rows ``where(r == 0, ..., where(r == 1, ...))``) runs one of its n branches per
+    evaluation: each branch's loads count a 1/n share; anything else counts whole."""
+    out: list[tuple[Load, float]] = []
+
+    def go(n: Value, w: float) -> None:
+        if isinstance(n, Load):
+            out.append((n, w))
+            return
+        if not isinstance(n, Op):
+            return
+        if n.op == "where" and uniform(n.args[0]):
+            branches: list[Value] = []
+            conds: list[Value] = []
+            cur: Value = n
+            while isinstance(cur, Op) and cur.op == "where" and uniform(cur.args[0]):
+                conds.append(cur.args[0])
+                branches.append(cur.args[1])
+                cur = cur.args[2]
+            branches.append(cur)
+            for c in conds:
+                go(c, w)
+            for b in branches:
+                go(b, w / len(branches))
+            return
+        for a in n.args:
+            go(a, w)
+
+    go(v, 1.0)
+    return out

@@ -11,6 +11,11 @@ that walks the tiles is therefore peeled::
 
 When the rest is a single tile (``full == extent - 1``) its tails are constants too, and are printed so.
 
+A tail on an enclosing loop's variable (the last panel of columns, ``j < n - 64*j_o``) makes ``full`` 0 for that
+panel. Where such tails bound only write-back loops (the accumulation runs over the zero-filled panel whole),
+the panel gets a middle copy: the tiles with this loop's own tails dropped and the enclosing ones kept, so
+its register tiles still have constant rows and a constant accumulation, and only their stores are bounded.
+
 ``full`` is the number of leading iterations for which every tail of the tile is inactive (a
 constant, or 0 when a tail on an outer loop's variable is active for this block). A condition
 inside the loop (``if (full) ... else ...``) would be simpler, but gcc then no longer unrolls the
@@ -24,7 +29,7 @@ from dataclasses import replace
 from superopt.loopnest.alloc import Alloc
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop, TailLimit
-from superopt.loopnest.statements import Epilogue, Guard, Node, PeeledLoop, Scope, StageNest
+from superopt.loopnest.statements import Accumulate, Epilogue, Guard, Node, PeeledLoop, Scope, StageNest
 
 Tail = tuple[int, TailLimit]  # (the extent of the loop it cuts, the tail)
 
@@ -52,6 +57,27 @@ def _tile_tails(n: Node, inner: set[str], found: dict[Tail, None]) -> None:
         found.update({(n.extent, t): None for t in n.tail if not (t.offset.vars() & inner)})
     for c in _children(n):
         _tile_tails(c, inner, found)
+
+
+def _accumulating_tails(n: Node, found: set[TailLimit]) -> bool:
+    """Whether ``n`` accumulates; adds to ``found`` the tails of the loops around an accumulation."""
+    if isinstance(n, Accumulate):
+        return True
+    acc = False
+    for c in _children(n):
+        acc = _accumulating_tails(c, found) or acc
+    if acc and isinstance(n, Loop):
+        found.update(n.tail)
+    return acc
+
+
+def _tiles_accumulating_tails(body: tuple[Node, ...], found: set[TailLimit]) -> set[TailLimit]:
+    for c in body:
+        if _is_tile(c):
+            _accumulating_tails(c, found)
+        elif isinstance(c, (Loop, StageNest, Scope)):
+            _tiles_accumulating_tails(c.body, found)
+    return found
 
 
 def _strip(n: Node, dropped: set[TailLimit]) -> Node:
@@ -134,7 +160,12 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         # trip counts (a register tile of the last rows; gcc keeps it in registers, and the vector printer
         # takes it) instead of run-time bounds
         general = tuple(_resolve_tails(c, lp.var, split, {t for _, t in own}) for c in lp.body)
-    return PeeledLoop(fast, general, split, tuple(rest))
+    middle = None
+    if rest and not {t for _, t in rest} & _tiles_accumulating_tails(lp.body, set()):
+        # (the enclosing loops' tails bound only the stores: tiles of this loop's full iterations stay constant)
+        own_tails = {t for _, t in own}
+        middle = tuple(_strip_tiles(c, own_tails) for c in lp.body)
+    return PeeledLoop(fast, general, split, tuple(rest), middle)
 
 
 def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:

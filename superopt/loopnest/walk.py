@@ -32,7 +32,7 @@ from superopt.loopnest.statements import (
     StageNest,
     WriteBack,
 )
-from superopt.loopnest.values import Value, loads, op_counts
+from superopt.loopnest.values import IndexNumber, Load, Value, op_counts, value_nodes, weighted_loads
 
 _COMBINE_OP = {"+=": "+", "*=": "*", "max=": "max", "min=": "min"}
 
@@ -77,6 +77,9 @@ class AccessVisit:
     is_write: bool
     loops: tuple[Loop, ...]
     stage: str | None
+    # the share of the statement's executions that perform the access: under a chain of where on loop
+    # indices (not on the vector loop's, which a vector computes both sides of), one branch per execution
+    weight: float = 1.0
 
     @property
     def strides(self) -> dict[str, int | None]:
@@ -94,10 +97,17 @@ def accesses(nest: LoopNest) -> list[AccessVisit]:
     out: list[AccessVisit] = []
     for v in walk(nest):
         n = v.node
+        vector = {lp.var for lp in v.loops if lp.kind == "vectorized"}
+
+        def uniform(cond: Value, vector: set[str] = vector) -> bool:
+            nodes = list(value_nodes(cond))
+            return not any(isinstance(x, Load) for x in nodes) and not any(
+                isinstance(x, IndexNumber) and x.index.vars() & vector for x in nodes)
+
         for val in _values(n):
-            for ld in loads(val):
+            for ld, w in weighted_loads(val, uniform):
                 if isinstance(ld.source, BufferAccess):
-                    out.append(AccessVisit(ld.source, False, v.loops, v.stage))
+                    out.append(AccessVisit(ld.source, False, v.loops, v.stage, w))
         if isinstance(n, Accumulate) and isinstance(n.target, BufferAccess):
             out.append(AccessVisit(n.target, False, v.loops, v.stage))  # read-modify-write
         if isinstance(n, WriteBack) and n.op is not None:

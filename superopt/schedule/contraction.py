@@ -11,7 +11,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
-from superopt.schedule.contraction_columns import choose_columns, pick, row_dim, row_use, tile_rows
+from superopt.schedule.contraction_columns import SWITCH_GAIN, choose_columns, pick, row_dim, row_use, tile_rows
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -43,6 +43,18 @@ def contiguous_dims(st: Statement, types: Mapping[str, TensorType], outer: str, 
     for tensor, index in st.indexed():
         flat = flat_offset(index, types[tensor].shape)
         if flat.coeff(outer) != st.extent[inner] * flat.coeff(inner):
+            return False
+    return True
+
+
+def unit_run(st: Statement, types: Mapping[str, TensorType], outer: str, inner: str) -> bool:
+    """:func:`contiguous_dims`, and every tensor that ``inner`` indexes walks it with unit stride: the fused loop
+    reads one contiguous run of each, split by any width with no pack (a linear loop rules packs out)."""
+    if not contiguous_dims(st, types, outer, inner):
+        return False
+    for tensor, index in st.indexed():
+        coeff = flat_offset(index, types[tensor].shape).coeff(inner)
+        if coeff not in (0, 1):
             return False
     return True
 
@@ -174,7 +186,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # column operand is packed into the order the tile reads, so the output's innermost dims need not be its
     # (not for a constant operand, packed once for free where it is the column operand, nor for kernels too small
     # to repay a per-call pack of the other operand)
-    scores = choose_columns(st, accs, VECTOR, target.vector_registers) \
+    scores = choose_columns(st, accs, VECTOR, target.vector_registers,
+                            lambda o, i: types is not None and unit_run(st, types, o, i)) \
         if keep is None and types is not None and not weight_on_rows and not (consts and (a.tensor in consts or
                                                                                           b.tensor in consts)) \
         and math.prod(ext.values()) >= MOVE_WORK else None
@@ -184,6 +197,16 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         own_b = _own_dims(col_acc, row_acc, st)
         now = own_b[-2:] if len(own_b) < 2 or ext[own_b[-1]] <= 16 * VECTOR else own_b[-1:]
         layout = pick(scores, (accs.index(col_acc), tuple(now)))
+        # both operands run-time inputs: the column operand is packed on every call, and where its columns are
+        # not its innermost axis the pack is a transpose. The other operand's best columns, nearly as good
+        # (within SWITCH_GAIN) on an operand at most half the size, make the cheaper pack (kil,jkl->ij: columns
+        # i of the 2.6 MB operand, not j of the 5.3 MB one, 1.15x on one core)
+        col_x = accs[layout.operand]
+        if col_x.index[-1].dims[0] not in layout.dims:
+            alt = max((c for (k, _), c in scores.items() if k != layout.operand), key=lambda c: c.score, default=None)
+            if alt is not None and alt.score * SWITCH_GAIN >= layout.score \
+                    and 2 * _footprint(accs[alt.operand], st) <= _footprint(col_x, st):
+                layout = alt
         moved = layout != scores.get((accs.index(col_acc), tuple(now)))
         if len(layout.dims) == 2:  # (a fused pair the position rule would split off whole vectors: re-laid too)
             inner_ext = ext[layout.dims[-1]]
@@ -449,8 +472,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         fprims, fname, _ = fuse_chain(s, chain, extents, par * threads)
         prims += fprims
         prims.append(Parallel(s, fname))
-    # pack the column operand so the vector loop reads it contiguously
-    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs else None
+    # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
+    # dim: lowering makes it linear, over every tensor's own layout, which the unit_run columns already read
+    # with unit stride)
+    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs and not linear else None
     if roles is not None:
         rest, red, cols = roles
         axes = b.index

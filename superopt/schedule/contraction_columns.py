@@ -15,7 +15,7 @@ per FMA row), or has few rows to reuse each vector over.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from superopt.ir.expr import Access
@@ -102,11 +102,13 @@ def best_width(ncol: int, inner: int, lanes: int, most_vectors: int = 4, rows: S
     return w, score(w)
 
 
-def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, registers: int = 32
+def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, registers: int = 32,
+                   linear: Callable[[str, str], bool] | None = None
                    ) -> dict[tuple[int, tuple[str, ...]], Columns] | None:
     """Every candidate (operand, column dims) of ``out += A * B`` at its best width with its score, or None
     when an operand is not indexed by plain, distinct dims (windows, reshapes, diagonals: the position-based
-    choice stays)."""
+    choice stays). ``linear(outer, inner)``: whether every tensor holds the pair as one contiguous run, so that
+    their fused loop splits by any width (not only by multiples of the inner extent)."""
     if len(accs) != 2 or st.pad_value or not all(plain(a) for a in accs):
         return None
     if any(len({ix.dims[0] for ix in a.index}) != len(a.index) for a in accs):
@@ -121,7 +123,7 @@ def choose_columns(st: Statement, accs: Sequence[Access], lanes: int, registers:
         groups += [(d1, d2) for i, d1 in enumerate(own) for d2 in own[i + 1:]]
         for dims in groups:
             ncol = math.prod(ext[d] for d in dims)
-            inner = ext[dims[-1]] if len(dims) == 2 else 1
+            inner = ext[dims[-1]] if len(dims) == 2 and not (linear is not None and linear(*dims)) else 1
             rows = [ext[d] for d in st.out_dims if d not in dims and d not in _dims(x) and ext[d] > 1]
             w, score = best_width(ncol, inner, lanes, most_vectors, rows, registers)
             out[(k, dims)] = Columns(k, dims, w, score)

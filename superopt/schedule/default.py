@@ -20,11 +20,13 @@ from superopt.schedule.chained import chained_reductions, flops_per_byte, recomp
 from superopt.schedule.contraction import contraction_schedule, final_contraction, is_contraction
 from superopt.schedule.elementwise import inlinable, simple_schedule
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.output_layout import choose_output_layout, with_output_layouts
 from superopt.schedule.primitives import (
     Epilogue,
     Inline,
     InPlace,
     NextRow,
+    OutputLayout,
     Primitive,
     ReduceEpilogue,
 )
@@ -128,6 +130,18 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                                    lambda c, default: kn.get(f"{c}.recompute", default, (True, False)))
         compute = with_recomputes(compute, trace)
         stmts = list(compute.statements)
+    laid_copy = None  # the statement copying a re-laid output: a pass of its own, never the tile's epilogue
+    if len(stmts) == 1 and use_contraction and stmts[0].out in compute.outputs and not consts & set(compute.inputs):
+        # the output computed in a layout that makes the tile's best columns one run, then copied (run-time
+        # operands only: a constant one is packed ahead of time into whatever the tile reads)
+        st = stmts[0]
+        perm = choose_output_layout(st, target.lanes("float32"), target.vector_registers)
+        if kn.get(f"{st.out}.out_layout", perm is not None, (False, True) if perm is not None else (False,)):
+            prim = OutputLayout(st.out, perm)
+            trace.append(prim)
+            compute = with_output_layouts(compute, [prim])
+            stmts = list(compute.statements)
+            laid_copy = st.out
     folded = foldable_reductions(compute) if sketch == FOLD_REDUCTIONS else {}
     reads: dict[str, set[str]] = {}  # stage -> what it reads once inlined stages are substituted
     tiled: set[str] = set()
@@ -164,7 +178,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
                 pass
         producers = sorted(reads[st.out] & tiled)
         position = {x.out: k for k, x in enumerate(stmts)}
-        if use_epilogue and st.reduce == "=" and len(producers) == 1 and all(
+        if use_epilogue and st.out != laid_copy and st.reduce == "=" and len(producers) == 1 and all(
                 position.get(t, -1) <= position[producers[0]] for t in reads[st.out]):  # (none computed after it)
             trace.append(Epilogue(st.out, producers[0]))
             continue

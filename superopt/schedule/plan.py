@@ -26,6 +26,7 @@ from superopt.schedule.primitives import (
     Inline,
     InPlace,
     NextRow,
+    OutputLayout,
     Pack,
     Parallel,
     Prefetch,
@@ -137,6 +138,15 @@ def lower(compute: Compute, trace: Sequence[Primitive] = (), target: Target | No
         except RecomputeError as e:
             raise ScheduleError(str(e)) from None
         trace = [p for p in trace if not isinstance(p, Recompute)]
+    layouts = [p for p in trace if isinstance(p, OutputLayout)]
+    if layouts:  # outputs computed into re-laid temporaries, then copied (superopt/schedule/output_layout.py)
+        from superopt.schedule.output_layout import OutputLayoutError, with_output_layouts
+
+        try:
+            compute = with_output_layouts(compute, layouts)
+        except OutputLayoutError as e:
+            raise ScheduleError(str(e)) from None
+        trace = [p for p in trace if not isinstance(p, OutputLayout)]
     statements = list(compute.statements)
     inlined: set[str] = set()
     for p in trace:

@@ -160,6 +160,16 @@ def recompute_name(stage: str, consumer: str) -> str:
 
 
 @dataclass(frozen=True)
+class OutputLayout(Primitive):
+    """Compute output ``stage`` into a temporary (``superopt.schedule.output_layout.laid_name``) whose dims are
+    the output's in order ``perm``, then copy it into the output with a statement of its own; the rest of the
+    trace schedules both. The output tile transposed on write-back, for a register tile whose columns are one
+    contiguous run of an operand but not of the output (superopt/schedule/output_layout.py)."""
+
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Pack(Primitive):
     """Re-layout input tensor ``stage`` (a kernel input): permute its axes by ``perm``, then split
     axis ``split_axis`` (an index into the permuted axes) by ``factor``, moving the outer part first.
@@ -225,7 +235,8 @@ class CacheRead(Primitive):
 
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
-              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute, TransposeBlock)
+              Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute, TransposeBlock,
+              OutputLayout)
 }
 
 

@@ -54,7 +54,10 @@ void conv_bias_relu_epilogue_pack_W(const void *src_, void *dst_) {
     float *restrict dst = (float *)dst_;
     for (int a0 = 0; a0 < 16; ++a0)
         for (int a1 = 0; a1 < 3; ++a1)
-            for (int a2 = 0; a2 < 3; ++a2)
-                for (int a3 = 0; a3 < 32; ++a3)
-                    dst[((((0) * 16 + a0) * 3 + a1) * 3 + a2) * 32 + a3] = src[((((0) * 32 + a3) * 16 + a0) * 3 + a1) * 3 + a2];
+            for (int a2 = 0; a2 < 3; a2 += 16)
+                for (int a3 = 0; a3 < 32; a3 += 16)
+                    if (a2 + 16 <= 3 && a3 + 16 <= 32) so_transpose16(src + ((((0) * 32 + a3) * 16 + a0) * 3 + a1) * 3 + a2, 144, dst + ((((0) * 16 + a0) * 3 + a1) * 3 + a2) * 32 + a3, 32);
+                    else for (int a2_e = a2; a2_e < SO_MIN(a2 + 16, 3); ++a2_e)
+                        for (int a3_e = a3; a3_e < SO_MIN(a3 + 16, 32); ++a3_e)
+                            dst[((((0) * 16 + a0) * 3 + a1) * 3 + a2_e) * 32 + a3_e] = src[((((0) * 32 + a3_e) * 16 + a0) * 3 + a1) * 3 + a2_e];
 }
