@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # the phases of ``superopt.optimize``, in pipeline order (a report lists them in this order, then any other)
-PHASES = ("load", "rewrite", "ceilings", "schedule", "codegen", "compile", "build", "verify", "cache", "other")
 OTHER = "other"  # the time outside every named phase
+PHASES = ("load", "rewrite", "ceilings", "schedule", "codegen", "compile", "build", "verify", "cache", OTHER)
 
 
 class PhaseTimer:

@@ -266,6 +266,12 @@ def reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], sa
     each node (an extern op's result counts one rounding of its own). A tensor lives until its last reader and a
     statement's own rounding magnitude until its node's copies have run, so a whole model's float64 tensors are
     never held once per run."""
+    with bodies_run_by(body_interpreter(np.float64)):  # a control-flow body is interpreted too
+        return _reference_with_magnitudes(graph, inputs, samples, seed)
+
+
+def _reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], samples: int, seed: int
+                               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray | None]]:
     from superopt.ir.externs import evaluate_extern
 
     rng = np.random.default_rng(seed)
@@ -283,8 +289,7 @@ def reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], sa
         for r, env in enumerate(envs):
             ins = [shared[i] if i in shared else env[i] for i in node.inputs]
             if node.is_extern:
-                with bodies_run_by(body_interpreter(np.float64)):  # a control-flow body is interpreted too
-                    outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
+                outs = [np.asarray(o) for o in evaluate_extern(node.op.kind, ins, node.op.attr)]
                 if r:
                     outs = [_perturb(o, np.abs(o), rng) for o in outs]
             else:

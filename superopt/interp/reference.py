@@ -259,7 +259,14 @@ def body_interpreter(dtype) -> Callable[[Graph, Sequence[np.ndarray]], list[np.n
 
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], dtype=np.float32,
              keep_intermediates: bool = False) -> dict[str, np.ndarray]:
-    """Run a graph; returns its outputs by name (or every tensor, with ``keep_intermediates``)."""
+    """Run a graph; returns its outputs by name (or every tensor, with ``keep_intermediates``). Control-flow
+    bodies are interpreted too, in the same precision."""
+    with bodies_run_by(body_interpreter(dtype)):
+        return _evaluate(graph, inputs, dtype, keep_intermediates)
+
+
+def _evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], dtype,
+              keep_intermediates: bool) -> dict[str, np.ndarray]:
     float_dtype = np.dtype(dtype)
     if not isinstance(inputs, Mapping):
         inputs = dict(zip(graph.inputs, inputs))
@@ -284,8 +291,7 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
                 env[t] = _constant(constants[t], float_dtype)
         ins = [env[t] for t in node.inputs]
         if node.is_extern:
-            with bodies_run_by(body_interpreter(float_dtype)):  # a control-flow body is interpreted too
-                outs = evaluate_extern(node.op.kind, ins, node.op.attr)
+            outs = evaluate_extern(node.op.kind, ins, node.op.attr)
         else:
             outs = evaluate_compute(node.op, ins, float_dtype)
         for name, val, dynamic in zip(node.outputs, outs, run_time_shaped(node)):
