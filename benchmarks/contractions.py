@@ -13,8 +13,10 @@ then all are timed in alternation (``superopt.measure.timing``: warm-up calls, t
 of each system, the order rotated; medians), with a probe of the machine's ceiling timed as one more system
 (the FMA chains for a contraction, a streaming copy for a memory-bound case), so that every figure also has a
 ceiling measured under the same load. superopt's default is ``superopt.op`` as a user calls it; "tuned" is the same
-op after the schedule search (``OptimizeConfig.tune_trials``, the pipeline's tuning entry point: ``superopt.op``
-takes no tuning argument yet) with ``--trials`` measurements, at most ``--tune-seconds`` a case.
+op's graph through ``superopt.optimize`` with the schedule search on (``OptimizeConfig.tune_trials``: ``--trials``
+measurements and at most ``--tune-seconds`` a case; ``superopt.op(tune=...)`` takes one of the two). Where the search
+keeps the default's schedules the tuned row is a tie: it is the default's time, not a second timing of the same code,
+and the summary counts the search's wins, ties and losses against the default apart.
 
 The roofline of a contraction is ``min(compute ceiling, bandwidth x flops / compulsory bytes)`` with the ceilings
 of ``benchmarks/peak.py`` (``superopt.measure.roofline``); the compute ceiling is the register tile written back
@@ -122,6 +124,11 @@ def superopt_tuned(case: Case, threads: int, trials: int, tune_seconds: float | 
     return prog, {"tune": prog.report.tune, "schedule_source": prog.report.schedule_source}
 
 
+def schedules_of(prog) -> list[str]:
+    """The program's kernel schedules, in a form two programs compare by: every compute node's trace, sorted."""
+    return sorted(repr(tuple(t)) for t in prog.executor.traces.values())
+
+
 def peer_calls(case: Case, inputs: list[np.ndarray]) -> dict[str, Callable[[], object]]:
     """torch.einsum, numpy.einsum(optimize=True) and TBLIS on the case. A transposition's output is made
     contiguous (an einsum view is not a transposition)."""
@@ -208,7 +215,9 @@ def run_case(case: Case, ceilings: Ceilings, probes: Probes, args, database: Pat
         res.compile_s["superopt_tuned"] = time.perf_counter() - t0
         feed = dict(zip(prog.graph.inputs, inputs, strict=True))
         out_name = prog.graph.outputs[0]
-        calls["superopt_tuned"] = lambda: prog.executor(feed)[out_name]
+        res.tune["same_schedules_as_default"] = schedules_of(prog) == schedules_of(op.program(*inputs))
+        if not res.tune["same_schedules_as_default"]:
+            calls["superopt_tuned"] = lambda: prog.executor(feed)[out_name]
     calls |= peer_calls(case, inputs)
     timed: dict[str, Callable[[], object]] = {}
     for name, fn in calls.items():
@@ -232,6 +241,8 @@ def run_case(case: Case, ceilings: Ceilings, probes: Probes, args, database: Pat
     else:
         res.probe = {"kind": "fma chains", "gflops": probes.fma_flops / probe_s / 1e9}
     res.ms = {name: t.median_s * 1e3 for name, t in times.items()}
+    if res.tune.get("same_schedules_as_default") and "superopt" in res.ms:
+        res.ms["superopt_tuned"] = res.ms["superopt"]
     derive(res, ceilings)
     return res
 
@@ -301,9 +312,20 @@ def summary(results: list[CaseResult]) -> dict:
         goals[f"{sys_} geomean >= {GOAL_GEOMEAN_TORCH}x torch (contractions)"] = \
             f"{'met' if g >= GOAL_GEOMEAN_TORCH else 'missed'} ({g:.2f}x)"
     s["goals"] = goals
+    s["search against the default"] = search_outcomes(results)
     s["wrong"] = {r.case["name"]: {k: v for k, v in r.errors.items()} for r in results if r.errors}
     s["constant"] = sorted(f"{r.case['name']}:{k}" for r in results for k, c in r.checks.items() if c.get("constant"))
     return s
+
+
+def search_outcomes(results: list[CaseResult]) -> str:
+    """The tuned rows against the default: a tie where the search kept the default's schedules, else a win or a
+    loss by the two programs' median times."""
+    rows = [r for r in results if "superopt_tuned" in r.ms and "superopt" in r.ms]
+    ties = sum(1 for r in rows if r.tune.get("same_schedules_as_default"))
+    wins = sum(1 for r in rows if not r.tune.get("same_schedules_as_default")
+               and r.ms["superopt_tuned"] < r.ms["superopt"])
+    return f"{wins} wins, {ties} ties (the default's schedules kept), {len(rows) - wins - ties} losses"
 
 
 def _f(x: float | None, fmt: str = ".2f", suffix: str = "") -> str:
@@ -331,7 +353,8 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
             return f"fails: {r.errors.get(k, 'not run')}"[:60]
         v = r.gflops[k] if unit == "gflops" else r.gbs[k]
         flag = " (constant)" if r.checks.get(k, {}).get("constant") else ""
-        return f"{v:.1f} ({r.fraction[k]:.0%}){flag}"
+        same = "=" if k == "superopt_tuned" and r.tune.get("same_schedules_as_default") else ""
+        return f"{v:.1f}{same} ({r.fraction[k]:.0%}){flag}"
 
     def ratios_and_probe(r: CaseResult, unit: str) -> str:
         """The row's tail: superopt over each peer, the probe's rate and superopt's fractions of it."""
@@ -362,8 +385,10 @@ def markdown(results: list[CaseResult], meta: dict, s: dict) -> str:
                      + ratios_and_probe(r, "gbs"))
     lines += ["", "## Summary", ""]
     lines += [f"- {k}: {_f(v, '.2f') if isinstance(v, float) else v}" for k, v in s.items()
-              if k not in ("goals", "wrong", "constant")]
+              if k not in ("goals", "wrong", "constant", "search against the default")]
     lines += ["", "## Goals", ""] + [f"- {k}: {v}" for k, v in s["goals"].items()]
+    lines += ["", f"Search against the default (`=` in a tuned cell: the default's schedules kept, timed once): "
+                  f"{s['search against the default']}."]
     tuned = ", ".join(f"{r.case['name']} {(r.tune.get('tune') or {}).get('measured', 0)}" for r in results)
     lines += ["", f"- outputs that failed the float64 check: {s['wrong'] or 'none'}",
               f"- constant outputs (flagged): {', '.join(s['constant']) or 'none'}", "",

@@ -528,11 +528,39 @@ def _search_table(report: dict) -> list[str]:
     return lines
 
 
+def outcomes(report: dict, ours: str = "search@final", other: str = "random@final") -> dict[str, list[str]]:
+    """The workloads where ``ours`` wins against ``other``, ties (both keep the same schedules: one program,
+    timed once) and loses, by their median times."""
+    out: dict[str, list[str]] = {"wins": [], "ties": [], "losses": []}
+    for row in report["workloads"]:
+        t = row.get("times", {})
+        if "error" in row or ours not in t or other not in t:
+            continue
+        same = row.get("same_as", {})
+        if same.get(ours, ours) == same.get(other, other):
+            out["ties"].append(row["workload"])
+        else:
+            out["wins" if t[ours]["median_s"] < t[other]["median_s"] else "losses"].append(row["workload"])
+    return out
+
+
+def _outcome_lines(report: dict) -> list[str]:
+    label = _labels(report["settings"])
+    lines = ["## Search against random sampling and against the default", "",
+             "A tie is a workload where both keep the same schedules (one program, timed once); otherwise the "
+             "faster median wins.", ""]
+    for other in ("random@final", "default"):
+        o = outcomes(report, "search@final", other)
+        lines.append(f"- {label['search@final']} against {label[other]}: "
+                     + "; ".join(f"{len(v)} {k}" + (f" ({', '.join(v)})" if v else "") for k, v in o.items()))
+    return lines
+
+
 def markdown(report: dict) -> str:
     workloads = ["## Workloads", ""] + [f"- **{r['workload']}**: {r.get('description', r.get('error'))}"
                                         for r in report["workloads"]]
-    parts = (_header(report), _times_table(report), _ratio_table(report), _roofline_table(report),
-             _search_table(report), workloads)
+    parts = (_header(report), _times_table(report), _ratio_table(report), _outcome_lines(report),
+             _roofline_table(report), _search_table(report), workloads)
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
 
 
@@ -597,6 +625,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results"))
     ap.add_argument("--ablation", action="store_true",
                     help="cost-model ablation instead (benchmarks/search_ablation.py): guided vs random vs zero-shot")
+    ap.add_argument("--render", metavar="JSON", help="rewrite search.md (in --out) from a search.json; measures nothing")
     ap.add_argument("--random", type=int, default=1000, help="ablation: random samples per workload (default 1000)")
     ap.add_argument("--ratio", type=int, default=5, help="ablation: guided search gets random/ratio measurements")
     ap.add_argument("--cost-model", default=None, help="ablation: a model file (default: the shipped one)")
@@ -616,6 +645,9 @@ def settings_from(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        (Path(args.out) / "search.md").write_text(markdown(json.loads(Path(args.render).read_text())))
+        return 0
     torch.set_num_threads(THREADS)
     if args.ablation:
         from benchmarks import search_ablation

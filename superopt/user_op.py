@@ -136,6 +136,11 @@ class UserOp:
         self._compiled[key] = compiled
         return compiled
 
+    def program(self, *arrays: np.ndarray):
+        """The ``superopt.OptimizedProgram`` that runs inputs of these arrays' shapes and dtypes (compiled on first
+        use), with its report and its kernels' schedules (``program.executor.traces``)."""
+        return self._compile([np.ascontiguousarray(a) for a in arrays]).program
+
     def _verify(self, prog, arrays: Sequence[np.ndarray]) -> float:
         """The largest error against float64 on these inputs, each element measured against the magnitude of
         the terms it is computed from (``superopt.interp.tolerance``); raises when it exceeds the tolerance."""

@@ -146,3 +146,25 @@ def test_tuned_superopt_matches_the_reference(tmp_path):
     assert info["tune"]["measured"] >= 1
     got = prog.executor(dict(zip(prog.graph.inputs, x, strict=True)))[prog.graph.outputs[0]]
     assert bench.check(got, bench.reference(case, x), case)["ok"]
+
+
+def test_search_outcomes_count_ties_by_schedule_not_by_time():
+    def row(name, default_ms, tuned_ms, same):
+        r = bench.CaseResult({"name": name, "kind": "contraction"})
+        r.ms = {"superopt": default_ms, "superopt_tuned": tuned_ms}
+        r.tune = {"same_schedules_as_default": same}
+        return r
+
+    # a kept schedule is a tie even where its second timing differs; a changed one wins or loses by its time
+    rows = [row("a", 1.0, 0.8, False), row("b", 1.0, 1.3, True), row("c", 1.0, 1.1, False), row("d", 1.0, 0.9, True)]
+    assert bench.search_outcomes(rows) == "1 wins, 2 ties (the default's schedules kept), 1 losses"
+
+
+def test_a_kept_schedule_is_recognised_and_timed_once(tmp_path):
+    case = contraction("kil_keep", "kil,lkj->ij", {"k": 3, "i": 5, "l": 4, "j": 19})
+    x = case.inputs(2)
+    default = bench.superopt_default(case, 1).program(*x)
+    prog, _ = bench.superopt_tuned(case, 1, trials=1, tune_seconds=None, database=tmp_path / "db.jsonl", seed=0)
+    # one measurement is the default's own: the search keeps it, and the two programs' schedules compare equal
+    assert bench.schedules_of(prog) == bench.schedules_of(default)
+    assert bench.schedules_of(default) and all(s != "()" for s in bench.schedules_of(default))

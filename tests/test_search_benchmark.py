@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -146,3 +147,23 @@ def test_a_memory_bound_workload_is_timed_beside_its_footprint_copy():
         assert status["default"] == "ok" and errors["default"] < 1e-5 and times["default"]["median_s"] > 0
         assert ceiling > 0 and bench.FMA_PROBE not in times and bench.COPY_PROBE not in times
         assert (copy_gbs is not None and copy_gbs > 0) if bound else copy_gbs is None
+
+
+def test_outcomes_tell_wins_ties_and_losses_apart():
+    def row(name, search_ms, random_ms, random_same_as):
+        return {"workload": name, "times": {"default": {"median_s": 1.0}, "search@final": {"median_s": search_ms},
+                                            "random@final": {"median_s": random_ms}},
+                "same_as": {"default": "default", "search@final": "search@final", "random@final": random_same_as}}
+
+    report = {"workloads": [row("a", 0.5, 0.7, "random@final"), row("b", 0.5, 0.5, "search@final"),
+                            row("c", 0.9, 0.6, "random@final"), {"workload": "d", "error": "x"}]}
+    # b's two searches kept one program: a tie whatever its timings; a and c are decided by their medians
+    assert bench.outcomes(report) == {"wins": ["a"], "ties": ["b"], "losses": ["c"]}
+    assert bench.outcomes(report, other="default") == {"wins": ["a", "b", "c"], "ties": [], "losses": []}
+
+
+def test_render_rewrites_the_markdown_from_the_json(tmp_path):
+    src = Path(bench.REPO) / "benchmarks" / "results" / "search.json"
+    assert bench.main(["--render", str(src), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "search.md").read_text()
+    assert "## Search against random sampling and against the default" in md and "ties" in md
