@@ -514,7 +514,7 @@ def test_a_pack_that_transposes_copies_register_blocks_where_the_extents_allow(d
     src = emit_c(nest, "mmt").code
     pack = src[src.index("_pack_B("):]
     assert f"so_transpose{lanes}(" in pack, pack
-    assert ("_e = " in pack) == (depth % lanes != 0), pack  # (the edge blocks' element loops)
+    assert (f"so_transpose{lanes}p(" in pack) == ("_e = " in pack) == (depth % lanes != 0), pack  # (edge blocks)
     rng = np.random.default_rng(7)
     A, B = rng.standard_normal((24, depth)).astype(np.float32), rng.standard_normal((64, depth)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=target)(A, B)

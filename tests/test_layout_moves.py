@@ -219,3 +219,33 @@ def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_ca
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, CacheWrite) for p in trace) and any(isinstance(p, Pack) for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_row_operand_read_a_line_per_reduction_step_is_packed_in_the_order_the_tile_reads_it(kernel_cache):
+    """A[j,n,m,i]: rows j, reductions n, m read at stride 18 (a cache line per step), re-read by five column
+    panels: the default packs it [i][j][n][m]; the knob turns that off, and both match the reference."""
+    from superopt.schedule.default import build_sketch, sketch_names
+    from superopt.schedule.knobs import KnobRecorder
+
+    c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", {"A": (10, 20, 12, 18), "B": (40, 20, 8, 12)})
+    target = host_target(2)
+    trace = default_schedule(c, target, frozenset())
+    row_packs = [p for p in trace if isinstance(p, Pack) and p.stage == "A"]
+    assert row_packs == [Pack("A", (3, 0, 1, 2))], trace
+    sketch = next(s for s in sketch_names(c, target) if s.startswith("stages"))
+    off = build_sketch(c, target, frozenset(), sketch, KnobRecorder({"C.pack_rows": False}))
+    assert not any(isinstance(p, Pack) and p.stage == "A" for p in off), off
+    _check_against_reference(c, [trace, off], kernel_cache)
+
+
+def test_a_row_operand_read_along_its_rows_or_through_a_window_is_not_packed():
+    from superopt.schedule.contraction import row_pack_perm
+
+    gemm = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (64, 96), "B": (96, 80)})
+    st = gemm.statements[-1]
+    a = next(x for x in product_accesses(st.expr) if x.tensor == "A")
+    assert row_pack_perm(a, "i", ["k"], ["j"], st) is None  # (already [rows][reduction])
+    conv = _blocked()
+    st = conv.statements[-1]
+    image = next(x for x in product_accesses(st.expr) if x.tensor == "in0")
+    assert row_pack_perm(image, "x", list(st.reduce_dims), ["n", "y"], st) is None

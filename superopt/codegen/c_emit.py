@@ -449,16 +449,24 @@ def print_pack(p: PackNest, name: str) -> str:
         ind = "    " * (len(heads) + 1)
         copy = f"so_transpose{block}(src + {flat_src()}, {src_stride}, dst + {flat_dst()}, {dst_stride});"
         full = f"{outer} + {block} <= {bound[outer]} && {inner} + {block} <= {bound[inner]}"
-        edge = {outer: f"{outer}_e", inner: f"{inner}_e"}
         if all(bound[v].isdigit() and int(bound[v]) % block == 0 for v in (outer, inner)):
             lines.append(f"{ind}{copy}")  # (whole blocks only)
         else:
+            # a block the edges cut short: where it holds a quarter of a block or more, the same shuffles between
+            # masked loads and stores (a packed panel of 8 columns against 16 lanes is all such blocks: element by
+            # element they took a fifth of their kernel); a sliver (3 rows of 16) costs fewer element copies
+            edge = {outer: f"{outer}_e", inner: f"{inner}_e"}
+            part = (f"so_transpose{block}p(src + {flat_src()}, {src_stride}, dst + {flat_dst()}, {dst_stride}, "
+                    "so_r, so_c);")
             lines += [f"{ind}if ({full}) {copy}",
-                      f"{ind}else for (int {outer}_e = {outer}; {outer}_e < SO_MIN({outer} + {block}, {bound[outer]}); "
-                      f"++{outer}_e)",
-                      f"{ind}    for (int {inner}_e = {inner}; {inner}_e < SO_MIN({inner} + {block}, {bound[inner]}); "
-                      f"++{inner}_e)",
-                      f"{ind}        dst[{flat_dst(edge)}] = src[{flat_src(edge)}];"]
+                      f"{ind}else {{",
+                      f"{ind}    const int so_r = SO_MIN({block}, {bound[inner]} - {inner}), "
+                      f"so_c = SO_MIN({block}, {bound[outer]} - {outer});",
+                      f"{ind}    if (so_r * so_c >= {block * block // 4}) {part}",
+                      f"{ind}    else for (int {outer}_e = {outer}; {outer}_e < {outer} + so_c; ++{outer}_e)",
+                      f"{ind}        for (int {inner}_e = {inner}; {inner}_e < {inner} + so_r; ++{inner}_e)",
+                      f"{ind}            dst[{flat_dst(edge)}] = src[{flat_src(edge)}];",
+                      f"{ind}}}"]
     else:
         for i, (v, _) in enumerate(p.loops):
             lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
