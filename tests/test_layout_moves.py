@@ -249,3 +249,16 @@ def test_a_row_operand_read_along_its_rows_or_through_a_window_is_not_packed():
     st = conv.statements[-1]
     image = next(x for x in product_accesses(st.expr) if x.tensor == "in0")
     assert row_pack_perm(image, "x", list(st.reduce_dims), ["n", "y"], st) is None
+
+
+def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_unevenly(kernel_cache):
+    """C[l,k,j,i] += A[m,i,j] * B[l,m,k]: the outermost loop (k, 9 iterations) alone gives 2 threads 5 and 4;
+    fused with the row blocks of l (9 x 13) they share it within 1%."""
+    from superopt.schedule.primitives import Fuse, Parallel
+
+    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    par = next(p.loop for p in trace if isinstance(p, Parallel))
+    fused = {f"{p.outer}_{p.inner}": (p.outer, p.inner) for p in trace if isinstance(p, Fuse)}
+    assert par in fused and fused[par][0] == "k", trace
+    _check_against_reference(c, [trace], kernel_cache)

@@ -64,6 +64,7 @@ def _is_window(acc: Access) -> bool:
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
 
 
+BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
 
@@ -489,7 +490,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                 break
             chain.append(lp)
         par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
-        fprims, fname, _ = fuse_chain(s, chain, extents, par * threads)
+        fprims, fname, fext = fuse_chain(s, chain, extents, par * threads)
+        # one more loop fused where the threads would share the parallel loop unevenly (9 iterations on 2
+        # threads: one of them idles a tenth of the time; 9 x 13 share within 1%)
+        if len(fprims) + 1 < len(chain) and math.ceil(fext / threads) * threads > BALANCED * fext:
+            more = fuse_chain(s, chain, extents, fext + 1)
+            if math.ceil(more[2] / threads) * threads < math.ceil(fext / threads) * threads * more[2] / fext:
+                fprims, fname, fext = more
         prims += fprims
         prims.append(Parallel(s, fname))
     # pack the row operand where its broadcasts stride through it: a run-time operand whose innermost reduction
