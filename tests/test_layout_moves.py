@@ -262,3 +262,19 @@ def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_uneven
     fused = {f"{p.outer}_{p.inner}": (p.outer, p.inner) for p in trace if isinstance(p, Fuse)}
     assert par in fused and fused[par][0] == "k", trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_the_column_tile_width_fills_the_last_panels_lanes(kernel_cache):
+    """329 columns: 7 tiles of 48 use 98% of the lanes, 6 of 64 only 86% (the last panel is zero-filled to a
+    whole tile); 320 columns keep the 4-vector tile (5 x 64, all full)."""
+    from superopt.schedule.contraction import lane_use
+
+    assert lane_use(329, 48) == pytest.approx(329 / 336) and lane_use(329, 64) == pytest.approx(329 / 384)
+    widths = {}
+    for j in (329, 320):
+        c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (6, 120, 40), "B": (6, 40, j)})
+        trace = default_schedule(c, host_target(2), frozenset())
+        widths[j] = next(p.factor for p in trace if isinstance(p, Split) and p.loop == "j")
+        if j == 329:
+            _check_against_reference(c, [trace], kernel_cache)
+    assert widths == {329: 48, 320: 64}

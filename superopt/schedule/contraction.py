@@ -143,6 +143,12 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
     return rest, red, cols
 
 
+def lane_use(ncol: int, width: int) -> float:
+    """The share of the vector lanes a loop of ``ncol`` columns in tiles of ``width`` fills (the last tile
+    partial)."""
+    return ncol / (math.ceil(ncol / width) * width)
+
+
 def row_pack_perm(a: Access, row: str | None, reduce_order: Sequence[str], outer_order: Sequence[str],
                   st: Statement) -> tuple[int, ...] | None:
     """The axes of row operand ``a`` in the order the register tile reads it: the axes of loops outside the tile
@@ -328,12 +334,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
     elif few_rows and rows2 > 1:
         width = min(4, max(1, (target.vector_registers - 8) // (ext[m_dims[-1]] * rows2))) * VECTOR
+    fused_cols = len(n_dims) > 1
     if window and ncol > width and 0 < ncol % width < VECTOR and math.ceil(ncol / VECTOR) <= wide:
         # a window's row of few columns in one tile (its last vector partial) rather than a last tile
         # narrower than a vector: that tile's vector loop runs whole in gcc's scalar remainder (depthwise
         # convs of 19-45 columns). A tail of a vector or more stays (56 columns as 32 + 24): a tile of 56
         # columns would need more accumulators than the registers hold
         width = ncol
+    if not fused_cols and not window and not few_rows and width == 4 * VECTOR and ncol > width \
+            and lane_use(ncol, 3 * VECTOR) > lane_use(ncol, width) + 0.05:
+        # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x
+        width = 3 * VECTOR
     # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
     # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
     # 1x1 conv's pixels in 64-wide tiles, no 56-column rows with a half-vector tail)
