@@ -341,10 +341,6 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # convs of 19-45 columns). A tail of a vector or more stays (56 columns as 32 + 24): a tile of 56
         # columns would need more accumulators than the registers hold
         width = ncol
-    if not fused_cols and not window and not few_rows and width == 4 * VECTOR and ncol > width \
-            and lane_use(ncol, 3 * VECTOR) > lane_use(ncol, width) + 0.05:
-        # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x
-        width = 3 * VECTOR
     # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
     # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
     # 1x1 conv's pixels in 64-wide tiles, no 56-column rows with a half-vector tail)
@@ -360,6 +356,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 2 * VECTOR
     if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
         width = layout.width  # (the position-chosen columns keep a width of whole vectors)
+    if not window and width == 4 * VECTOR and ncol > width and (not fused_cols or 3 * VECTOR % ext[n_dims[-1]] == 0) \
+            and lane_use(ncol, 3 * VECTOR) > lane_use(ncol, width) + 0.05:
+        # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x on
+        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x
+        width = 3 * VECTOR
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
