@@ -281,8 +281,8 @@ def test_the_column_tile_width_fills_the_last_panels_lanes(kernel_cache):
 
 
 def test_fused_columns_take_the_tile_width_that_fills_their_lanes(kernel_cache):
-    """The benchmark case rand2024_1. k, l fused (132 x 4 = 528 columns): 11 tiles of 48 fill every lane (48 is a multiple of l's 4), 9 of 64
-    only 92% of them."""
+    """The benchmark case rand2024_1. k, l fused (132 x 4 = 528 columns): 11 tiles of 48 fill every lane (48 is
+    a multiple of l's 4), 9 of 64 only 92% of them."""
     c = compile_op("C[m,i,j,k,l] += A[j,n,i] * B[k,n,l,m]", {"A": (3, 217, 705), "B": (132, 217, 4, 5)})
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, Split) and p.loop == "k_l" and p.factor == 48 for p in trace), trace
