@@ -174,3 +174,82 @@ def test_a_transposition_of_an_inlined_temporary_falls_back_to_the_simple_blocks
     x = np.random.default_rng(5).standard_normal((37, 53)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
     np.testing.assert_array_equal(got, (2 * x).T)
+
+
+def _random_permutations(seed: int, count: int) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """Seeded 3-D and 4-D permutations that move the innermost axis, with extents of 16 to 45 (mostly not multiples
+    of 16: partial blocks on both sides) and small outer extents: (index notation, input shape, numpy axes)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        nd = int(rng.integers(3, 5))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        if axes[-1] == nd - 1:
+            continue  # the innermost axis stays: no transposition of blocks
+        names = "ijkl"[:nd]
+        shape = tuple(int(rng.integers(16, 46)) if d in (nd - 1, axes[-1]) else int(rng.integers(2, 6))
+                      for d in range(nd))
+        out.append((f"O[{','.join(names[a] for a in axes)}] = X[{','.join(names)}]", shape, axes))
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_random_permutations_in_every_order_with_streamed_stores_match_numpy(seed, kernel_cache):
+    """Random permutations (partial blocks, 3-D and 4-D), each order of the block loops, streamed or not, 8 or 16
+    lanes, in one library: every kernel copies its input exactly."""
+    from superopt.runtime.kernel import build_kernels
+
+    rng = np.random.default_rng(seed)
+    target = host_target(2)
+    lanes = (8, 16) if target.lanes("float32") == 16 else (8,)
+    items, cases = [], []
+    for text, shape, axes in _random_permutations(seed, 5):
+        c = compile_op(text, {"X": shape})
+        for order in TRANSPOSE_ORDERS:
+            knobs = {"O.order": order, "O.stream": bool(rng.integers(2)), "O.block": int(rng.choice(lanes))}
+            trace = transpose_schedule(c.statements[-1], target, KnobRecorder(knobs), c.type_of)
+            assert any(isinstance(p, TransposeBlock) for p in trace), (text, knobs)
+            items.append((c, trace))
+            cases.append((text, shape, axes, knobs))
+    for k, (text, shape, axes, knobs) in zip(build_kernels(items, kernel_cache, threads=2), cases, strict=True):
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = k(x)
+        np.testing.assert_array_equal(got, x.transpose(axes), err_msg=f"{text} {shape} {knobs}")
+
+
+@pytest.mark.parametrize("text, shape, first", [
+    # mid would leave 150 x 100 input rows open between two blocks of k (1.9 MB, past half the L2)
+    ("O[k,j,i] = X[i,j,k]", (100, 150, 170), ("j", "i_o", "k_o")),
+    # 30 x 50 rows open (192 KB): mid, the blocks of l inside j
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 50, 60), ("j", "l_o", "i", "k_o")),
+    # 2000 rows open (256 KB): mid
+    ("O[j,i] = X[i,j]", (2000, 1500), ("j_o", "i_o")),
+])
+def test_the_default_order_reads_input_rows_end_to_end_where_mid_would_outgrow_the_l2(text, shape, first):
+    c = compile_op(text, {"X": shape})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    (reorder,) = [p for p in trace if isinstance(p, Reorder)]
+    assert reorder.order[:len(first)] == first, reorder
+
+
+def test_streamed_blocks_fence_once_per_outer_iteration_not_per_block(kernel_cache):
+    """The streamed copy's C: no fence in the block copy itself, one at the end of each iteration of the parallel
+    loop (a fence per block waits on every block's stores); and the result is the transposition."""
+    from superopt.codegen.c_prelude import transpose_stream_source
+
+    assert "sfence" not in transpose_stream_source(16) and "sfence" not in transpose_stream_source(8)
+    c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (37, 6, 50)})
+    target = host_target(2)
+    trace = transpose_schedule(c.statements[-1], target, KnobRecorder({"O.stream": True}), c.type_of)
+    code = emit_c(lower(c, trace, target)).code
+    body = code[code.index("void kernel("):]
+    assert body.count("so_stream_fence();") == 1
+    lines = body.splitlines()
+    fence = next(i for i, ln in enumerate(lines) if "so_stream_fence();" in ln)
+    parallel = next(i for i, ln in enumerate(lines) if "omp parallel for" in ln)
+    # inside the parallel loop's body, at its own depth (after the block loops close)
+    indent = len(lines[parallel + 1]) - len(lines[parallel + 1].lstrip())
+    assert parallel < fence and len(lines[fence]) - len(lines[fence].lstrip()) == indent + 4
+    x = np.random.default_rng(6).standard_normal((37, 6, 50)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, x.transpose(2, 1, 0))

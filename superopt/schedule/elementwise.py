@@ -40,6 +40,23 @@ def fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent
 TRANSPOSE_ORDERS = ("mid", "outer+in", "outer+out", "in", "out")
 
 
+def default_transpose_order(ext: Mapping[str, int], d_in: str, d_out: str, others: list[str],
+                            target: Target) -> str:
+    """The block loops' default order (see :func:`transpose_schedule`), ``others`` the other dims in the output's
+    order. ``mid`` unless the input rows it leaves open outgrow half the L2: between two blocks of ``d_in`` it
+    walks the innermost other dim and all of ``d_out``, and each input row it reads leaves the line the next
+    block finishes (two lines a row); where those lines no longer fit, every input line is read twice from
+    memory, and ``outer+in`` reads each strip of input rows from end to end instead (its open lines are the
+    output's: two for each of ``ext[d_in]`` rows). ``ijk->kji`` at 100 x 150 x 170: ``mid`` would leave 150 x 100
+    rows open (1.9 MB) between two k-blocks, ``outer+in`` 170 output rows; ``ijkl->ljik`` at 30 x 40 x 50 x 60
+    leaves 30 x 50 (192 KB) and keeps ``mid``."""
+    lines = 2 * target.cache_line_bytes
+    rows_open = ext[d_out] * (ext[others[-1]] if others else 1)
+    if rows_open * lines > target.l2_bytes // 2 and ext[d_in] * lines <= target.l2_bytes // 2:
+        return "outer+in"
+    return "mid"
+
+
 def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
                        types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
     """A pure copy whose input's contiguous axis (``d_in``) is not the output's (``d_out``): both split into
@@ -49,17 +66,19 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     vector loads along ``d_in``, register shuffles, contiguous vector stores along ``d_out``, and masked ones for
     the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
     copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
-    stored past the caches (``<stage>.stream``, off by default: each block then ends with a store fence, and
-    where the output fits in the last-level cache, as the next reader would like it to, the stores miss it; the
-    search tries it).
+    stored past the caches (``<stage>.stream``, off by default: where the output fits in the last-level cache, as
+    the next reader would like it to, the stores miss it; the search tries it. It pays where a block's stores are
+    whole aligned lines, output rows of a multiple of 16 floats).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
-    the loads do); or, by default (``mid``), the output's order with ``d_in``'s blocks moved just inside all but
-    the innermost other dim: the stores still run along whole output rows, and the input rows that one block
-    of ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of
-    ``l`` inside ``j``, around ``i`` and ``k``). The leading loops are fused until there is work for every
-    thread (loops with a partial block cannot be fused), and run in parallel."""
+    the loads do); or (``mid``) the output's order with ``d_in``'s blocks moved just inside all but the
+    innermost other dim: the stores still run along whole output rows, and the input rows that one block of
+    ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of ``l``
+    inside ``j``, around ``i`` and ``k``). The default is ``mid``, or ``outer+in`` where the input rows ``mid``
+    leaves open between two blocks of ``d_in`` outgrow the L2 (:func:`default_transpose_order`). The leading
+    loops are fused until there is work for every thread (loops with a partial block cannot be fused), and run
+    in parallel."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
@@ -80,8 +99,8 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
     shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
     stream = shuffle and kn.get(f"{s}.stream", False, (False, True))
-    order = kn.get(f"{s}.order", "mid", TRANSPOSE_ORDERS)
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
+    order = kn.get(f"{s}.order", default_transpose_order(ext, d_in, d_out, others, target), TRANSPOSE_ORDERS)
     in_dims = [ix.dims[0] for ix in st.expr.index]
     level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
     if order.startswith("outer+"):

@@ -203,7 +203,8 @@ class TransposeBlock(Primitive):
     element-wise copies make one side a gather or a scatter. A block that a tail cuts short (extents that are not
     multiples of ``L``) is copied with masked loads and stores. ``stream``: whole blocks are written with
     non-temporal stores (past the caches; for an output larger than the last-level cache, it saves reading
-    every written line first). CPU targets."""
+    every written line first), and each iteration of the stage's outermost loop ends with one store fence.
+    CPU targets."""
 
     loop: str
     stream: bool = False
