@@ -146,3 +146,13 @@ def test_tuned_superopt_matches_the_reference(tmp_path):
     assert info["tune"]["measured"] >= 1
     got = prog.executor(dict(zip(prog.graph.inputs, x, strict=True)))[prog.graph.outputs[0]]
     assert bench.check(got, bench.reference(case, x), case)["ok"]
+
+
+def test_the_memory_bound_filter_selects_the_transpositions_and_sums_only():
+    args = argparse.Namespace(quick=False, seed=bench.DEFAULT_SEED, random=3, cases="", memory_bound=True)
+    got = bench.select(args)
+    assert got and all(c.memory_bound for c in got)
+    assert {c.name for c in got} == {c.name for c in memory_bound_cases()}
+    both = bench.select(argparse.Namespace(quick=False, seed=bench.DEFAULT_SEED, random=3, cases="gemm,transpose_kji",
+                                           memory_bound=True))
+    assert [c.name for c in both] == ["transpose_kji"]

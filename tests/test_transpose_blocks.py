@@ -222,8 +222,8 @@ def test_random_permutations_in_every_order_with_streamed_stores_match_numpy(see
     ("O[k,j,i] = X[i,j,k]", (100, 150, 170), ("j", "i_o", "k_o")),
     # 30 x 50 rows open (192 KB): mid, the blocks of l inside j
     ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 50, 60), ("j", "l_o", "i", "k_o")),
-    # 2000 rows open (256 KB): mid
-    ("O[j,i] = X[i,j]", (2000, 1500), ("j_o", "i_o")),
+    # 1990 rows open (255 KB): mid (output rows of 1990 floats: not streamed)
+    ("O[j,i] = X[i,j]", (1990, 1500), ("j_o", "i_o")),
 ])
 def test_the_default_order_reads_input_rows_end_to_end_where_mid_would_outgrow_the_l2(text, shape, first):
     c = compile_op(text, {"X": shape})
@@ -253,3 +253,20 @@ def test_streamed_blocks_fence_once_per_outer_iteration_not_per_block(kernel_cac
     x = np.random.default_rng(6).standard_normal((37, 6, 50)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
     np.testing.assert_array_equal(got, x.transpose(2, 1, 0))
+
+
+@pytest.mark.parametrize("text, shape, streamed", [
+    ("O[j,i] = X[i,j]", (2000, 1500), True),  # 12 MB of output rows of 2000 floats: whole lines
+    ("O[j,i] = X[i,j]", (64, 48), False),  # whole lines, but the output is a sliver of the last-level cache
+    ("O[k,j,i] = X[i,j,k]", (100, 150, 170), False),  # rows of 100 floats: half-written lines
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 48, 64), True),  # rows of 48 floats, each output stride a multiple of 16
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 50, 60), False),
+])
+def test_the_default_streams_stores_only_where_blocks_write_whole_lines_of_a_large_output(text, shape, streamed):
+    c = compile_op(text, {"X": shape})
+    kn = KnobRecorder()
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), kn, c.type_of)
+    (block,) = [p for p in trace if isinstance(p, TransposeBlock)]
+    assert block.stream == streamed, trace
+    if streamed:  # (with the input rows read end to end: every block's lines are its own)
+        assert kn.used["O.order"] == "outer+in", kn.used

@@ -57,6 +57,24 @@ def default_transpose_order(ext: Mapping[str, int], d_in: str, d_out: str, other
     return "mid"
 
 
+STREAM_LLC_SHARE = 4  # outputs of at least 1/4 of the last-level cache are stored past it by default
+
+
+def streams_whole_lines(st: Statement, block: int, target: Target) -> bool:
+    """Whether a transposition's blocks are stored past the caches by default: every whole block's stores are
+    whole cache lines (a block's row is a multiple of the line, and every output row starts on a line: the
+    output's strides are multiples of the block), so non-temporal stores write them without reading them first,
+    and the output is at least :data:`STREAM_LLC_SHARE` of the last-level cache, which the copy would otherwise
+    fill with lines that the reads then evict (``ij->ji`` at 2000 x 1500: 12 MB written as whole lines). Rows of
+    another length (``ijk->kji`` at 100 x 150 x 170: rows of 100 floats) would leave lines half-written, which a
+    non-temporal store turns into a read and a write in memory."""
+    ext = st.extent
+    strides = [math.prod(ext[d] for d in st.out_dims[k + 1:]) for k in range(len(st.out_dims) - 1)]
+    size = 4 * math.prod(ext[d] for d in st.out_dims)
+    return (4 * block) % target.cache_line_bytes == 0 and all(n % block == 0 for n in strides) \
+        and target.l3_bytes > 0 and size * STREAM_LLC_SHARE >= target.l3_bytes
+
+
 def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
                        types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
     """A pure copy whose input's contiguous axis (``d_in``) is not the output's (``d_out``): both split into
@@ -66,9 +84,9 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     vector loads along ``d_in``, register shuffles, contiguous vector stores along ``d_out``, and masked ones for
     the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
     copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
-    stored past the caches (``<stage>.stream``, off by default: where the output fits in the last-level cache, as
-    the next reader would like it to, the stores miss it; the search tries it. It pays where a block's stores are
-    whole aligned lines, output rows of a multiple of 16 floats).
+    stored past the caches (``<stage>.stream``; by default where each block's stores are whole lines and the
+    output is a good part of the last-level cache, :func:`streams_whole_lines`, and then with the ``outer+in``
+    order: an output that fits in the cache, as the next reader would like it to, is left there).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
@@ -98,9 +116,11 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
     shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
-    stream = shuffle and kn.get(f"{s}.stream", False, (False, True))
+    stream = shuffle and kn.get(f"{s}.stream", shuffle and streams_whole_lines(st, block, target), (False, True))
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
-    order = kn.get(f"{s}.order", default_transpose_order(ext, d_in, d_out, others, target), TRANSPOSE_ORDERS)
+    # streamed stores with the input rows read end to end: each block's stores are the only writes to their lines
+    order = kn.get(f"{s}.order", "outer+in" if stream else default_transpose_order(ext, d_in, d_out, others, target),
+                   TRANSPOSE_ORDERS)
     in_dims = [ix.dims[0] for ix in st.expr.index]
     level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
     if order.startswith("outer+"):
