@@ -19,7 +19,7 @@ from superopt.schedule.default import default_schedule
 from superopt.schedule.elementwise import TRANSPOSE_ORDERS, transpose_schedule
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.plan import ScheduleError, lower
-from superopt.schedule.primitives import Parallel, Reorder, Split, TransposeBlock, trace_from_json, trace_to_json
+from superopt.schedule.primitives import Fuse, Parallel, Reorder, Split, TransposeBlock, trace_from_json, trace_to_json
 from superopt.target import avx512_target, h200_target, host_target
 
 # (index notation, input shape, the numpy axes of the input the output's axes are): 2-D to 4-D, odd extents
@@ -119,6 +119,12 @@ def _blocked(stage: str = "O", a: str = "j", b: str = "i", block: int = 16) -> l
     ("O[j,i] = X[i,j]", _blocked(a="i", b="j") + [TransposeBlock("O", "i_i")], "does not read contiguously"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i"), TransposeBlock("O", "j_i")], "already copies"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", 1)], "must be bool"),
+    # the pair's loops are the stage's only ones: no next block to fetch
+    ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
+                         Fuse("O", "j_o", "i_o"), TransposeBlock("O", "j_i", False, True)], "constant stride"),
+    ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
+                         Fuse("O", "j_o", "i_o"), Split("O", "j_o_i_o", 12),
+                         TransposeBlock("O", "j_i", False, True)], "constant stride"),
 ])
 def test_check_refuses_a_block_it_cannot_copy_with_the_reason(text, trace, reason):
     c = compile_op(text, {"X": (64, 48)})
@@ -195,8 +201,8 @@ def _random_permutations(seed: int, count: int) -> list[tuple[str, tuple[int, ..
 
 @pytest.mark.parametrize("seed", [3, 11])
 def test_random_permutations_in_every_order_with_streamed_stores_match_numpy(seed, kernel_cache):
-    """Random permutations (partial blocks, 3-D and 4-D), each order of the block loops, streamed or not, 8 or 16
-    lanes, in one library: every kernel copies its input exactly."""
+    """Random permutations (partial blocks, 3-D and 4-D), each order of the block loops, streamed or not,
+    prefetching or not, 8 or 16 lanes, in one library: every kernel copies its input exactly."""
     from superopt.runtime.kernel import build_kernels
 
     rng = np.random.default_rng(seed)
@@ -206,7 +212,8 @@ def test_random_permutations_in_every_order_with_streamed_stores_match_numpy(see
     for text, shape, axes in _random_permutations(seed, 5):
         c = compile_op(text, {"X": shape})
         for order in TRANSPOSE_ORDERS:
-            knobs = {"O.order": order, "O.stream": bool(rng.integers(2)), "O.block": int(rng.choice(lanes))}
+            knobs = {"O.order": order, "O.stream": bool(rng.integers(2)), "O.block": int(rng.choice(lanes)),
+                     "O.prefetch": bool(rng.integers(2))}
             trace = transpose_schedule(c.statements[-1], target, KnobRecorder(knobs), c.type_of)
             assert any(isinstance(p, TransposeBlock) for p in trace), (text, knobs)
             items.append((c, trace))
@@ -270,3 +277,29 @@ def test_the_default_streams_stores_only_where_blocks_write_whole_lines_of_a_lar
     assert block.stream == streamed, trace
     if streamed:  # (with the input rows read end to end: every block's lines are its own)
         assert kn.used["O.order"] == "outer+in", kn.used
+
+
+def test_check_refuses_a_prefetch_with_no_loop_around_the_block():
+    c = compile_op("O[j,i] = X[i,j]", {"X": (16, 16)})
+    with pytest.raises(ScheduleError, match="no loop around the block"):
+        lower(c, [Reorder("O", ("j", "i")), TransposeBlock("O", "j", False, True)], avx512_target(2))
+
+
+def test_a_large_mid_order_copy_prefetches_the_next_blocks_rows_and_matches_numpy(kernel_cache):
+    """ijkl->ljik with 50 x 60 planes: mid's blocks of k step to the next 16 input rows, so each block asks for
+    them first (the default where the copy is a good part of the last-level cache; forced on a small copy here)."""
+    c = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (30, 40, 50, 60)})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    assert TransposeBlock("O", "l_i", False, True) in trace, trace
+    small = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (3, 4, 50, 60)})
+    target = host_target(2)
+    kn = KnobRecorder({"O.prefetch": True})
+    trace = transpose_schedule(small.statements[-1], target, kn, small.type_of)
+    assert kn.used["O.order"] == "mid" and TransposeBlock("O", "l_i", False, True) in trace, trace
+    code = emit_c(lower(small, trace, target)).code
+    body = code[code.index("void kernel("):]
+    # the next block's rows: 16 rows of 60 further on (the loop around the pair, k_o, moves 16 rows of the plane)
+    assert "so_prefetch_rows16(" in body and "+ 960, 60);" in body, body
+    x = np.random.default_rng(8).standard_normal((3, 4, 50, 60)).astype(np.float32)
+    (got,) = build_kernel(small, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, x.transpose(3, 1, 0, 2))

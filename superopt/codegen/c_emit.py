@@ -382,6 +382,8 @@ class _CPrinter:
             return f"{a.buffer} + {c_linear(lin)}"
 
         args = f"{origin(src)}, {src.stride(inner.var)}, {origin(dst)}, {dst.stride(lp.var)}"
+        if lp.prefetch:  # the next block's source rows, while this block's shuffles and stores run
+            self.line(f"so_prefetch_rows{lp.extent}({origin(src)} + {lp.prefetch}, {src.stride(inner.var)});")
         if not (lp.tail or inner.tail or lp.stream):
             self.line(f"so_transpose{lp.extent}({args});")
             return

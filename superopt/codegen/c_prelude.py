@@ -100,6 +100,17 @@ STREAM_FENCE = ("static inline void so_stream_fence(void) {\n"
                 "}\n")
 
 
+def prefetch_rows_source(lanes: int) -> str:
+    """C of ``so_prefetch_rows<lanes>(src, ss)``: a fetch into the cache of the lanes rows of ``lanes`` floats at
+    ``src`` (rows ``ss`` apart), the first and the last float of each (a row off a line's start spans two): the
+    next block's source rows of a prefetching TransposeBlock. A fetch never faults, so the rows past the
+    source's end that the last block asks for cost nothing but the asking."""
+    return (f"static inline void so_prefetch_rows{lanes}(const float *src, long ss) {{\n"
+            f"    for (int i = 0; i < {lanes}; ++i) {{ __builtin_prefetch(src + i * ss); "
+            f"__builtin_prefetch(src + i * ss + {lanes - 1}); }}\n"
+            "}\n")
+
+
 # float vectors of 16 and 8 lanes (GCC vector extensions), their int masks, unaligned loads and stores (through an
 # under-aligned vector type: one vmovups, where a memcpy became vmovdqu8), and ReLU as a bit mask (NaN kept: its
 # lanes compare false): the spelling of register tiles held as vectors (superopt.codegen.c_vector_tile); and
@@ -114,6 +125,7 @@ VECTOR_TYPES = "".join(
     f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
     for n in (16, 8))
 TRANSPOSES = VECTOR_TYPES + STREAM_FENCE + "".join(transpose_source(n) + transpose_part_source(n) + transpose_stream_source(n)
+                                                   + prefetch_rows_source(n)
                                      for n in (16, 8))
 
 

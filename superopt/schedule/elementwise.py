@@ -86,7 +86,10 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
     stored past the caches (``<stage>.stream``; by default where each block's stores are whole lines and the
     output is a good part of the last-level cache, :func:`streams_whole_lines`, and then with the ``outer+in``
-    order: an output that fits in the cache, as the next reader would like it to, is left there).
+    order: an output that fits in the cache, as the next reader would like it to, is left there). Where the loop
+    around a block steps to other input rows (not along the same ones: ``mid``'s blocks of ``d_out``), each
+    block may first fetch the next block's rows (``<stage>.prefetch``; by default where the copy is a good part
+    of the last-level cache, whose misses it overlaps).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
@@ -134,10 +137,15 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     loops = [name[d] for d in level]
     prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block),
                               Reorder(s, (*loops, f"{d_in}_i", f"{d_out}_i"))]
-    if shuffle:
-        prims.append(TransposeBlock(s, f"{d_in}_i", stream))
     fusable = loops[:next((k for k, n in enumerate(loops) if n in tailed), len(loops))] or loops[:1]
     fprims, fname, _ = fuse_chain(s, fusable, extent, 4 * threads)
+    if shuffle:
+        # the loop around the pair (unfused: a constant stride) steps to other source rows, not along the same
+        around = loops[-1] if loops[-1] != f"{d_in}_o" and not any(loops[-1] in (f.outer, f.inner) for f in fprims) \
+            else None
+        big = 4 * math.prod(ext.values()) * STREAM_LLC_SHARE >= target.l3_bytes > 0
+        prefetch = around is not None and kn.get(f"{s}.prefetch", big, (False, True))
+        prims.append(TransposeBlock(s, f"{d_in}_i", stream, prefetch))
     return prims + fprims + [Parallel(s, fname)]
 
 

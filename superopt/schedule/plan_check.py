@@ -91,8 +91,8 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
     along the other; and a tail of either loop is that loop's own bound (a partial block), not a guard."""
     from superopt.ir.expr import Access, flat_offset
 
-    loop, stream = s.transpose_block
-    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''})"
+    loop, stream, prefetch = s.transpose_block
+    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''}{', prefetch=True' if prefetch else ''})"
     names = [lp.name for lp in s.loops]
     st = s.stmt
     why = None
@@ -130,6 +130,13 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
     for lin, _ in s.tails:
         if why is None and (lin.vars() & {o, i}) and not (len(lin.vars() & {o, i}) == 1 and lin.map.get(o, lin.map.get(i)) == 1):
             why = f"a tail ({lin}) is not the bound of one of the block's loops (it would be a guard)"
+    if why is None and prefetch:
+        around = names[-3] if len(names) > 2 else None
+        if around is None:
+            why = "no loop around the block to prefetch the next iteration of"
+        elif not isinstance(src.map.get(around), int) or not src.map.get(around) \
+                or any(not isinstance(a, str) and getattr(a, "var", None) == around for a in src.map):
+            why = f"the next block's source along loop {around!r} is not at a constant stride"
     if why:
         raise ScheduleError(f"{prim}: {why}")
 

@@ -204,10 +204,13 @@ class TransposeBlock(Primitive):
     multiples of ``L``) is copied with masked loads and stores. ``stream``: whole blocks are written with
     non-temporal stores (past the caches; for an output larger than the last-level cache, it saves reading
     every written line first), and each iteration of the stage's outermost loop ends with one store fence.
-    CPU targets."""
+    ``prefetch``: each block first asks for the source rows of the block that the next iteration of the loop
+    around the pair copies (a hint: it changes no value), so that the next block's loads are under way while
+    this one's shuffles and stores run; that loop must move the source by a constant stride. CPU targets."""
 
     loop: str
     stream: bool = False
+    prefetch: bool = False
 
 
 GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
