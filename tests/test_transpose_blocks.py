@@ -275,8 +275,8 @@ def test_the_default_streams_stores_only_where_blocks_write_whole_lines_of_a_lar
     trace = transpose_schedule(c.statements[-1], avx512_target(2), kn, c.type_of)
     (block,) = [p for p in trace if isinstance(p, TransposeBlock)]
     assert block.stream == streamed, trace
-    if streamed:  # (with the input rows read end to end: every block's lines are its own)
-        assert kn.used["O.order"] == "outer+in", kn.used
+    if streamed:  # long input rows (1500 floats) read end to end; rows of 64 keep mid's whole output rows
+        assert kn.used["O.order"] == ("outer+in" if shape[-1] >= 128 else "mid"), kn.used
 
 
 def test_check_refuses_a_prefetch_with_no_loop_around_the_block():

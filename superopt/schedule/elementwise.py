@@ -58,6 +58,7 @@ def default_transpose_order(ext: Mapping[str, int], d_in: str, d_out: str, other
 
 
 STREAM_LLC_SHARE = 4  # outputs of at least 1/4 of the last-level cache are stored past it by default
+LONG_ROWS = 8  # input rows of at least this many blocks: streamed copies read them end to end (outer+in)
 
 
 def streams_whole_lines(st: Statement, block: int, target: Target) -> bool:
@@ -85,8 +86,9 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
     copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
     stored past the caches (``<stage>.stream``; by default where each block's stores are whole lines and the
-    output is a good part of the last-level cache, :func:`streams_whole_lines`, and then with the ``outer+in``
-    order: an output that fits in the cache, as the next reader would like it to, is left there). Where the loop
+    output is a good part of the last-level cache, :func:`streams_whole_lines`, and then, where the input rows
+    are long (:data:`LONG_ROWS` blocks), with the ``outer+in`` order: an output that fits in the cache, as the
+    next reader would like it to, is left there). Where the loop
     around a block steps to other input rows (not along the same ones: ``mid``'s blocks of ``d_out``), each
     block may first fetch the next block's rows (``<stage>.prefetch``; by default where the copy is a good part
     of the last-level cache, whose misses it overlaps).
@@ -121,9 +123,10 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
     stream = shuffle and kn.get(f"{s}.stream", shuffle and streams_whole_lines(st, block, target), (False, True))
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
-    # streamed stores with the input rows read end to end: each block's stores are the only writes to their lines
-    order = kn.get(f"{s}.order", "outer+in" if stream else default_transpose_order(ext, d_in, d_out, others, target),
-                   TRANSPOSE_ORDERS)
+    # streamed stores of long input rows read end to end (every block's loads continue the same rows)
+    long_rows = ext[d_in] >= LONG_ROWS * block
+    order = kn.get(f"{s}.order", "outer+in" if stream and long_rows else
+                   default_transpose_order(ext, d_in, d_out, others, target), TRANSPOSE_ORDERS)
     in_dims = [ix.dims[0] for ix in st.expr.index]
     level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
     if order.startswith("outer+"):
