@@ -103,7 +103,7 @@ def test_the_prelude_partial_block_copy_writes_the_block_and_nothing_else(lanes,
 
 
 def test_a_transpose_block_round_trips_through_json():
-    trace = (TransposeBlock("O", "j_i", True), TransposeBlock("O", "j_i"))
+    trace = (TransposeBlock("O", "j_i", True), TransposeBlock("O", "j_i"), TransposeBlock("O", "j_i", False, "i_o"))
     assert trace_from_json(trace_to_json(trace)) == trace
 
 
@@ -119,12 +119,14 @@ def _blocked(stage: str = "O", a: str = "j", b: str = "i", block: int = 16) -> l
     ("O[j,i] = X[i,j]", _blocked(a="i", b="j") + [TransposeBlock("O", "i_i")], "does not read contiguously"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i"), TransposeBlock("O", "j_i")], "already copies"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", 1)], "must be bool"),
-    # the pair's loops are the stage's only ones: no next block to fetch
+    ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", False, True)], "must be str"),
+    ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", False, "j_i")], "not a loop around the block"),
+    # a fused loop moves the source by div/mod of its index: no constant stride to the next block
     ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
-                         Fuse("O", "j_o", "i_o"), TransposeBlock("O", "j_i", False, True)], "constant stride"),
+                         Fuse("O", "j_o", "i_o"), TransposeBlock("O", "j_i", False, "j_o_i_o")], "constant stride"),
     ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
                          Fuse("O", "j_o", "i_o"), Split("O", "j_o_i_o", 12),
-                         TransposeBlock("O", "j_i", False, True)], "constant stride"),
+                         TransposeBlock("O", "j_i", False, "j_o_i_o_i")], "constant stride"),
 ])
 def test_check_refuses_a_block_it_cannot_copy_with_the_reason(text, trace, reason):
     c = compile_op(text, {"X": (64, 48)})
@@ -279,23 +281,27 @@ def test_the_default_streams_stores_only_where_blocks_write_whole_lines_of_a_lar
         assert kn.used["O.order"] == ("outer+in" if shape[-1] >= 128 else "mid"), kn.used
 
 
-def test_check_refuses_a_prefetch_with_no_loop_around_the_block():
+def test_check_refuses_a_prefetch_along_a_loop_the_stage_lacks():
     c = compile_op("O[j,i] = X[i,j]", {"X": (16, 16)})
-    with pytest.raises(ScheduleError, match="no loop around the block"):
-        lower(c, [Reorder("O", ("j", "i")), TransposeBlock("O", "j", False, True)], avx512_target(2))
+    with pytest.raises(ScheduleError, match="no loop 'k'"):
+        lower(c, [Reorder("O", ("j", "i")), TransposeBlock("O", "j", False, "k")], avx512_target(2))
 
 
-def test_a_large_mid_order_copy_prefetches_the_next_blocks_rows_and_matches_numpy(kernel_cache):
+def test_a_large_copy_prefetches_the_next_blocks_rows_and_matches_numpy(kernel_cache):
     """ijkl->ljik with 50 x 60 planes: mid's blocks of k step to the next 16 input rows, so each block asks for
-    them first (the default where the copy is a good part of the last-level cache; forced on a small copy here)."""
+    them first; ijk->kji's outer+in reads strips of 16 rows end to end and asks for the next strip's (the default
+    where the copy is a good part of the last-level cache; forced on a small copy here)."""
     c = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (30, 40, 50, 60)})
     trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
-    assert TransposeBlock("O", "l_i", False, True) in trace, trace
+    assert TransposeBlock("O", "l_i", False, "k_o") in trace, trace
+    c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (100, 150, 170)})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    assert TransposeBlock("O", "k_i", False, "i_o") in trace, trace
     small = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (3, 4, 50, 60)})
     target = host_target(2)
     kn = KnobRecorder({"O.prefetch": True})
     trace = transpose_schedule(small.statements[-1], target, kn, small.type_of)
-    assert kn.used["O.order"] == "mid" and TransposeBlock("O", "l_i", False, True) in trace, trace
+    assert kn.used["O.order"] == "mid" and TransposeBlock("O", "l_i", False, "k_o") in trace, trace
     code = emit_c(lower(small, trace, target)).code
     body = code[code.index("void kernel("):]
     # the next block's rows: 16 rows of 60 further on (the loop around the pair, k_o, moves 16 rows of the plane)

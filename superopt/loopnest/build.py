@@ -227,7 +227,7 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
             chosen = s.transpose_block if s.transpose_block and s.transpose_block[0] == lp.name else None
-            around = self.var[s.name][s.loops[k - 1].name] if chosen and chosen[2] and k > 0 else None
+            around = self.var[s.name][chosen[2]] if chosen and chosen[2] else None
             out.append(self.transposed(self.make_loop(s, lp, inner, body, clause), chosen, around))
         if not is_acc:
             return out
@@ -260,12 +260,12 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
         out.extend(wb)
         return [Scope(tuple(out))]
 
-    def transposed(self, lp: Loop, chosen: tuple[str, bool, bool] | None = None, around: str | None = None) -> Loop:
+    def transposed(self, lp: Loop, chosen: tuple[str, bool, str] | None = None, around: str | None = None) -> Loop:
         """``lp`` as a ``transposed`` loop when it and the one loop it holds walk an L x L block (L: 8 or 16, at
         most the target's float32 lanes) of one float32 copy that reads contiguously along ``lp`` and writes
         contiguously along the inner loop; else ``lp``. ``chosen``: the stage's TransposeBlock at this loop (its
         plan is checked: tails allowed, which make partial blocks, its ``stream``, and its ``prefetch``, the
-        source's stride along loop ``around``, the loop outside the pair); without one, a block that
+        source's stride along loop ``around``, a loop outside the pair); without one, a block that
         needs nothing else (a transpose's block, see ``schedule.elementwise.transpose_schedule``, or a pack's):
         plain loops only, no tails, guards, padding or wrapped indices."""
         lanes = lp.extent

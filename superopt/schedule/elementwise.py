@@ -88,10 +88,9 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     stored past the caches (``<stage>.stream``; by default where each block's stores are whole lines and the
     output is a good part of the last-level cache, :func:`streams_whole_lines`, and then, where the input rows
     are long (:data:`LONG_ROWS` blocks), with the ``outer+in`` order: an output that fits in the cache, as the
-    next reader would like it to, is left there). Where the loop
-    around a block steps to other input rows (not along the same ones: ``mid``'s blocks of ``d_out``), each
-    block may first fetch the next block's rows (``<stage>.prefetch``; by default where the copy is a good part
-    of the last-level cache, whose misses it overlaps).
+    next reader would like it to, is left there). Each block may first fetch the input rows of the next
+    iteration of the innermost block loop that steps to other input rows (``<stage>.prefetch``; by default where
+    the copy is a good part of the last-level cache, whose misses it overlaps).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
@@ -143,12 +142,15 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     fusable = loops[:next((k for k, n in enumerate(loops) if n in tailed), len(loops))] or loops[:1]
     fprims, fname, _ = fuse_chain(s, fusable, extent, 4 * threads)
     if shuffle:
-        # the loop around the pair (unfused: a constant stride) steps to other source rows, not along the same
-        around = loops[-1] if loops[-1] != f"{d_in}_o" and not any(loops[-1] in (f.outer, f.inner) for f in fprims) \
-            else None
+        # the innermost block loop that steps to other source rows (d_in's blocks go along the same ones): the
+        # next block (mid: the next k-block of ljik) or the next strip of rows (outer+in: the next i-block of
+        # kji); not the parallel loop (its next iteration is another thread's) nor a fused one (no constant stride)
+        around = next((n for n in reversed(loops) if n != f"{d_in}_o"), None)
+        if around is not None and (around == loops[0] or any(around in (f.outer, f.inner) for f in fprims)):
+            around = None
         big = 4 * math.prod(ext.values()) * STREAM_LLC_SHARE >= target.l3_bytes > 0
         prefetch = around is not None and kn.get(f"{s}.prefetch", big, (False, True))
-        prims.append(TransposeBlock(s, f"{d_in}_i", stream, prefetch))
+        prims.append(TransposeBlock(s, f"{d_in}_i", stream, around if prefetch else ""))
     return prims + fprims + [Parallel(s, fname)]
 
 

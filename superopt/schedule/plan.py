@@ -315,6 +315,8 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         stage.prefetches.append(p)
     elif isinstance(p, TransposeBlock):
         stage.loop(p.loop, p)
+        if p.prefetch:
+            stage.loop(p.prefetch, p)
         if stage.transpose_block is not None:
             raise ScheduleError(f"{p}: {stage.name} already copies a transposed block at {stage.transpose_block[0]!r}")
         stage.transpose_block = (p.loop, p.stream, p.prefetch)  # (checked once the trace is applied: plan_check)

@@ -92,7 +92,7 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
     from superopt.ir.expr import Access, flat_offset
 
     loop, stream, prefetch = s.transpose_block
-    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''}{', prefetch=True' if prefetch else ''})"
+    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''}{f', prefetch={prefetch}' if prefetch else ''})"
     names = [lp.name for lp in s.loops]
     st = s.stmt
     why = None
@@ -131,12 +131,11 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
         if why is None and (lin.vars() & {o, i}) and not (len(lin.vars() & {o, i}) == 1 and lin.map.get(o, lin.map.get(i)) == 1):
             why = f"a tail ({lin}) is not the bound of one of the block's loops (it would be a guard)"
     if why is None and prefetch:
-        around = names[-3] if len(names) > 2 else None
-        if around is None:
-            why = "no loop around the block to prefetch the next iteration of"
-        elif not isinstance(src.map.get(around), int) or not src.map.get(around) \
-                or any(not isinstance(a, str) and getattr(a, "var", None) == around for a in src.map):
-            why = f"the next block's source along loop {around!r} is not at a constant stride"
+        if prefetch not in names[:-2]:
+            why = f"loop {prefetch!r} is not a loop around the block (loops: {names})"
+        elif not isinstance(src.map.get(prefetch), int) or not src.map.get(prefetch) \
+                or any(not isinstance(a, str) and getattr(a, "var", None) == prefetch for a in src.map):
+            why = f"the next block's source along loop {prefetch!r} is not at a constant stride"
     if why:
         raise ScheduleError(f"{prim}: {why}")
 
