@@ -1,7 +1,7 @@
 """Tensor contractions as einsum users write them: superopt (default and tuned) against torch.einsum,
 numpy.einsum(optimize=True) and TBLIS, in GFLOP/s and as fractions of each case's roofline.
 
-    python benchmarks/contractions.py [--quick] [--cases NAME,...] [--trials 64] [--tune-seconds 25]
+    python benchmarks/contractions.py [--quick] [--cases NAME,...] [--memory-bound] [--trials 64] [--tune-seconds 25]
                                       [--seed 2024] [--random 24] [--threads 2] [--rounds 5] [--no-tiles]
 
 Cases (``benchmarks/contraction_cases.py``): the named permuted contractions and a GEMM, ``--random`` seeded random
@@ -422,6 +422,8 @@ def select(args) -> list[Case]:
         if unknown:
             raise SystemExit(f"unknown case(s) {', '.join(unknown)}; the set has: {', '.join(by_name)}")
         cases = [by_name[w] for w in want]
+    if args.memory_bound:
+        cases = [c for c in cases if c.memory_bound]
     return cases
 
 
@@ -444,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a few small cases (a smoke test)")
     ap.add_argument("--cases", default="", help="comma-separated case names of the set")
+    ap.add_argument("--memory-bound", action="store_true",
+                    help="only the memory-bound cases (transpositions, sums over axes that are not innermost)")
     ap.add_argument("--trials", type=int, default=64, help="schedule-search measurements per case (0: no tuning)")
     ap.add_argument("--tune-seconds", type=float, default=25.0, help="at most this long a case's search (0: no cap)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the random cases' seed (and the inputs')")

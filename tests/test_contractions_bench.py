@@ -168,3 +168,13 @@ def test_a_kept_schedule_is_recognised_and_timed_once(tmp_path):
     # one measurement is the default's own: the search keeps it, and the two programs' schedules compare equal
     assert bench.schedules_of(prog) == bench.schedules_of(default)
     assert bench.schedules_of(default) and all(s != "()" for s in bench.schedules_of(default))
+
+
+def test_the_memory_bound_filter_selects_the_transpositions_and_sums_only():
+    args = argparse.Namespace(quick=False, seed=bench.DEFAULT_SEED, random=3, cases="", memory_bound=True)
+    got = bench.select(args)
+    assert got and all(c.memory_bound for c in got)
+    assert {c.name for c in got} == {c.name for c in memory_bound_cases()}
+    both = bench.select(argparse.Namespace(quick=False, seed=bench.DEFAULT_SEED, random=3, cases="gemm,transpose_kji",
+                                           memory_bound=True))
+    assert [c.name for c in both] == ["transpose_kji"]

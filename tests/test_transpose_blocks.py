@@ -19,7 +19,7 @@ from superopt.schedule.default import default_schedule
 from superopt.schedule.elementwise import TRANSPOSE_ORDERS, transpose_schedule
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.plan import ScheduleError, lower
-from superopt.schedule.primitives import Parallel, Reorder, Split, TransposeBlock, trace_from_json, trace_to_json
+from superopt.schedule.primitives import Fuse, Parallel, Reorder, Split, TransposeBlock, trace_from_json, trace_to_json
 from superopt.target import avx512_target, h200_target, host_target
 
 # (index notation, input shape, the numpy axes of the input the output's axes are): 2-D to 4-D, odd extents
@@ -103,7 +103,7 @@ def test_the_prelude_partial_block_copy_writes_the_block_and_nothing_else(lanes,
 
 
 def test_a_transpose_block_round_trips_through_json():
-    trace = (TransposeBlock("O", "j_i", True), TransposeBlock("O", "j_i"))
+    trace = (TransposeBlock("O", "j_i", True), TransposeBlock("O", "j_i"), TransposeBlock("O", "j_i", False, "i_o"))
     assert trace_from_json(trace_to_json(trace)) == trace
 
 
@@ -119,6 +119,14 @@ def _blocked(stage: str = "O", a: str = "j", b: str = "i", block: int = 16) -> l
     ("O[j,i] = X[i,j]", _blocked(a="i", b="j") + [TransposeBlock("O", "i_i")], "does not read contiguously"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i"), TransposeBlock("O", "j_i")], "already copies"),
     ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", 1)], "must be bool"),
+    ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", False, True)], "must be str"),
+    ("O[j,i] = X[i,j]", _blocked() + [TransposeBlock("O", "j_i", False, "j_i")], "not a loop around the block"),
+    # a fused loop moves the source by div/mod of its index: no constant stride to the next block
+    ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
+                         Fuse("O", "j_o", "i_o"), TransposeBlock("O", "j_i", False, "j_o_i_o")], "constant stride"),
+    ("O[j,i] = X[i,j]", [Split("O", "j", 16), Split("O", "i", 16), Reorder("O", ("j_o", "i_o", "j_i", "i_i")),
+                         Fuse("O", "j_o", "i_o"), Split("O", "j_o_i_o", 12),
+                         TransposeBlock("O", "j_i", False, "j_o_i_o_i")], "constant stride"),
 ])
 def test_check_refuses_a_block_it_cannot_copy_with_the_reason(text, trace, reason):
     c = compile_op(text, {"X": (64, 48)})
@@ -174,3 +182,130 @@ def test_a_transposition_of_an_inlined_temporary_falls_back_to_the_simple_blocks
     x = np.random.default_rng(5).standard_normal((37, 53)).astype(np.float32)
     (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
     np.testing.assert_array_equal(got, (2 * x).T)
+
+
+def _random_permutations(seed: int, count: int) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """Seeded 3-D and 4-D permutations that move the innermost axis, with extents of 16 to 45 (mostly not multiples
+    of 16: partial blocks on both sides) and small outer extents: (index notation, input shape, numpy axes)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < count:
+        nd = int(rng.integers(3, 5))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        if axes[-1] == nd - 1:
+            continue  # the innermost axis stays: no transposition of blocks
+        names = "ijkl"[:nd]
+        shape = tuple(int(rng.integers(16, 46)) if d in (nd - 1, axes[-1]) else int(rng.integers(2, 6))
+                      for d in range(nd))
+        out.append((f"O[{','.join(names[a] for a in axes)}] = X[{','.join(names)}]", shape, axes))
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_random_permutations_in_every_order_with_streamed_stores_match_numpy(seed, kernel_cache):
+    """Random permutations (partial blocks, 3-D and 4-D), each order of the block loops, streamed or not,
+    prefetching or not, 8 or 16 lanes, in one library: every kernel copies its input exactly."""
+    from superopt.runtime.kernel import build_kernels
+
+    rng = np.random.default_rng(seed)
+    target = host_target(2)
+    lanes = (8, 16) if target.lanes("float32") == 16 else (8,)
+    items, cases = [], []
+    for text, shape, axes in _random_permutations(seed, 5):
+        c = compile_op(text, {"X": shape})
+        for order in TRANSPOSE_ORDERS:
+            knobs = {"O.order": order, "O.stream": bool(rng.integers(2)), "O.block": int(rng.choice(lanes)),
+                     "O.prefetch": bool(rng.integers(2))}
+            trace = transpose_schedule(c.statements[-1], target, KnobRecorder(knobs), c.type_of)
+            assert any(isinstance(p, TransposeBlock) for p in trace), (text, knobs)
+            items.append((c, trace))
+            cases.append((text, shape, axes, knobs))
+    for k, (text, shape, axes, knobs) in zip(build_kernels(items, kernel_cache, threads=2), cases, strict=True):
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = k(x)
+        np.testing.assert_array_equal(got, x.transpose(axes), err_msg=f"{text} {shape} {knobs}")
+
+
+@pytest.mark.parametrize("text, shape, first", [
+    # mid would leave 150 x 100 input rows open between two blocks of k (1.9 MB, past half the L2)
+    ("O[k,j,i] = X[i,j,k]", (100, 150, 170), ("j", "i_o", "k_o")),
+    # 30 x 50 rows open (192 KB): mid, the blocks of l inside j
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 50, 60), ("j", "l_o", "i", "k_o")),
+    # 1990 rows open (255 KB): mid (output rows of 1990 floats: not streamed)
+    ("O[j,i] = X[i,j]", (1990, 1500), ("j_o", "i_o")),
+])
+def test_the_default_order_reads_input_rows_end_to_end_where_mid_would_outgrow_the_l2(text, shape, first):
+    c = compile_op(text, {"X": shape})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    (reorder,) = [p for p in trace if isinstance(p, Reorder)]
+    assert reorder.order[:len(first)] == first, reorder
+
+
+def test_streamed_blocks_fence_once_per_outer_iteration_not_per_block(kernel_cache):
+    """The streamed copy's C: no fence in the block copy itself, one at the end of each iteration of the parallel
+    loop (a fence per block waits on every block's stores); and the result is the transposition."""
+    from superopt.codegen.c_prelude import transpose_stream_source
+
+    assert "sfence" not in transpose_stream_source(16) and "sfence" not in transpose_stream_source(8)
+    c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (37, 6, 50)})
+    target = host_target(2)
+    trace = transpose_schedule(c.statements[-1], target, KnobRecorder({"O.stream": True}), c.type_of)
+    code = emit_c(lower(c, trace, target)).code
+    body = code[code.index("void kernel("):]
+    assert body.count("so_stream_fence();") == 1
+    lines = body.splitlines()
+    fence = next(i for i, ln in enumerate(lines) if "so_stream_fence();" in ln)
+    parallel = next(i for i, ln in enumerate(lines) if "omp parallel for" in ln)
+    # inside the parallel loop's body, at its own depth (after the block loops close)
+    indent = len(lines[parallel + 1]) - len(lines[parallel + 1].lstrip())
+    assert parallel < fence and len(lines[fence]) - len(lines[fence].lstrip()) == indent + 4
+    x = np.random.default_rng(6).standard_normal((37, 6, 50)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, x.transpose(2, 1, 0))
+
+
+@pytest.mark.parametrize("text, shape, streamed", [
+    ("O[j,i] = X[i,j]", (2000, 1500), True),  # 12 MB of output rows of 2000 floats: whole lines
+    ("O[j,i] = X[i,j]", (64, 48), False),  # whole lines, but the output is a sliver of the last-level cache
+    ("O[k,j,i] = X[i,j,k]", (100, 150, 170), False),  # rows of 100 floats: half-written lines
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 48, 64), True),  # rows of 48 floats, each output stride a multiple of 16
+    ("O[l,j,i,k] = X[i,j,k,l]", (30, 40, 50, 60), False),
+])
+def test_the_default_streams_stores_only_where_blocks_write_whole_lines_of_a_large_output(text, shape, streamed):
+    c = compile_op(text, {"X": shape})
+    kn = KnobRecorder()
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), kn, c.type_of)
+    (block,) = [p for p in trace if isinstance(p, TransposeBlock)]
+    assert block.stream == streamed, trace
+    if streamed:  # long input rows (1500 floats) read end to end; rows of 64 keep mid's whole output rows
+        assert kn.used["O.order"] == ("outer+in" if shape[-1] >= 128 else "mid"), kn.used
+
+
+def test_check_refuses_a_prefetch_along_a_loop_the_stage_lacks():
+    c = compile_op("O[j,i] = X[i,j]", {"X": (16, 16)})
+    with pytest.raises(ScheduleError, match="no loop 'k'"):
+        lower(c, [Reorder("O", ("j", "i")), TransposeBlock("O", "j", False, "k")], avx512_target(2))
+
+
+def test_a_large_copy_prefetches_the_next_blocks_rows_and_matches_numpy(kernel_cache):
+    """ijkl->ljik with 50 x 60 planes: mid's blocks of k step to the next 16 input rows, so each block asks for
+    them first; ijk->kji's outer+in reads strips of 16 rows end to end and asks for the next strip's (the default
+    where the copy is a good part of the last-level cache; forced on a small copy here)."""
+    c = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (30, 40, 50, 60)})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    assert TransposeBlock("O", "l_i", False, "k_o") in trace, trace
+    c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (100, 150, 170)})
+    trace = transpose_schedule(c.statements[-1], avx512_target(2), KnobRecorder(), c.type_of)
+    assert TransposeBlock("O", "k_i", False, "i_o") in trace, trace
+    small = compile_op("O[l,j,i,k] = X[i,j,k,l]", {"X": (3, 4, 50, 60)})
+    target = host_target(2)
+    kn = KnobRecorder({"O.prefetch": True})
+    trace = transpose_schedule(small.statements[-1], target, kn, small.type_of)
+    assert kn.used["O.order"] == "mid" and TransposeBlock("O", "l_i", False, "k_o") in trace, trace
+    code = emit_c(lower(small, trace, target)).code
+    body = code[code.index("void kernel("):]
+    # the next block's rows: 16 rows of 60 further on (the loop around the pair, k_o, moves 16 rows of the plane)
+    assert "so_prefetch_rows16(" in body and "+ 960, 60);" in body, body
+    x = np.random.default_rng(8).standard_normal((3, 4, 50, 60)).astype(np.float32)
+    (got,) = build_kernel(small, trace, kernel_cache, threads=2)(x)
+    np.testing.assert_array_equal(got, x.transpose(3, 1, 0, 2))

@@ -225,10 +225,20 @@ def _pow_by_roots(exponent: Value, base: str, fdt: str) -> str | None:
     return None if fn is None else f"{fn}f({base})"
 
 
+def _streams(n: Node) -> bool:
+    """Whether ``n`` holds a block copy stored past the caches (a streamed ``transposed`` loop)."""
+    if isinstance(n, Loop) and n.kind == "transposed" and n.stream:
+        return True
+    return isinstance(n, (Loop, StageNest, Scope)) and any(_streams(b) for b in n.body)
+
+
 class _CPrinter:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.ind = 1
+        # a stage with streamed blocks: its outermost loop ends every iteration with one store fence (each
+        # thread's non-temporal stores ordered before the threads join), not every block with its own
+        self._fence = False
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.ind + text)
@@ -240,7 +250,11 @@ class _CPrinter:
     def node(self, n: Node) -> None:
         if isinstance(n, StageNest):
             self.line(f"/* {n.text} */")
+            self._fence = _streams(n)
             self.nodes(n.body)
+            if self._fence:  # (no loop around the block: one fence after it)
+                self.line("so_stream_fence();")
+                self._fence = False
         elif isinstance(n, Scope):
             from superopt.codegen.c_vector_tile import vector_tile_lines  # (it imports this module's spellings)
 
@@ -347,9 +361,12 @@ class _CPrinter:
         for t in lp.tail:
             bound = f"SO_MIN({bound}, {t.limit} - ({c_linear(t.offset)}))"
         v = lp.var
+        fence, self._fence = self._fence, False
         self.line(f"for (int {v} = {start}; {v} < {bound}; ++{v}) {{")
         self.ind += 1
         self.nodes(lp.body)
+        if fence:
+            self.line("so_stream_fence();")
         self.ind -= 1
         self.line("}")
 
@@ -365,6 +382,8 @@ class _CPrinter:
             return f"{a.buffer} + {c_linear(lin)}"
 
         args = f"{origin(src)}, {src.stride(inner.var)}, {origin(dst)}, {dst.stride(lp.var)}"
+        if lp.prefetch:  # the next block's source rows, while this block's shuffles and stores run
+            self.line(f"so_prefetch_rows{lp.extent}({origin(src)} + {lp.prefetch}, {src.stride(inner.var)});")
         if not (lp.tail or inner.tail or lp.stream):
             self.line(f"so_transpose{lp.extent}({args});")
             return

@@ -67,8 +67,9 @@ def transpose_part_source(lanes: int) -> str:
 def transpose_stream_source(lanes: int) -> str:
     """C of ``so_transpose<lanes>s(src, ss, dst, ds, rows, cols)``: :func:`transpose_part_source`'s copy whose
     whole blocks are written with non-temporal stores (to memory, past the caches: no read of each written line
-    first), each row where it is aligned to its vector (the store's requirement). The block ends with a store
-    fence, so that the block is in memory before the kernel's threads join."""
+    first), each row where it is aligned to its vector (the store's requirement). No fence here: a fence waits
+    for the block's stores to reach memory, which a fence per block makes the whole copy wait on, block by
+    block; the printer ends each iteration of the loop nest's outermost loop with one (:data:`STREAM_FENCE`)."""
     _, _, stream = _MASKED[lanes]
     rounds, out = _shuffle_rounds(lanes)
     return "\n".join([
@@ -83,12 +84,31 @@ def transpose_stream_source(lanes: int) -> str:
         f"            if (((uintptr_t)(dst + k * ds) & {4 * lanes - 1}) == 0) {stream}(dst + k * ds, {out}[k]);",
         f"            else memcpy(dst + k * ds, &{out}[k], sizeof {out}[k]);",
         "        }",
-        "        __builtin_ia32_sfence();",
         "        return;",
         "    }",
         "#endif",
         f"    so_transpose{lanes}p(src, ss, dst, ds, rows, cols);",
         "}"]) + "\n"
+
+
+# the store fence after streamed blocks (so_transposeLs): the non-temporal stores are weakly ordered, so each
+# thread fences its own before the kernel's threads join and a reader may load what they wrote
+STREAM_FENCE = ("static inline void so_stream_fence(void) {\n"
+                "#if defined(__AVX512F__) && !defined(__clang__)\n"
+                "    __builtin_ia32_sfence();\n"
+                "#endif\n"
+                "}\n")
+
+
+def prefetch_rows_source(lanes: int) -> str:
+    """C of ``so_prefetch_rows<lanes>(src, ss)``: a fetch into the cache of the lanes rows of ``lanes`` floats at
+    ``src`` (rows ``ss`` apart), the first and the last float of each (a row off a line's start spans two): the
+    next block's source rows of a prefetching TransposeBlock. A fetch never faults, so the rows past the
+    source's end that the last block asks for cost nothing but the asking."""
+    return (f"static inline void so_prefetch_rows{lanes}(const float *src, long ss) {{\n"
+            f"    for (int i = 0; i < {lanes}; ++i) {{ __builtin_prefetch(src + i * ss); "
+            f"__builtin_prefetch(src + i * ss + {lanes - 1}); }}\n"
+            "}\n")
 
 
 # float vectors of 16 and 8 lanes (GCC vector extensions), their int masks, unaligned loads and stores (through an
@@ -104,7 +124,8 @@ VECTOR_TYPES = "".join(
     f"static inline void so_st{n}(float *p, so_v{n} v) {{ *(so_v{n}u *)p = v; }}\n"
     f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
     for n in (16, 8))
-TRANSPOSES = VECTOR_TYPES + "".join(transpose_source(n) + transpose_part_source(n) + transpose_stream_source(n)
+TRANSPOSES = VECTOR_TYPES + STREAM_FENCE + "".join(transpose_source(n) + transpose_part_source(n) + transpose_stream_source(n)
+                                                   + prefetch_rows_source(n)
                                      for n in (16, 8))
 
 

@@ -226,9 +226,9 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             body.extend(self.loops(s, k + 1, inner))
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
-            out.append(self.transposed(self.make_loop(s, lp, inner, body, clause),
-                                       s.transpose_block if s.transpose_block and s.transpose_block[0] == lp.name
-                                       else None))
+            chosen = s.transpose_block if s.transpose_block and s.transpose_block[0] == lp.name else None
+            around = self.var[s.name][chosen[2]] if chosen and chosen[2] else None
+            out.append(self.transposed(self.make_loop(s, lp, inner, body, clause), chosen, around))
         if not is_acc:
             return out
         wb: list[Node] = []
@@ -260,11 +260,12 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
         out.extend(wb)
         return [Scope(tuple(out))]
 
-    def transposed(self, lp: Loop, chosen: tuple[str, bool] | None = None) -> Loop:
+    def transposed(self, lp: Loop, chosen: tuple[str, bool, str] | None = None, around: str | None = None) -> Loop:
         """``lp`` as a ``transposed`` loop when it and the one loop it holds walk an L x L block (L: 8 or 16, at
         most the target's float32 lanes) of one float32 copy that reads contiguously along ``lp`` and writes
         contiguously along the inner loop; else ``lp``. ``chosen``: the stage's TransposeBlock at this loop (its
-        plan is checked: tails allowed, which make partial blocks, and its ``stream``); without one, a block that
+        plan is checked: tails allowed, which make partial blocks, its ``stream``, and its ``prefetch``, the
+        source's stride along loop ``around``, a loop outside the pair); without one, a block that
         needs nothing else (a transpose's block, see ``schedule.elementwise.transpose_schedule``, or a pack's):
         plain loops only, no tails, guards, padding or wrapped indices."""
         lanes = lp.extent
@@ -287,8 +288,13 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             elif src.stride(lp.var) != 1 or dst.stride(inner.var) != 1 or not src.stride(inner.var) \
                     or not dst.stride(lp.var) or src.stride(inner.var) < lanes or dst.stride(lp.var) < lanes:
                 why = "the copy does not read along the loop and write along the inner one"
+        ahead = 0
+        if why is None and around is not None:
+            ahead = a.value.source.stride(around) or 0
+            if not ahead:
+                why = f"the next block's source along {around!r} is not at a constant stride"
         if why is None:
-            return replace(lp, kind="transposed", stream=bool(chosen and chosen[1]))
+            return replace(lp, kind="transposed", stream=bool(chosen and chosen[1]), prefetch=ahead)
         if chosen:  # (plan_check admits only blocks that lower to this)
             raise ScheduleError(f"TransposeBlock({lp.stage}, {lp.var}): {why}")
         return lp

@@ -55,6 +55,7 @@ class Loop:
     reduce: bool = False
     stage: str | None = None
     stream: bool = False  # a ``transposed`` block whose whole blocks are stored past the caches (non-temporal)
+    prefetch: int = 0  # a ``transposed`` block: source elements from its rows to the next block's, fetched first (0: none)
 
     @property
     def trip_count(self) -> int:

@@ -40,6 +40,42 @@ def fuse_chain(stage: str, loops: list[str], extents: dict[str, int], min_extent
 TRANSPOSE_ORDERS = ("mid", "outer+in", "outer+out", "in", "out")
 
 
+def default_transpose_order(ext: Mapping[str, int], d_in: str, d_out: str, others: list[str],
+                            target: Target) -> str:
+    """The block loops' default order (see :func:`transpose_schedule`), ``others`` the other dims in the output's
+    order. ``mid`` unless the input rows it leaves open outgrow half the L2: between two blocks of ``d_in`` it
+    walks the innermost other dim and all of ``d_out``, and each input row it reads leaves the line the next
+    block finishes (two lines a row); where those lines no longer fit, every input line is read twice from
+    memory, and ``outer+in`` reads each strip of input rows from end to end instead (its open lines are the
+    output's: two for each of ``ext[d_in]`` rows). ``ijk->kji`` at 100 x 150 x 170: ``mid`` would leave 150 x 100
+    rows open (1.9 MB) between two k-blocks, ``outer+in`` 170 output rows; ``ijkl->ljik`` at 30 x 40 x 50 x 60
+    leaves 30 x 50 (192 KB) and keeps ``mid``."""
+    lines = 2 * target.cache_line_bytes
+    rows_open = ext[d_out] * (ext[others[-1]] if others else 1)
+    if rows_open * lines > target.l2_bytes // 2 and ext[d_in] * lines <= target.l2_bytes // 2:
+        return "outer+in"
+    return "mid"
+
+
+STREAM_LLC_SHARE = 4  # outputs of at least 1/4 of the last-level cache are stored past it by default
+LONG_ROWS = 8  # input rows of at least this many blocks: streamed copies read them end to end (outer+in)
+
+
+def streams_whole_lines(st: Statement, block: int, target: Target) -> bool:
+    """Whether a transposition's blocks are stored past the caches by default: every whole block's stores are
+    whole cache lines (a block's row is a multiple of the line, and every output row starts on a line: the
+    output's strides are multiples of the block), so non-temporal stores write them without reading them first,
+    and the output is at least :data:`STREAM_LLC_SHARE` of the last-level cache, which the copy would otherwise
+    fill with lines that the reads then evict (``ij->ji`` at 2000 x 1500: 12 MB written as whole lines). Rows of
+    another length (``ijk->kji`` at 100 x 150 x 170: rows of 100 floats) would leave lines half-written, which a
+    non-temporal store turns into a read and a write in memory."""
+    ext = st.extent
+    strides = [math.prod(ext[d] for d in st.out_dims[k + 1:]) for k in range(len(st.out_dims) - 1)]
+    size = 4 * math.prod(ext[d] for d in st.out_dims)
+    return (4 * block) % target.cache_line_bytes == 0 and all(n % block == 0 for n in strides) \
+        and target.l3_bytes > 0 and size * STREAM_LLC_SHARE >= target.l3_bytes
+
+
 def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None = None,
                        types: Mapping[str, TensorType] | None = None) -> list[Primitive]:
     """A pure copy whose input's contiguous axis (``d_in``) is not the output's (``d_out``): both split into
@@ -49,17 +85,22 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     vector loads along ``d_in``, register shuffles, contiguous vector stores along ``d_out``, and masked ones for
     the blocks that the extents' remainders cut short, where ``types`` says the copy is of float32; else scalar
     copies (vectorizing either side of a block turns the other into gathers or scatters). Whole blocks may be
-    stored past the caches (``<stage>.stream``, off by default: each block then ends with a store fence, and
-    where the output fits in the last-level cache, as the next reader would like it to, the stores miss it; the
-    search tries it).
+    stored past the caches (``<stage>.stream``; by default where each block's stores are whole lines and the
+    output is a good part of the last-level cache, :func:`streams_whole_lines`, and then, where the input rows
+    are long (:data:`LONG_ROWS` blocks), with the ``outer+in`` order: an output that fits in the cache, as the
+    next reader would like it to, is left there). Each block may first fetch the input rows of the next
+    iteration of the innermost block loop that steps to other input rows (``<stage>.prefetch``; by default where
+    the copy is a good part of the last-level cache, whose misses it overlaps).
 
     The loops over blocks and the other dims (``<stage>.order``): the other dims first (``outer+``) or not, then
     in the output's memory order (``out``: the stores run along whole rows of blocks) or the input's (``in``:
-    the loads do); or, by default (``mid``), the output's order with ``d_in``'s blocks moved just inside all but
-    the innermost other dim: the stores still run along whole output rows, and the input rows that one block
-    of ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of
-    ``l`` inside ``j``, around ``i`` and ``k``). The leading loops are fused until there is work for every
-    thread (loops with a partial block cannot be fused), and run in parallel."""
+    the loads do); or (``mid``) the output's order with ``d_in``'s blocks moved just inside all but the
+    innermost other dim: the stores still run along whole output rows, and the input rows that one block of
+    ``d_in`` leaves for the next are read again from L2, not from memory (``ijkl->ljik``: the blocks of ``l``
+    inside ``j``, around ``i`` and ``k``). The default is ``mid``, or ``outer+in`` where the input rows ``mid``
+    leaves open between two blocks of ``d_in`` outgrow the L2 (:func:`default_transpose_order`). The leading
+    loops are fused until there is work for every thread (loops with a partial block cannot be fused), and run
+    in parallel."""
     kn = knobs or KnobRecorder()
     s, ext = st.out, st.extent
     VECTOR, threads = target.lanes("float32"), target.threads
@@ -79,9 +120,12 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
     shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
-    stream = shuffle and kn.get(f"{s}.stream", False, (False, True))
-    order = kn.get(f"{s}.order", "mid", TRANSPOSE_ORDERS)
+    stream = shuffle and kn.get(f"{s}.stream", shuffle and streams_whole_lines(st, block, target), (False, True))
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
+    # streamed stores of long input rows read end to end (every block's loads continue the same rows)
+    long_rows = ext[d_in] >= LONG_ROWS * block
+    order = kn.get(f"{s}.order", "outer+in" if stream and long_rows else
+                   default_transpose_order(ext, d_in, d_out, others, target), TRANSPOSE_ORDERS)
     in_dims = [ix.dims[0] for ix in st.expr.index]
     level = sorted([d_in, d_out] + others, key=(in_dims if order.endswith("in") else st.out_dims).index)
     if order.startswith("outer+"):
@@ -95,10 +139,18 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     loops = [name[d] for d in level]
     prims: list[Primitive] = [Split(s, d_in, block), Split(s, d_out, block),
                               Reorder(s, (*loops, f"{d_in}_i", f"{d_out}_i"))]
-    if shuffle:
-        prims.append(TransposeBlock(s, f"{d_in}_i", stream))
     fusable = loops[:next((k for k, n in enumerate(loops) if n in tailed), len(loops))] or loops[:1]
     fprims, fname, _ = fuse_chain(s, fusable, extent, 4 * threads)
+    if shuffle:
+        # the innermost block loop that steps to other source rows (d_in's blocks go along the same ones): the
+        # next block (mid: the next k-block of ljik) or the next strip of rows (outer+in: the next i-block of
+        # kji); not the parallel loop (its next iteration is another thread's) nor a fused one (no constant stride)
+        around = next((n for n in reversed(loops) if n != f"{d_in}_o"), None)
+        if around is not None and (around == loops[0] or any(around in (f.outer, f.inner) for f in fprims)):
+            around = None
+        big = 4 * math.prod(ext.values()) * STREAM_LLC_SHARE >= target.l3_bytes > 0
+        prefetch = around is not None and kn.get(f"{s}.prefetch", big, (False, True))
+        prims.append(TransposeBlock(s, f"{d_in}_i", stream, around if prefetch else ""))
     return prims + fprims + [Parallel(s, fname)]
 
 

@@ -56,7 +56,7 @@ class Stage:
     # fused loops made linear (:func:`_linearize`): the dims they walk are only meaningful in flat offsets
     linear: list[str] = field(default_factory=list)
     prefetches: list[Prefetch] = field(default_factory=list)  # inputs fetched an iteration ahead (Prefetch)
-    transpose_block: tuple[str, bool] | None = None  # (loop, stream): a block copied by shuffles (TransposeBlock)
+    transpose_block: tuple[str, bool, str] | None = None  # (loop, stream, prefetch loop): a block copied by shuffles
 
     @property
     def name(self) -> str:

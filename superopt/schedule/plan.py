@@ -315,9 +315,11 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         stage.prefetches.append(p)
     elif isinstance(p, TransposeBlock):
         stage.loop(p.loop, p)
+        if p.prefetch:
+            stage.loop(p.prefetch, p)
         if stage.transpose_block is not None:
             raise ScheduleError(f"{p}: {stage.name} already copies a transposed block at {stage.transpose_block[0]!r}")
-        stage.transpose_block = (p.loop, p.stream)  # (checked once the trace is applied: plan_check)
+        stage.transpose_block = (p.loop, p.stream, p.prefetch)  # (checked once the trace is applied: plan_check)
     elif isinstance(p, CacheRead):
         stage.loop(p.at, p)
         stage.cache_reads.append((p.tensor, p.at))  # a GPU shared-memory copy: codegen.cuda_shared

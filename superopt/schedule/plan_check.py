@@ -91,8 +91,8 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
     along the other; and a tail of either loop is that loop's own bound (a partial block), not a guard."""
     from superopt.ir.expr import Access, flat_offset
 
-    loop, stream = s.transpose_block
-    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''})"
+    loop, stream, prefetch = s.transpose_block
+    prim = f"TransposeBlock({s.name}, {loop}{', stream=True' if stream else ''}{f', prefetch={prefetch}' if prefetch else ''})"
     names = [lp.name for lp in s.loops]
     st = s.stmt
     why = None
@@ -130,6 +130,12 @@ def _check_transpose_block(plan: KernelPlan, s: Stage) -> None:
     for lin, _ in s.tails:
         if why is None and (lin.vars() & {o, i}) and not (len(lin.vars() & {o, i}) == 1 and lin.map.get(o, lin.map.get(i)) == 1):
             why = f"a tail ({lin}) is not the bound of one of the block's loops (it would be a guard)"
+    if why is None and prefetch:
+        if prefetch not in names[:-2]:
+            why = f"loop {prefetch!r} is not a loop around the block (loops: {names})"
+        elif not isinstance(src.map.get(prefetch), int) or not src.map.get(prefetch) \
+                or any(not isinstance(a, str) and getattr(a, "var", None) == prefetch for a in src.map):
+            why = f"the next block's source along loop {prefetch!r} is not at a constant stride"
     if why:
         raise ScheduleError(f"{prim}: {why}")
 

@@ -203,10 +203,15 @@ class TransposeBlock(Primitive):
     element-wise copies make one side a gather or a scatter. A block that a tail cuts short (extents that are not
     multiples of ``L``) is copied with masked loads and stores. ``stream``: whole blocks are written with
     non-temporal stores (past the caches; for an output larger than the last-level cache, it saves reading
-    every written line first). CPU targets."""
+    every written line first), and each iteration of the stage's outermost loop ends with one store fence.
+    ``prefetch`` (a loop around the pair, or ``""``): each block first asks for the source rows of the block that
+    the next iteration of that loop copies (a hint: it changes no value), so that their loads are under way
+    while this block's shuffles and stores run; the loop must move the source by a constant stride. CPU
+    targets."""
 
     loop: str
     stream: bool = False
+    prefetch: str = ""
 
 
 GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
