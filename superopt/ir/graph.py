@@ -82,7 +82,7 @@ class Constant:
     @cached_property
     def _digest(self) -> str:
         h = hashlib.sha256(f"{self.array.dtype.name}{self.array.shape}".encode())
-        h.update(self.array.tobytes())
+        h.update(self.array.reshape(-1).view(np.uint8) if self.array.size else b"")  # (its bytes, not a copy)
         return h.hexdigest()
 
     def digest(self) -> str:
