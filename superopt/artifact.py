@@ -93,9 +93,11 @@ def save_executor(executor: GraphExecutor, out: str | Path, report: dict[str, An
         with open(tmp / "program.pkl", "wb") as f:
             _ConstantPickler(f, constants).dump({"graph": graph, "compiler": compiler, "target": executor.target})
         packed = executor.packed_constants()
-        arrays = {"constants": write_arrays(tmp / "constants.bin", constants),
-                  "packed": [[node, local, e] for (node, local), e in
-                             zip(packed, write_arrays(tmp / "packed.bin", list(packed.values())), strict=True)]}
+        known: dict[str, str] = {}  # file -> sha256, computed as it was written
+        constant_index, known["constants.bin"] = write_arrays(tmp / "constants.bin", constants)
+        packed_index, known["packed.bin"] = write_arrays(tmp / "packed.bin", list(packed.values()))
+        arrays = {"constants": constant_index,
+                  "packed": [[node, local, e] for (node, local), e in zip(packed, packed_index, strict=True)]}
         (tmp / "arrays.json").write_text(json.dumps(arrays))
         del constants
         (tmp / "schedules.json").write_text(json.dumps(
@@ -106,7 +108,11 @@ def save_executor(executor: GraphExecutor, out: str | Path, report: dict[str, An
             p = tmp / name
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-        files = {str(p.relative_to(tmp)): _sha(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        files = {}
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file():
+                name = str(p.relative_to(tmp))
+                files[name] = known[name] if name in known else _sha(p)
         manifest = {
             "format": FORMAT,
             "inputs": [[n, list(graph.type_of[n].shape), graph.type_of[n].dtype] for n in graph.inputs],

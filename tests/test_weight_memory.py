@@ -98,8 +98,11 @@ def test_a_sliced_einsum_equals_the_whole_one(expr, monkeypatch):
 
 def test_a_read_only_map_is_a_constant_without_a_copy(tmp_path):
     arrays = [np.arange(12, dtype=np.float32).reshape(3, 4), np.array(2.5), np.arange(5, dtype=np.int64)]
-    index = write_arrays(tmp_path / "a.bin", arrays)
+    index, sha = write_arrays(tmp_path / "a.bin", arrays)
     assert all(e["offset"] % 64 == 0 for e in index)
+    import hashlib
+
+    assert sha == hashlib.sha256((tmp_path / "a.bin").read_bytes()).hexdigest()
     for a, v in zip(arrays, map_arrays(tmp_path / "a.bin", index), strict=True):
         np.testing.assert_array_equal(a, v)
         c = Constant(v)

@@ -11,6 +11,7 @@ its cache entry is evicted.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,22 +22,27 @@ import numpy as np
 from superopt.runtime.buffers import ALIGN
 
 
-def write_arrays(path: Path, arrays: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+def write_arrays(path: Path, arrays: Sequence[np.ndarray]) -> tuple[list[dict[str, Any]], str]:
     """Write ``arrays`` (C order) to ``path``, each starting on an ``ALIGN``-byte offset; returns the index
-    :func:`map_arrays` reads them back with (offset, dtype, shape per array)."""
+    :func:`map_arrays` reads them back with (offset, dtype, shape per array) and the file's sha256 (computed
+    as it is written: the file is not read back)."""
     index = []
+    h = hashlib.sha256()
     with open(path, "wb") as f:
         at = 0
         for a in arrays:
             pad = -at % ALIGN
             f.write(b"\0" * pad)
+            h.update(b"\0" * pad)
             at += pad
             a = np.ascontiguousarray(a)
             index.append({"offset": at, "dtype": a.dtype.str, "shape": list(a.shape)})
             if a.nbytes:
-                f.write(memoryview(a.reshape(-1)).cast("B"))
+                data = memoryview(a.reshape(-1)).cast("B")
+                f.write(data)
+                h.update(data)
             at += a.nbytes
-    return index
+    return index, h.hexdigest()
 
 
 def map_arrays(path: Path, index: Sequence[dict[str, Any]]) -> list[np.ndarray]:
