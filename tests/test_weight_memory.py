@@ -166,3 +166,32 @@ def test_an_edited_entry_or_model_is_checked_in_full_again(tmp_path, monkeypatch
     m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.ones(N, np.float32), "b"))
     onnx.save(m, str(path))  # the model edited in place: another digest, not the remembered one
     assert program_cache.program_key(str(path), None, cfg) != key
+
+
+def test_the_shipped_cost_model_scores_as_xgboost_does_without_importing_it():
+    import subprocess
+    import sys
+
+    import xgboost as xgb
+
+    from costmodel.features import FEATURE_NAMES
+    from costmodel.tree_ensemble import TreeEnsemble
+    from costmodel.xgb import load_pretrained
+
+    model = load_pretrained("cpu")
+    if model is None:
+        pytest.skip("no shipped model")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, len(FEATURE_NAMES))) * rng.choice([0.1, 1.0, 10.0, 1e3], size=(1, len(FEATURE_NAMES)))
+    x[rng.random(x.shape) < 0.05] = np.nan  # missing features take each node's default branch
+    booster = xgb.Booster()
+    booster.load_model(bytearray(model.base))
+    want = booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(FEATURE_NAMES)))
+    got = TreeEnsemble.from_ubjson(model.base).predict(x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.argsort(-got, kind="stable")[:20].tolist() == np.argsort(-want, kind="stable")[:20].tolist()
+    code = ("import sys; from costmodel.xgb import load_pretrained; m = load_pretrained('cpu'); "
+            "import numpy as np; from costmodel.features import FEATURE_NAMES; "
+            "m._ensemble.predict(np.zeros((2, len(FEATURE_NAMES)))); print('xgboost' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
