@@ -13,6 +13,10 @@ Two ways to learn:
   boosted on the local measurements (XGBoost's continued training): the pretrained ranking is
   refined by this machine's and this workload's timings, not forgotten.
 
+A loaded model scores without xgboost (:mod:`costmodel.tree_ensemble` walks the saved booster's trees in
+numpy, to the same scores): ``superopt.optimize`` picks schedules with the shipped model and never imports
+xgboost, whose import alone holds about 100 MB. Training and online updates import it.
+
 A saved model (JSON) carries the booster, the config, the feature version and names, the target(s)
 it was trained on and a summary of its training data. Loading a model of another feature version
 raises :class:`~costmodel.features.FeatureVersionError`.
