@@ -6,7 +6,8 @@ light model's weights. A booster saved as UBJSON (``Booster.save_raw("ubj")``, w
 files carry) is read here into one array per node field, padded over the trees, and every candidate walks every
 tree at once: a node sends a row left when its feature is below the split (compared in float32, as XGBoost
 stores features) or, for a missing (NaN) feature, where the node's default says. The score is the base score
-plus the sum of the leaves, for the objectives whose prediction is that margin (squared error, ranking).
+plus the leaves, added in float32 in tree order as XGBoost adds them (the same bits), for the objectives
+whose prediction is that margin (squared error, ranking).
 Training and online updates still go through xgboost.
 """
 
@@ -202,8 +203,10 @@ class TreeEnsemble:
             if missing.any():
                 go_left = np.where(missing, self._default_left.take(node), go_left)
             node = np.where(go_left, self._left.take(node), self._right.take(node))
-        leaves = self._threshold.take(node).reshape(n_trees, rows).astype(np.float64)
-        return (self.base_score + leaves.sum(axis=0)).astype(np.float32)
+        leaves = self._threshold.take(node).reshape(n_trees, rows)
+        # in float32, from the base score, tree after tree, as XGBoost adds them (the same bits)
+        terms = np.concatenate([np.full((1, rows), self.base_score, np.float32), leaves])
+        return np.cumsum(terms, axis=0, dtype=np.float32)[-1]
 
     def __post_init__(self) -> None:
         width = self.left.shape[1]
