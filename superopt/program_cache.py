@@ -81,8 +81,9 @@ def file_digest(path: Path) -> str:
 DIGESTS = ".file-digests.json"
 # an entry's remembered file identities (not in its manifest)
 STAMP = ".verified.json"
-# a file changed this recently may change again within the same timestamp tick: its digest is not remembered
-RACY_NS = 2_000_000_000
+# a file changed this recently may change again within the same tick of the kernel's file clock (a coarse clock:
+# milliseconds), its identity unchanged: its digest is not remembered
+RACY_NS = 100_000_000
 MAX_REMEMBERED = 256
 
 

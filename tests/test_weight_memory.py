@@ -194,3 +194,23 @@ def test_the_shipped_cost_model_scores_as_xgboost_does_without_importing_it():
             "m._ensemble.predict(np.zeros((2, len(FEATURE_NAMES)))); print('xgboost' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_file_digest_is_remembered_by_identity_and_not_while_the_file_may_still_change(tmp_path, monkeypatch):
+    import hashlib
+    import json
+    import time
+
+    from superopt import program_cache
+
+    f, memo = tmp_path / "m.onnx", tmp_path / "memo.json"
+    f.write_bytes(b"weights" * 1000)
+    monkeypatch.setattr(program_cache, "RACY_NS", 1 << 62)  # written just now: not remembered
+    assert program_cache.remembered_digest(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert not memo.exists()
+    monkeypatch.setattr(program_cache, "RACY_NS", 0)
+    first = program_cache.remembered_digest(f, memo)
+    assert json.loads(memo.read_text())[str(f.resolve())][1] == first
+    time.sleep(0.05)  # (past a tick of the kernel's coarse file clock: RACY_NS is off here)
+    f.write_bytes(b"Weights" * 1000)  # same size, new content: a new change time, so hashed again
+    assert program_cache.remembered_digest(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest() != first
