@@ -214,3 +214,23 @@ def test_a_file_digest_is_remembered_by_identity_and_not_while_the_file_may_stil
     time.sleep(0.05)  # (past a tick of the kernel's coarse file clock: RACY_NS is off here)
     f.write_bytes(b"Weights" * 1000)  # same size, new content: a new change time, so hashed again
     assert program_cache.remembered_digest(f, memo) == hashlib.sha256(f.read_bytes()).hexdigest() != first
+
+
+def test_a_convolutions_window_view_is_laid_out_a_slice_at_a_time(monkeypatch):
+    from superopt.interp.reference import evaluate_compute
+
+    c = compile_op("y[o, h, w] += x[c, h + kh, w + kw] * k[o, c, kh, kw]", {"x": (16, 66, 66), "k": (16, 16, 3, 3)})
+    rng = np.random.default_rng(5)
+    x, k = rng.standard_normal((16, 66, 66)), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    window = 16 * 9 * 64 * 64 * 8  # the window view laid out contiguously in float64: nine times the input
+    monkeypatch.setattr(reference, "CAST_CHUNK_BYTES", window // 16)
+    tracemalloc.start()
+    try:
+        (got,) = evaluate_compute(c, [x, k], np.float64)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < window / 2, peak / window
+    monkeypatch.setattr(reference, "CAST_CHUNK_BYTES", 1 << 40)
+    (whole,) = evaluate_compute(c, [x, k], np.float64)
+    np.testing.assert_array_equal(got, whole)  # split on an output axis: every element sums the same terms

@@ -115,8 +115,9 @@ def _product_factors(e: Expr) -> list[Expr] | None:
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-# an einsum operand of another float type than the evaluation's (a float32 weight of a float64 reference) is
-# converted in slices of at most this many bytes, not whole: a large model's weights are never held twice more
+# an einsum operand that would be copied whole (a float32 weight of a float64 reference, converted; a convolution's
+# window view, laid out) is taken in slices of at most this many bytes: a large model's weights are never held
+# twice more, nor a convolution's input nine times
 CAST_CHUNK_BYTES = 32 << 20
 
 
@@ -236,27 +237,34 @@ class _StatementEval:
 def _chunked_einsum(expr: str, operands: list[np.ndarray], subs: list[str], out_sub: str, float_dtype: np.dtype,
                     fast: bool, absolute: bool) -> np.ndarray:
     """``np.einsum(expr, *operands)`` with the float operands in ``float_dtype`` (``absolute``: their absolute
-    values): an operand to convert of more than ``CAST_CHUNK_BYTES`` there is converted a slice of its first
-    axis at a time, the partial results concatenated along that axis (an output axis) or summed (a reduced one)."""
+    values). The largest operand, when it would be copied whole (converted, made absolute, or a strided view such
+    as a convolution's window view, which the BLAS path lays out contiguously: nine times its input for a 3x3
+    kernel) and that copy exceeds ``CAST_CHUNK_BYTES``, is taken a slice at a time: along its largest output axis
+    (the parts concatenated: each output element sums the same terms), else its largest axis (the parts summed)."""
     def prepare(o: np.ndarray) -> np.ndarray:
         if o.dtype.kind == "f" and o.dtype != float_dtype:
             o = o.astype(float_dtype)
         return np.abs(o) if absolute else o
 
-    big = max(range(len(operands)), key=lambda i: operands[i].size, default=None)
-    converts = big is not None and (absolute or operands[big].dtype.kind == "f" and operands[big].dtype != float_dtype)
-    need = operands[big].size * float_dtype.itemsize if converts else 0
+    def nbytes(o: np.ndarray) -> int:
+        return o.size * (float_dtype.itemsize if o.dtype.kind == "f" else o.dtype.itemsize)
+
+    big = max(range(len(operands)), key=lambda i: nbytes(operands[i]), default=None)
+    copied = big is not None and (absolute or not operands[big].flags.c_contiguous
+                                  or operands[big].dtype.kind == "f" and operands[big].dtype != float_dtype)
+    need = nbytes(operands[big]) if copied else 0
     if need <= CAST_CHUNK_BYTES or not subs[big]:
         return np.einsum(expr, *[prepare(o) for o in operands], optimize=fast)
-    split = subs[big][0]
-    extent = operands[big].shape[0]
+    sub, shape = subs[big], operands[big].shape
+    split = max([c for c in sub if c in out_sub] or sub, key=lambda c: shape[sub.index(c)])
+    extent = shape[sub.index(split)]
     step = max(1, extent * CAST_CHUNK_BYTES // need)
     parts, total = [], None
     for lo in range(0, extent, step):
         ops = []
-        for o, sub in zip(operands, subs, strict=True):
-            if split in sub:
-                o = o[(slice(None),) * sub.index(split) + (slice(lo, lo + step),)]
+        for o, s in zip(operands, subs, strict=True):
+            if split in s:
+                o = o[(slice(None),) * s.index(split) + (slice(lo, lo + step),)]
             ops.append(prepare(o))
         part = np.einsum(expr, *ops, optimize=fast)
         if split in out_sub:
