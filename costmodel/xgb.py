@@ -13,6 +13,10 @@ Two ways to learn:
   boosted on the local measurements (XGBoost's continued training): the pretrained ranking is
   refined by this machine's and this workload's timings, not forgotten.
 
+A loaded model scores without xgboost (:mod:`costmodel.tree_ensemble` walks the saved booster's trees in
+numpy, to the same scores): ``superopt.optimize`` picks schedules with the shipped model and never imports
+xgboost, whose import alone holds about 100 MB. Training and online updates import it.
+
 A saved model (JSON) carries the booster, the config, the feature version and names, the target(s)
 it was trained on and a summary of its training data. Loading a model of another feature version
 raises :class:`~costmodel.features.FeatureVersionError`.
@@ -34,13 +38,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xgboost as xgb
 
 from costmodel.base import Candidate, candidate_group
 from costmodel.features import FEATURE_NAMES, FEATURE_VERSION, FeatureExtractor, check_feature_version
 from costmodel.metrics import relative_speed
+from costmodel.tree_ensemble import TreeEnsemble
 
 if TYPE_CHECKING:
+    import xgboost as xgb
+
     from superopt.target import Target
 
 MODEL_FORMAT = "superopt-costmodel-xgb"
@@ -89,6 +95,14 @@ class _Data:
         return len(self.groups)
 
 
+def _xgb():
+    """xgboost, imported when first needed: a loaded model scores without it (costmodel.tree_ensemble), and
+    the import costs about 100 MB of resident memory."""
+    import xgboost
+
+    return xgboost
+
+
 def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], objective: str,
              names: Sequence[str] = FEATURE_NAMES) -> xgb.DMatrix:
     """Training matrix; ranking objectives want rows sorted by query id (the group)."""
@@ -96,7 +110,7 @@ def _dmatrix(x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], obj
     order = np.argsort(np.asarray(groups), kind="stable")
     ids = {g: i for i, g in enumerate(sorted(set(groups)))}
     qid = np.array([ids[groups[i]] for i in order])
-    d = xgb.DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(names))
+    d = _xgb().DMatrix(x[order], label=y[order], missing=np.nan, feature_names=list(names))
     if objective.startswith("rank:"):
         d.set_group(np.bincount(qid))
     return d
@@ -116,7 +130,8 @@ class XGBModel:
 
     def __init__(self, config: XGBConfig | None = None) -> None:
         self.config = config or XGBConfig()
-        self.booster: xgb.Booster | None = None
+        self._booster: xgb.Booster | None = None
+        self._ensemble: TreeEnsemble | None = None  # a loaded booster's trees, scored in numpy
         self.base: bytes | None = None  # the loaded (pretrained) booster, raw: online updates boost on a copy
         self.summary: dict = {}
         self.targets: list[dict] = []
@@ -126,7 +141,21 @@ class XGBModel:
 
     @property
     def trained(self) -> bool:
-        return self.booster is not None
+        return self._booster is not None or self._ensemble is not None
+
+    @property
+    def booster(self) -> xgb.Booster | None:
+        """The XGBoost booster (a loaded model's is read into xgboost when first asked for)."""
+        if self._booster is None and self._ensemble is not None and self.base is not None:
+            b = _xgb().Booster()
+            b.load_model(bytearray(self.base))
+            self._booster = b
+        return self._booster
+
+    @booster.setter
+    def booster(self, value: xgb.Booster | None) -> None:
+        self._booster = value
+        self._ensemble = None  # (trained anew: the booster is the model now)
 
     def knows(self, target: Target) -> bool:
         """Whether the training data holds a machine of ``target``'s class (kind, vector width, register
@@ -162,7 +191,7 @@ class XGBModel:
             return
         x = np.concatenate(self._online.features)
         if self.base is not None:
-            base = xgb.Booster()
+            base = _xgb().Booster()
             base.load_model(bytearray(self.base))
             self.booster = self._train(x, groups, t, self.config.online_rounds, base)
         elif len(self._online) >= 8:  # too few points to learn a ranking from
@@ -171,7 +200,7 @@ class XGBModel:
     def _train(self, x: np.ndarray, groups: Sequence[str], seconds: Sequence[float], rounds: int,
                base: xgb.Booster | None) -> xgb.Booster:
         d = _dmatrix(x, groups, seconds, self.config.objective, self.feature_names)
-        return xgb.train(self.config.params(), d, num_boost_round=rounds, xgb_model=base)
+        return _xgb().train(self.config.params(), d, num_boost_round=rounds, xgb_model=base)
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -180,19 +209,22 @@ class XGBModel:
         random scores (the search then explores at random)."""
         if not candidates:
             return np.zeros(0)
-        if self.booster is None:
+        if not self.trained:
             return self._rng.random(len(candidates))
         x = self.features(candidates)
+        if self._booster is None:  # a loaded model: its trees in numpy (the same scores, xgboost not imported)
+            return self._ensemble.predict(x)
         # one thread: a batch is a few hundred rows, which xgboost's thread team costs more to start and join
         # than to score (5 ms on one thread against 50-100 ms on two when the machine has other work)
         self.booster.set_param({"nthread": 1})
+        xgb = _xgb()
         return self.booster.predict(xgb.DMatrix(x, missing=np.nan, feature_names=list(self.feature_names), nthread=1))
 
     # -- files ----------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model atomically (a temporary file renamed over ``path``)."""
-        if self.booster is None:
+        if not self.trained:
             raise ValueError("cannot save an untrained cost model")
         doc = {"format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,
                "feature_version": self.feature_version, "feature_names": list(self.feature_names),
@@ -229,9 +261,17 @@ class XGBModel:
         m = cls(config or saved)
         try:
             raw = base64.b64decode(doc["booster"])
-            m.booster = xgb.Booster()
-            m.booster.load_model(bytearray(raw))
-        except (KeyError, ValueError, xgb.core.XGBoostError) as err:
+            try:
+                m._ensemble = TreeEnsemble.from_ubjson(raw)
+            except ValueError:  # a booster the numpy scorer does not read (or a corrupt one): xgboost's own
+                xgb = _xgb()
+                try:
+                    b = xgb.Booster()
+                    b.load_model(bytearray(raw))
+                except xgb.core.XGBoostError as err:
+                    raise ValueError(str(err)) from None
+                m.booster = b
+        except (KeyError, ValueError) as err:
             raise ValueError(f"cost model file {path} has a corrupt booster ({str(err).splitlines()[0]})") from None
         m.base = raw
         m.summary = doc.get("summary", {})

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from superopt.builder import GraphBuilder
+from superopt.heap import return_free_memory
 from superopt.interp.inputs import random_inputs
 from superopt.interp.sampling import REFERENCE_POINTS, sample_axes
 from superopt.ir.canonical import canonicalize_kernels
@@ -513,10 +514,12 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     and on ``verify_inputs``, the user's own, where given). ``t0``: when the pipeline started
     (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
     phases = phases if phases is not None else PhaseTimer()
+    return_free_memory()  # (what the load freed: the protobuf, the initializers' raw bytes)
     with phases.phase("rewrite"):
         graph, graph_report = search_rewrites(imported, config, phases)
         rewrites = graph_report.applied if graph_report is not None else ()
         graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
+    return_free_memory()  # (the candidate graphs the search dropped, their re-laid-out weights)
     t1 = time.perf_counter()
     target = config.resolved_target()
     database, tune = config.database, None
@@ -547,6 +550,8 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
+        reference = None
+        return_free_memory()  # (the reference's float64 tensors)
     t3 = time.perf_counter()
     n_compute = sum(not n.is_extern for n in graph.nodes)
     how = []

@@ -58,7 +58,7 @@ class GraphBuilder:
     def constant(self, value: Any, name: str | None = None, dtype: str | None = None) -> str:
         arr = np.asarray(value)
         if dtype is not None:
-            arr = arr.astype(dtype)
+            arr = arr.astype(dtype, copy=False)  # (Constant copies what it does not own)
         elif arr.dtype == np.float64 and not isinstance(value, np.ndarray):
             arr = arr.astype(np.float32)
         dtype_name(arr.dtype)

@@ -8,6 +8,12 @@ compiler flags included), the C compiler's version, the tuning database's bytes,
 files of superopt, search, costmodel and rewrite_rules (a changed rule or printer keys a new entry, never a
 stale program). A program is stored only after it passed verification; the checksums make a corrupt or
 edited entry a miss (it is compiled again and replaced), never a wrong program.
+
+A hit only loads, and loading reads no weight byte it does not need: the weights are mapped
+(superopt.runtime.array_file) with their packed copies, and the checksums of a model file and of an entry's
+files are computed once and remembered by the files' identity (device, inode, size, and the nanosecond
+modification and change times, which any write moves; ``stat_digests``), as git's index remembers a file's
+hash. An entry's files are checked in full again when any of them differs from what was remembered.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from superopt.artifact import ArtifactError, read_manifest, save_executor
+from superopt.artifact import ArtifactError, read_manifest, read_program, save_executor
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.target import compiler_version
 
@@ -45,13 +51,14 @@ def code_version() -> str:
     return h.hexdigest()
 
 
-def _bytes_digest(model: Any) -> str | None:
-    """The model's bytes (a file path, bytes, or a ModelProto), digested; None for anything else."""
+def _bytes_digest(model: Any, memo: Path | None = None) -> str | None:
+    """The model's bytes (a file path, bytes, or a ModelProto), digested; None for anything else. ``memo``: where
+    a file's digest is remembered by its identity (:func:`remembered_digest`)."""
     if isinstance(model, (bytes, bytearray)):
         data = bytes(model)
     elif isinstance(model, (str, Path)):
         try:
-            return file_digest(Path(model))
+            return file_digest(Path(model)) if memo is None else remembered_digest(Path(model), memo)
         except OSError:
             return None  # the loader names the missing file
     elif type(model).__name__ == "ModelProto":
@@ -68,6 +75,85 @@ def file_digest(path: Path) -> str:
         while block := f.read(1 << 22):
             h.update(block)
     return h.hexdigest()
+
+
+# where the digests of model files are remembered, under the programs directory (a file: eviction skips it)
+DIGESTS = ".file-digests.json"
+# an entry's remembered file identities (not in its manifest)
+STAMP = ".verified.json"
+# a file changed this recently may change again within the same tick of the kernel's file clock (a coarse clock:
+# milliseconds), its identity unchanged: its digest is not remembered
+RACY_NS = 100_000_000
+MAX_REMEMBERED = 256
+
+
+def file_identity(path: Path) -> list[int]:
+    """What any write to ``path`` changes: device, inode, size, modification and change times (ns); the change
+    time cannot be set back by a user (``touch`` moves it forward)."""
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _settled(identity: list[int]) -> bool:
+    import time
+
+    return time.time_ns() - max(identity[3], identity[4]) > RACY_NS
+
+
+def remembered_digest(path: Path, memo: Path) -> str:
+    """:func:`file_digest` of ``path``, read from ``memo`` (a JSON file) when the file's identity is the one
+    remembered with it, else computed and remembered (when the file has not changed in the last ``RACY_NS``)."""
+    key = str(Path(path).resolve())
+    ident = file_identity(path)
+    try:
+        known = json.loads(memo.read_text())
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    hit = known.get(key)
+    if isinstance(hit, list) and len(hit) == 2 and hit[0] == ident:
+        return hit[1]
+    digest = file_digest(path)
+    if file_identity(path) == ident and _settled(ident):  # (unchanged while it was read)
+        known.pop(key, None)
+        known[key] = [ident, digest]
+        _write_json(memo, dict(list(known.items())[-MAX_REMEMBERED:]))
+    return digest
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    """Write ``doc`` to ``path`` atomically (a temporary sibling renamed into place); a failure is no error."""
+    import tempfile
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _entry_identities(directory: Path, manifest_files: Any) -> dict[str, list[int]]:
+    return {name: file_identity(directory / name) for name in ["manifest.json", *sorted(manifest_files)]}
+
+
+def check_entry(directory: Path) -> None:
+    """Raise ``ArtifactError`` unless every file of the entry matches its checksum: checked in full unless the
+    files are exactly those (by identity) that passed the check before."""
+    try:
+        stamp = json.loads((directory / STAMP).read_text())
+        files = json.loads((directory / "manifest.json").read_text()).get("files", {})
+        if stamp == _entry_identities(directory, files):
+            return
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    manifest = read_manifest(directory)
+    _write_json(directory / STAMP, _entry_identities(directory, manifest.get("files", {})))
 
 
 def _examples_digest(example_inputs: Any) -> str:
@@ -100,7 +186,7 @@ def program_key(model: Any, example_inputs: Any, config: Any) -> str | None:
     depend on the time it gets)."""
     if config.budget_s is not None or config.tune_trials is not None or not config.verify:
         return None
-    model_digest = _bytes_digest(model)
+    model_digest = _bytes_digest(model, Path(config.compiler.cache_dir) / "programs" / DIGESTS)
     if model_digest is None:
         return None
     target = config.resolved_target()
@@ -130,6 +216,11 @@ def store(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta
                                    "sources.pkl": pickle.dumps(sources, protocol=pickle.HIGHEST_PROTOCOL)})
     except (ArtifactError, OSError):
         return
+    try:  # (written just now: what was checksummed is what is on disk)
+        _write_json(directory / STAMP, _entry_identities(directory, json.loads(
+            (directory / "manifest.json").read_text())["files"]))
+    except (OSError, ValueError, KeyError):
+        pass
     evict(directory.parent, keep=directory)
 
 
@@ -168,9 +259,8 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
     if not (directory / "manifest.json").exists():
         return None
     try:
-        read_manifest(directory)
-        with open(directory / "program.pkl", "rb") as f:
-            program = pickle.load(f)
+        check_entry(directory)
+        program, schedules, packed = read_program(directory)
         with open(directory / "sources.pkl", "rb") as f:
             sources = pickle.load(f)
         report = json.loads((directory / "report.json").read_text())
@@ -183,16 +273,10 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
         pass
     target = program["target"]
     compiler = replace(program["compiler"], cache_dir=directory / "kernels")
-    executor = GraphExecutor(program["graph"], {n: _trace(t) for n, t in
-                                                json.loads((directory / "schedules.json").read_text()).items()},
-                             ExecutorConfig(target.threads, compiler, target), phases, sources)
+    executor = GraphExecutor(program["graph"], schedules, ExecutorConfig(target.threads, compiler, target), phases,
+                             sources, packed)
     return executor, report, meta
 
 
-def _trace(doc: Any) -> list:
-    from superopt.schedule.primitives import trace_from_json
-
-    return trace_from_json(json.dumps(doc))
-
-
-__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch", "evict"]
+__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch", "evict", "check_entry", "remembered_digest",
+           "file_identity"]

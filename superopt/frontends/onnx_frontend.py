@@ -121,7 +121,8 @@ def _edge_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     dtype = superopt_dtype(t.data_type)
     if dtype is None:
         raise OnnxImportError(f"{what} {t.name!r} has unsupported element type {onnx.TensorProto.DataType.Name(t.data_type)}")
-    return np.asarray(numpy_helper.to_array(t)).astype(dtype)
+    # (no copy where the type is already superopt's: the Constant made of it is the one copy kept)
+    return np.asarray(numpy_helper.to_array(t)).astype(dtype, copy=False)
 
 
 @dataclass

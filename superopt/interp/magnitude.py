@@ -91,8 +91,9 @@ class _MagnitudeEval:
         if accesses and all(p >= 0 for p in st.pad_value.values()):
             # a sum of products, without the full iteration space: the reference on absolute values, once per
             # rounded product (the tensors read count as exact)
+            # (the magnitudes of what a statement reads are their absolute values: taken a slice at a time)
             pos = [replace(f, value=abs(f.value)) if isinstance(f, Const) else f for f in factors]
-            m = len(accesses) * _StatementEval(st, self.mags, np.dtype(np.float64))._einsum(pos)
+            m = len(accesses) * _StatementEval(st, self.values, np.dtype(np.float64))._einsum(pos, absolute=True)
             return np.ascontiguousarray(m, dtype=np.float64).reshape(st.out_shape)
         _, m = self.eval(st.expr)
         full = tuple(self.space.ext[d] for d in self.space.order)
@@ -110,7 +111,10 @@ class _MagnitudeEval:
         return np.ascontiguousarray(m, dtype=np.float64).reshape(st.out_shape)
 
     def _view(self, arrays: Mapping[str, np.ndarray], a: Access, pad: float | None) -> np.ndarray:
-        return access_view(arrays[a.tensor], a, self.space, pad, self.space.order)
+        arr = np.asarray(arrays[a.tensor])
+        if arr.dtype.kind == "f" and arr.dtype != np.float64:  # (a float32 weight, read in float64)
+            arr = arr.astype(np.float64)
+        return access_view(arr, a, self.space, pad, self.space.order)
 
     def _exact(self, e: Expr) -> bool:
         """Whether ``e`` reads only exact data (inputs, index values): a branch on it never flips."""
@@ -199,10 +203,31 @@ U32 = 2.0**-24  # float32's unit roundoff
 SAMPLES = 2  # perturbed reference runs
 
 
+class _Absolute(Mapping):
+    """``|env[n]|`` in float64 for each of ``names``, computed when first read (a sum of products reads none:
+    it takes the absolute values of its operands a slice at a time)."""
+
+    def __init__(self, env: Mapping[str, np.ndarray], names: set[str]) -> None:
+        self.env, self.names, self.done = env, names, {}
+
+    def __getitem__(self, n: str) -> np.ndarray:
+        if n not in self.names:
+            raise KeyError(n)
+        if n not in self.done:
+            self.done[n] = np.abs(np.asarray(self.env[n], np.float64))
+        return self.done[n]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 def _local_magnitude(st: Statement, env: Mapping[str, np.ndarray], value: np.ndarray) -> np.ndarray:
     """The statement's own rounding magnitude, the tensors it reads taken as exact."""
     names = {a.tensor for a in st.expr.accesses()}
-    mags = {n: np.abs(np.asarray(env[n], np.float64)) for n in names}
+    mags = _Absolute(env, names)
     try:
         return _MagnitudeEval(st, env, mags, frozenset(names)).run()
     except Exception:  # noqa: BLE001 - *=, too many dims, ...: the rounding of the result itself
@@ -217,12 +242,21 @@ def _perturb(value: np.ndarray, magnitude: np.ndarray, rng: np.random.Generator 
     return np.where(np.isfinite(value), value + np.where(np.isfinite(noise), noise, 0.0), value)
 
 
+def _input64(x, t, what: str) -> np.ndarray:
+    """An input of a float64 evaluation: a float array of another float type (a float32 weight) as it is (each
+    statement converts what it reads, a slice at a time where it is large), anything else in float64."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and is_float(t.dtype) and tuple(x.shape) == t.shape \
+            and x.flags.c_contiguous:
+        return x
+    return _as_input(x, t, np.dtype(np.float64), what)
+
+
 def _run_compute(c: Compute, args: Mapping[str, np.ndarray], rng: np.random.Generator | None,
                  local: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The outputs of ``c`` in float64. Without ``rng``: each float statement's own rounding magnitude is
     stored in ``local`` (float32, by statement name); with it, each statement's result is moved by ``u`` times
     that magnitude in a random direction before later statements read it."""
-    env = {n: _as_input(args[n], c.type_of[n], np.dtype(np.float64), f"input {n!r}") for n in c.inputs}
+    env = {n: _input64(args[n], c.type_of[n], f"input {n!r}") for n in c.inputs}
     for st in c.statements:
         v = evaluate_statement(st, env, c.type_of[st.out], np.float64)
         if v.dtype.kind == "f":
@@ -285,7 +319,9 @@ def _reference_with_magnitudes(graph: Graph, inputs: Mapping[str, np.ndarray], s
     last = {name: k for k, node in enumerate(graph.nodes) for name in node.inputs}
     own: dict[str, np.ndarray | None] = {}  # the own rounding magnitude of each graph output a node computes
     for k, node in enumerate(graph.nodes):
-        shared = {i: _constant64(constants[i]) for i in node.inputs if i in constants}  # read, not kept
+        # read, not kept; a compute node converts its float32 weights to float64 a slice at a time
+        shared = {i: constants[i].array if not node.is_extern else _constant64(constants[i])
+                  for i in node.inputs if i in constants}
         for r, env in enumerate(envs):
             ins = [shared[i] if i in shared else env[i] for i in node.inputs]
             if node.is_extern:

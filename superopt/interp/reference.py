@@ -115,13 +115,32 @@ def _product_factors(e: Expr) -> list[Expr] | None:
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+# an einsum operand that would be copied whole (a float32 weight of a float64 reference, converted; a convolution's
+# window view, laid out) is taken in slices of at most this many bytes: a large model's weights are never held
+# twice more, nor a convolution's input nine times
+CAST_CHUNK_BYTES = 32 << 20
+
+
 class _StatementEval:
+    """One statement evaluated in ``float_dtype``. The tensors in ``env`` may be of another float type (a float32
+    weight): each is converted when read, and an einsum operand slice by slice."""
+
     def __init__(self, st: Statement, env: Mapping[str, np.ndarray], float_dtype: np.dtype) -> None:
         self.st = st
         self.env = env
         self.space = _Space(st)
         self.pad = st.pad_value
         self.float_dtype = float_dtype
+        self._converted: dict[str, np.ndarray] = {}
+
+    def _array(self, name: str) -> np.ndarray:
+        """``env[name]`` in the evaluation's float type (converted once per statement)."""
+        arr = np.asarray(self.env[name])
+        if arr.dtype.kind != "f" or arr.dtype == self.float_dtype:
+            return arr
+        if name not in self._converted:
+            self._converted[name] = arr.astype(self.float_dtype)
+        return self._converted[name]
 
     def run(self, out_type: TensorType) -> np.ndarray:
         st = self.st
@@ -143,7 +162,8 @@ class _StatementEval:
             val = REDUCE[st.reduce].reduce(val, axis=red_axes, initial=init) if red_axes else val
         return np.ascontiguousarray(val, dtype=out_dtype).reshape(st.out_shape)
 
-    def _einsum(self, factors: list[Expr]) -> np.ndarray:
+    def _einsum(self, factors: list[Expr], absolute: bool = False) -> np.ndarray:
+        """The sum of products; ``absolute``: of the operands' absolute values."""
         letter = {d: _LETTERS[i] for i, d in enumerate(self.space.order)}
         operands, subs = [], []
         scale = 1.0
@@ -152,7 +172,7 @@ class _StatementEval:
                 scale *= f.value
                 continue
             dims = [d for d in self.space.order if any(ix.coeff(d) for ix in f.index)]
-            operands.append(self._view(f, dims))
+            operands.append(access_view(np.asarray(self.env[f.tensor]), f, self.space, self.pad.get(f.tensor), dims))
             subs.append("".join(letter[d] for d in dims))
         # reduction dims referenced by no operand multiply the sum by their extent
         for d in self.st.reduce_dims:
@@ -162,7 +182,8 @@ class _StatementEval:
         # optimize: the contractions go through BLAS (with einsum's own loops, the float64 reference of a
         # convolutional model takes longer than compiling it); integer operands keep those loops
         fast = len(operands) > 2 or all(o.dtype.kind in "fc" for o in operands)
-        res = np.einsum(",".join(subs) + "->" + out_sub, *operands, optimize=fast)
+        res = _chunked_einsum(",".join(subs) + "->" + out_sub, operands, subs, out_sub, self.float_dtype, fast,
+                              absolute)
         if scale != 1.0:
             res = res * scale
         # output dims referenced by no operand broadcast
@@ -170,8 +191,7 @@ class _StatementEval:
         return np.broadcast_to(res.reshape(shape), self.st.out_shape)
 
     def _view(self, a: Access, dims: Sequence[str]) -> np.ndarray:
-        arr = self.env[a.tensor]
-        return access_view(arr, a, self.space, self.pad.get(a.tensor), dims)
+        return access_view(self._array(a.tensor), a, self.space, self.pad.get(a.tensor), dims)
 
     def eval(self, e: Expr):
         if isinstance(e, Access):
@@ -212,6 +232,46 @@ class _StatementEval:
             shape[self.space.axis[d]] = self.space.ext[d]
             val = val + c * np.arange(self.space.ext[d], dtype=np.int64).reshape(shape)
         return val
+
+
+def _chunked_einsum(expr: str, operands: list[np.ndarray], subs: list[str], out_sub: str, float_dtype: np.dtype,
+                    fast: bool, absolute: bool) -> np.ndarray:
+    """``np.einsum(expr, *operands)`` with the float operands in ``float_dtype`` (``absolute``: their absolute
+    values). The largest operand, when it would be copied whole (converted, made absolute, or a strided view such
+    as a convolution's window view, which the BLAS path lays out contiguously: nine times its input for a 3x3
+    kernel) and that copy exceeds ``CAST_CHUNK_BYTES``, is taken a slice at a time: along its largest output axis
+    (the parts concatenated: each output element sums the same terms), else its largest axis (the parts summed)."""
+    def prepare(o: np.ndarray) -> np.ndarray:
+        if o.dtype.kind == "f" and o.dtype != float_dtype:
+            o = o.astype(float_dtype)
+        return np.abs(o) if absolute else o
+
+    def nbytes(o: np.ndarray) -> int:
+        return o.size * (float_dtype.itemsize if o.dtype.kind == "f" else o.dtype.itemsize)
+
+    big = max(range(len(operands)), key=lambda i: nbytes(operands[i]), default=None)
+    copied = big is not None and (absolute or not operands[big].flags.c_contiguous
+                                  or operands[big].dtype.kind == "f" and operands[big].dtype != float_dtype)
+    need = nbytes(operands[big]) if copied else 0
+    if need <= CAST_CHUNK_BYTES or not subs[big]:
+        return np.einsum(expr, *[prepare(o) for o in operands], optimize=fast)
+    sub, shape = subs[big], operands[big].shape
+    split = max([c for c in sub if c in out_sub] or sub, key=lambda c: shape[sub.index(c)])
+    extent = shape[sub.index(split)]
+    step = max(1, extent * CAST_CHUNK_BYTES // need)
+    parts, total = [], None
+    for lo in range(0, extent, step):
+        ops = []
+        for o, s in zip(operands, subs, strict=True):
+            if split in s:
+                o = o[(slice(None),) * s.index(split) + (slice(lo, lo + step),)]
+            ops.append(prepare(o))
+        part = np.einsum(expr, *ops, optimize=fast)
+        if split in out_sub:
+            parts.append(part)
+        else:
+            total = part if total is None else total + part
+    return np.concatenate(parts, axis=out_sub.index(split)) if split in out_sub else total
 
 
 def evaluate_statement(st: Statement, env: Mapping[str, np.ndarray], out_type: TensorType,

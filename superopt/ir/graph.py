@@ -7,6 +7,7 @@ node; nodes are stored in topological order. ``Graph.digest()`` is a stable stru
 from __future__ import annotations
 
 import hashlib
+import mmap
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,14 +34,25 @@ def _frozen_aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _immutable_buffer(b: Any) -> bool:
+    """A buffer nothing can write through: bytes, or a read-only memory map (or a read-only view of either)."""
+    if isinstance(b, memoryview):
+        return b.readonly and _immutable_buffer(b.obj)
+    if isinstance(b, mmap.mmap):
+        return memoryview(b).readonly  # (mmap.ACCESS_READ; a copy-on-write map is writable)
+    return isinstance(b, bytes)
+
+
 def _owned(a: np.ndarray) -> bool:
-    """Read-only, aligned, and nothing writable behind it (what :func:`_frozen_aligned_copy` returns, and
-    views of it)."""
+    """Read-only, aligned, and nothing writable behind it (what :func:`_frozen_aligned_copy` returns, views of
+    it, and views of a read-only memory map: a saved program's weights, superopt.runtime.array_file)."""
     if a.flags.writeable or a.nbytes and a.ctypes.data % CONSTANT_ALIGN:
         return False
     b = a.base
     while b is not None:
-        if not isinstance(b, np.ndarray) or b.flags.writeable:
+        if not isinstance(b, np.ndarray):
+            return _immutable_buffer(b)
+        if b.flags.writeable:
             return False
         b = b.base
     return True
@@ -70,7 +82,7 @@ class Constant:
     @cached_property
     def _digest(self) -> str:
         h = hashlib.sha256(f"{self.array.dtype.name}{self.array.shape}".encode())
-        h.update(self.array.tobytes())
+        h.update(self.array.reshape(-1).view(np.uint8) if self.array.size else b"")  # (its bytes, not a copy)
         return h.hexdigest()
 
     def digest(self) -> str:

@@ -225,11 +225,14 @@ class GraphExecutor:
     """Compile every compute node of ``graph`` with the complete ``schedules`` it is given (node name ->
     trace; the schedule pass decides them, the executor never does) and run it. ``sources``: the distinct
     kernels' C sources as this executor printed them before (``[k.source for k in kernels]``, from a
-    program cache entry keyed by the code that printed them): not lowered and printed again."""
+    program cache entry keyed by the code that printed them): not lowered and printed again. ``packed``: the
+    constant inputs this executor packed before (:meth:`packed_constants`, saved with the same graph, schedules
+    and code): used as they are instead of packed again (one whose shape or type does not fit is packed)."""
 
     def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]],
                  config: ExecutorConfig | None = None, phases: PhaseTimer | None = None,
-                 sources: Sequence[KernelSource] | None = None) -> None:
+                 sources: Sequence[KernelSource] | None = None,
+                 packed: Mapping[tuple[str, str], np.ndarray] | None = None) -> None:
         check_run_time_shapes(graph)  # a value-dependent shape (NonZero, ...) may only be a graph output
         self.graph = graph
         self.config = config or ExecutorConfig()
@@ -274,7 +277,11 @@ class GraphExecutor:
             kern = self.kernels[self.node_kernel[n.name]]
             for local, g in zip(n.op.inputs, n.inputs):
                 if local in kern.pack_fns and g in graph.constant:
-                    self._packed[(n.name, local)] = kern.pack(local, graph.constant[g].array)
+                    pre = (packed or {}).get((n.name, local))
+                    if pre is None or pre.shape != tuple(kern.source.packs[local].shape) or \
+                            pre.dtype != np.dtype(n.op.type_of[local].np_dtype) or pre.ctypes.data % ALIGN:
+                        pre = kern.pack(local, graph.constant[g].array)
+                    self._packed[(n.name, local)] = pre
         self._calls = {n.name: self._prepare_call(n) for n in self.compiled}
         self.memory.buffers += self._kernel_buffers()
         self._lib = lib
@@ -291,6 +298,11 @@ class GraphExecutor:
         # would overwrite each other's: calls from several threads (a control-flow body that the verifier's
         # reference thread and the program both run, or a user's threads) take turns
         self._lock = threading.RLock()
+
+    def packed_constants(self) -> dict[tuple[str, str], np.ndarray]:
+        """(node, the kernel's input name) -> that constant input packed in the layout the kernel reads (what
+        ``packed=`` takes back)."""
+        return dict(self._packed)
 
     def _kernel_buffers(self) -> list[PlannedBuffer]:
         """Per compute node: its kernel's workspace and stack buffers, packed inputs, fresh outputs."""
