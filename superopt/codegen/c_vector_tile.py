@@ -60,13 +60,19 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
     if tile.kind != "register_tile" or tile.dtype != "float32" or tile.lanes not in _VECTOR_LANES \
             or fill.buffer != tile.name:
         return None
-    overlap = _overlap_extent(body[2:], tile.lanes)
+    lanes = tile.lanes
+    overlap = _overlap_extent(body[2:], lanes)
+    if overlap is None and tile.lanes // 2 in _VECTOR_LANES:
+        # (a row shorter than a vector but longer than half of one: half vectors, the last overlapping, as a
+        # depthwise conv's 14 columns in two vectors of 8)
+        overlap = _overlap_extent(body[2:], tile.lanes // 2, shorter=tile.lanes)
+        lanes = tile.lanes // 2 if overlap is not None else lanes
     if overlap is not None and tile.size % overlap:
         return None
     if overlap is None and tile.size % tile.lanes:
         return None
-    printer = _TilePrinter(tile.name, tile.lanes, overlap)
-    count = tile.size // tile.lanes if overlap is None else tile.size // overlap * -(-overlap // tile.lanes)
+    printer = _TilePrinter(tile.name, lanes, overlap)
+    count = tile.size // lanes if overlap is None else tile.size // overlap * -(-overlap // lanes)
     try:
         lines = [(0, f"{printer.t} {printer.vec}[{count}];"),
                  (0, f"for (int {fill.var} = 0; {fill.var} < {count}; ++{fill.var}) "
@@ -78,7 +84,7 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
     return lines
 
 
-def _overlap_extent(body: tuple, lanes: int) -> int | None:
+def _overlap_extent(body: tuple, lanes: int, shorter: int | None = None) -> int | None:
     """The extent ``E`` of the tile's vectorized loops where every one of them has it, ``lanes < E`` and ``E`` no
     multiple of ``lanes``, no tail bounds them, and the tile is only accumulated in registers and stored by plain
     assignment: the loops then run as whole vectors, the last one starting at ``E - lanes`` so that it overlaps the
@@ -107,6 +113,8 @@ def _overlap_extent(body: tuple, lanes: int) -> int | None:
     if not ok or len(extents) != 1 or any(lp.tail for lp in loops):
         return None
     (e,) = extents
+    if shorter is not None:  # (half vectors: only for rows shorter than a whole one)
+        return e if lanes < e < shorter else None
     return e if e > lanes and e % lanes else None
 
 
