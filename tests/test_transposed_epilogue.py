@@ -49,3 +49,13 @@ def test_an_epilogue_reading_no_permutation_is_rejected():
     trace = [p for p in default_schedules(g, host_target(2))[node.name] if not isinstance(p, Epilogue)]
     with pytest.raises(ScheduleError, match="permutation"):
         lower(node.op, [*trace, Epilogue(node.op.outputs[0], "P")], host_target(2))
+
+
+def test_the_graph_cost_counts_no_round_trip_for_a_transposed_epilogue():
+    from search.graph.cost import workspace_bytes
+
+    (node,) = _graph(4, 34, 196).nodes
+    assert workspace_bytes(node.op) == 0
+    # (read at a shifted index, no permutation: the contraction's result is stored and read back)
+    (node,) = _graph(2, 4, 32, SHUFFLE.replace("P[n,g,co,p] *", "P[n,g,0,p] *")).nodes
+    assert workspace_bytes(node.op) == 2 * node.op.type_of["P"].nbytes

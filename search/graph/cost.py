@@ -77,6 +77,7 @@ from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
 from superopt.schedule.chained import chained_reductions, prefer_recompute
+from superopt.schedule.plan_check import epilogue_dims
 from superopt.schedule.primitives import Primitive
 from superopt.schedule.rowwise import foldable_reductions
 from superopt.target import Target
@@ -191,6 +192,12 @@ def _identity_reader(st: Statement, tensor: str, shape: tuple[int, ...]) -> bool
     return all(a.index == ident for a in st.expr.accesses() if a.tensor == tensor)
 
 
+def _transposed_reader(st: Statement, producer: Statement) -> bool:
+    """``st`` is an assignment reading ``producer``'s output at one permutation of its own index (a channel
+    shuffle after a grouped conv): the register tile's epilogue, written back transposed."""
+    return st.reduce == "=" and not st.padding and producer.reduce != "=" and epilogue_dims(st, producer) is not None
+
+
 def workspace_bytes(compute: Compute) -> int:
     """Bytes the op's stored temporaries move: written once, read once by each statement reading them.
 
@@ -214,7 +221,7 @@ def workspace_bytes(compute: Compute) -> int:
             padded_copy = bool(st.padding) and any(c.reduce_dims for c in readers)
             if not padded_copy and all(st.out not in c.pad_value for c in readers):
                 continue  # inlined
-        elif all(_identity_reader(c, st.out, shape) or folded.get(c.out) == st.out
+        elif all(_identity_reader(c, st.out, shape) or _transposed_reader(c, st) or folded.get(c.out) == st.out
                    or chained.get(c.out) == st.out for c in readers):
             # epilogue at the register tile's write-back; a sum that reads a stage computed after this one
             # (a chained reduction) gets a copy of the contraction instead where that is cheaper (its flops:
