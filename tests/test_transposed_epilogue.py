@@ -59,3 +59,14 @@ def test_the_graph_cost_counts_no_round_trip_for_a_transposed_epilogue():
     # (read at a shifted index, no permutation: the contraction's result is stored and read back)
     (node,) = _graph(2, 4, 32, SHUFFLE.replace("P[n,g,co,p] *", "P[n,g,0,p] *")).nodes
     assert workspace_bytes(node.op) == 2 * node.op.type_of["P"].nbytes
+
+
+def test_a_permutation_that_moves_the_innermost_dim_is_no_epilogue():
+    # (O[p, co, g] = f(P[g, co, p]): every vector of the tile would be stored lane by lane)
+    src = ("P[n,g,co,p] += X[n,ci+{c}*g,p] * W[co+{c}*g,ci]\n"
+           "O[n,p,co,g] = relu(P[n,g,co,p] * S[g,co] + B[g,co])")
+    g = _graph(2, 4, 32, src)
+    (node,) = g.nodes
+    trace = [p for p in default_schedules(g, host_target(2))[node.name] if not isinstance(p, Epilogue)]
+    with pytest.raises(ScheduleError, match="permutation"):
+        lower(node.op, [*trace, Epilogue(node.op.outputs[0], "P")], host_target(2))

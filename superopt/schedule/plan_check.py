@@ -209,11 +209,14 @@ def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
 def epilogue_dims(st: Statement, ps: Statement) -> dict[str, str] | None:
     """The map from elementwise ``st``'s output dims onto producer ``ps``'s, where ``st`` reads ``ps.out`` at one
     index that is a permutation of its own output dims of the same extents (a channel shuffle after a grouped
-    conv: ``O[n, c, g, p] = f(P[n, g, c, p])``), else None. Its epilogue then writes ``O`` at the permuted index
-    from the producer's register tile: the producer's result never reaches memory."""
+    conv: ``O[n, c, g, p] = f(P[n, g, c, p])``) that keeps the innermost dim innermost, else None. Its epilogue
+    then writes ``O`` at the permuted index from the producer's register tile, whole vectors along the innermost
+    dim: the producer's result never reaches memory."""
     dims = reduce_epilogue_dims(st, ps)
     if dims is None or set(dims) != set(st.out_dims) or len(st.out_dims) != len(ps.out_dims):
         return None
+    if dims[st.out_dims[-1]] != ps.out_dims[-1]:
+        return None  # (the innermost dim moved: every vector of the tile would be stored lane by lane)
     return dims
 
 
