@@ -214,6 +214,23 @@ class FeatureExtractor:
         return out
 
 
+def strided_vector_reads(candidate: Candidate) -> dict[int | None, float]:
+    """The elements that vectorized loops read with a stride other than 0 or 1 (what ``mem.vector_gathers``
+    sums), by that stride (None: no one stride). Not a feature of the model: the graph cost prices a stride of 2
+    as two contiguous loads and a shuffle per vector (gcc's permutes, the vector tile's ``so_ld16s2``) rather
+    than one insert per element. Empty when the trace does not lower."""
+    try:
+        nest = build_loopnest(lower(candidate.compute, candidate.trace, candidate.target))
+    except ScheduleError:
+        return {}
+    out: Counter = Counter()
+    for a in accesses(nest):
+        vec = [a.access.stride(lp.var) for lp in a.loops if lp.kind == "vectorized"]
+        if vec and vec[-1] not in (0, 1):
+            out[None if vec[-1] is None else abs(vec[-1])] += _trips(a.loops) * a.weight
+    return dict(out)
+
+
 def extract(candidate: Candidate) -> np.ndarray:
     """The feature vector of one candidate (all NaN when its trace does not lower: XGBoost treats NaN
     as missing, and searches only score legal candidates anyway)."""

@@ -415,3 +415,28 @@ def test_the_last_register_tile_gets_constant_trip_counts_when_it_is_the_only_re
     A, B = rng.standard_normal((m, 24), np.float32), rng.standard_normal((24, n), np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(A, B)
     np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,n", [(13, 1000), (34, 200)])
+def test_the_last_tile_under_a_column_tail_gets_constant_trip_counts_in_the_full_column_blocks(m, n, kernel_cache):
+    """An unpacked column operand (the column tail bounds the accumulation too, as a grouped 1x1 conv's
+    pixels): in every column block but the last, the one row tile left over runs with constant rows and no
+    tail (``last``); the last column block keeps the general code. Exact against numpy."""
+    import numpy as np
+
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op(MATMUL, {"A": (m, 24), "B": (24, n)})
+    trace = [Split("C", "i", 6), Split("C", "j", 64), Reorder("C", ("j_o", "i_o", "k", "i_i", "j_i")),
+             CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "j_i")]
+    nest = build_loopnest(lower(c, trace, avx512_target(1)))
+    (p,) = _peeled(nest)
+    assert p.outer_full and p.middle is None and p.last is not None
+    last_loops = [v.node for v in walk(replace_body(nest, replace(p.loop, body=p.last))) if isinstance(v.node, Loop)]
+    assert all(lp.tail == () for lp in last_loops), outline(nest)
+    assert {lp.extent for lp in last_loops if lp.var == "i_i"} == {m % 6}
+    assert "the last tile, its tails constants" in emit_c(nest).code
+    rng = np.random.default_rng(m + n)
+    A, B = rng.standard_normal((m, 24), np.float32), rng.standard_normal((24, n), np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(A, B)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)

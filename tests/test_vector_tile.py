@@ -105,15 +105,23 @@ def test_an_avx2_target_holds_its_tile_as_8_lane_vectors(kernel_cache):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("width", [24, 40])
-def test_a_vector_loop_that_is_no_whole_number_of_vectors_keeps_the_array(width, kernel_cache):
-    """Columns of 24 or 40 (1.5 and 2.5 vectors): the tile is printed as the float array GCC vectorizes."""
+@pytest.mark.parametrize("width", [24, 40, 12, 6])
+def test_a_vector_loop_that_is_no_whole_number_of_vectors_overlaps_its_last_vector(width, kernel_cache):
+    """Columns of 24 or 40 (1.5 and 2.5 vectors): whole vectors, the last starting at ``width - 16`` so that it
+    overlaps the one before (its columns computed twice, stored twice with the same values) instead of reaching
+    past the row; 12 columns (less than a vector): two half vectors, the second from column 4. Columns of 6
+    (less than half a vector) keep the float array GCC vectorizes."""
     c = compile_op(MATMUL, {"A": (8, 16), "B": (16, width)})
     trace = [Split("C", "i", 4), Reorder("C", ("i_o", "k", "i_i", "j")), CacheWrite("C", "k"), Unroll("C", "i_i"),
              Vectorize("C", "j"), Parallel("C", "i_o"), Pack("B", (0, 1))]
     target = avx512_target(2)
     code = _code(c, trace, target)
-    assert "acc_vec" not in code and f"float acc[{4 * width}]" in code
+    if width > 16:
+        assert f"so_v16 acc_vec[{4 * -(-width // 16)}]" in code and f"SO_MIN(16 * j_vec, {width - 16})" in code
+    elif width > 8:
+        assert "so_v8 acc_vec[8]" in code and f"SO_MIN(8 * j_vec, {width - 8})" in code
+    else:
+        assert "acc_vec" not in code and f"float acc[{4 * width}]" in code
     rng = np.random.default_rng(5)
     args = [rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs]
     got, want = _run(c, trace, host_target(2), kernel_cache, args)

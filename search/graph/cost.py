@@ -29,7 +29,8 @@ the bytes a run-time pack moves per call and the work left scalar::
 - strided vector loads: each element a vectorized loop reads with a stride other than 0 or 1 is assembled by
   a scalar load and an insert, ``gather_cycles`` cycles per element per core (the clock implied by the FMA
   ceiling): a kernel vectorized along an axis one of its operands is strided in, and left unpacked, is
-  bound by this, not by its flops;
+  bound by this, not by its flops; a stride of 2 (a stride-2 window's image) is two contiguous loads and a
+  shuffle, ``stride2_vector_cycles`` per vector;
 - bytes: the roofline's (each input and output once, the workspace's round trips) plus what the schedule moves
   on each call: the packs of run-time inputs and zero-filled buffers; a buffer the innermost loop walks with a
   stride (a transposing copy) costs ``strided_bytes`` times its bytes more (part-used lines, no prefetch: the
@@ -76,6 +77,7 @@ from superopt.ir.statement import Statement
 from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.concat_slices import writable_in_place
 from superopt.schedule.chained import chained_reductions, prefer_recompute
+from superopt.schedule.plan_check import epilogue_dims
 from superopt.schedule.primitives import Primitive
 from superopt.schedule.rowwise import foldable_reductions
 from superopt.target import Target
@@ -190,6 +192,12 @@ def _identity_reader(st: Statement, tensor: str, shape: tuple[int, ...]) -> bool
     return all(a.index == ident for a in st.expr.accesses() if a.tensor == tensor)
 
 
+def _transposed_reader(st: Statement, producer: Statement) -> bool:
+    """``st`` is an assignment reading ``producer``'s output at one permutation of its own index (a channel
+    shuffle after a grouped conv): the register tile's epilogue, written back transposed."""
+    return st.reduce == "=" and not st.padding and producer.reduce != "=" and epilogue_dims(st, producer) is not None
+
+
 def workspace_bytes(compute: Compute) -> int:
     """Bytes the op's stored temporaries move: written once, read once by each statement reading them.
 
@@ -213,7 +221,7 @@ def workspace_bytes(compute: Compute) -> int:
             padded_copy = bool(st.padding) and any(c.reduce_dims for c in readers)
             if not padded_copy and all(st.out not in c.pad_value for c in readers):
                 continue  # inlined
-        elif all(_identity_reader(c, st.out, shape) or folded.get(c.out) == st.out
+        elif all(_identity_reader(c, st.out, shape) or _transposed_reader(c, st) or folded.get(c.out) == st.out
                    or chained.get(c.out) == st.out for c in readers):
             # epilogue at the register tile's write-back; a sum that reads a stage computed after this one
             # (a chained reduction) gets a copy of the contraction instead where that is cheaper (its flops:
@@ -311,12 +319,14 @@ class GraphCost:
 
     def __init__(self, ceilings: Ceilings, target: Target | None = None, model: object | None = None,
                  padded_read_ops: float = 2.0, padded_product_ops: float = 40.0, schedules: bool = True,
-                 gather_cycles: float = 1.0, strided_bytes: float = 1.5, refine_above_s: float = 50e-6) -> None:
+                 gather_cycles: float = 1.0, strided_bytes: float = 1.5, refine_above_s: float = 50e-6,
+                 stride2_vector_cycles: float = 2.0) -> None:
         self.ceilings = ceilings
         self.target = target
         # the default schedule's loop nest refines the roofline (a CPU target only: its features are the CPU ones)
         self.schedules = schedules and target is not None and target.kind == "cpu"
         self.gather_cycles = gather_cycles
+        self.stride2_vector_cycles = stride2_vector_cycles
         self.strided_bytes = strided_bytes
         self.refine_above_s = refine_above_s
         self.padded_read_ops = padded_read_ops
@@ -353,7 +363,7 @@ class GraphCost:
         """The roofline refined by a schedule of the kernel, by default its default schedule (see the module
         docstring); the roofline itself where the schedule does not lower."""
         from costmodel.base import Candidate
-        from costmodel.features import BUFFERS, named_features
+        from costmodel.features import BUFFERS, named_features, strided_vector_reads
         from superopt.schedule.default import default_schedule
         from superopt.schedule.plan import ScheduleError
 
@@ -370,7 +380,13 @@ class GraphCost:
         cores = 1.0 if f["loop.no_parallel"] else max(1.0, threads * f["loop.parallel.balance"])
         # (the extractor counts a multiply-add as two operations, as flops are counted: a pipe retires one per cycle)
         compute_s = max(roofline.flops / c.flops_per_s, f["est.compute_per_core"] / (2 * fma * cycles_per_s))
-        strided_s = self.gather_cycles * f["mem.vector_gathers"] / cores / cycles_per_s
+        gathers, paired = f["mem.vector_gathers"], 0.0
+        if gathers >= 1.0:
+            # a stride of 2 is no gather: two contiguous loads and one shuffle make a vector of its even elements
+            paired = min(gathers, strided_vector_reads(Candidate(compute, tuple(trace), target,
+                                                                 constant_inputs)).get(2, 0.0))
+        strided_s = (self.gather_cycles * (gathers - paired) + self.stride2_vector_cycles * paired
+                     / target.lanes("float32")) / cores / cycles_per_s
         # (the extractor's cache-traffic estimates rank tilings of one kernel; as absolute bytes they run 10x over
         # what well-tiled convs move, so the memory term keeps the compulsory bytes and adds what the schedule
         # itself moves per call: run-time packs and zero-fills)
@@ -450,7 +466,8 @@ class GraphCost:
     def to_dict(self) -> dict:
         return {"method": self.method, "ceilings": asdict(self.ceilings), "padded_read_ops": self.padded_read_ops,
                 "padded_product_ops": self.padded_product_ops, "schedules": self.schedules,
-                "gather_cycles": self.gather_cycles, "strided_bytes": self.strided_bytes,
+                "gather_cycles": self.gather_cycles, "stride2_vector_cycles": self.stride2_vector_cycles,
+                "strided_bytes": self.strided_bytes,
                 "refine_above_s": self.refine_above_s}
 
 

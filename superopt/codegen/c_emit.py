@@ -337,11 +337,21 @@ class _CPrinter:
             full = f"{v}_full"
         self.line(f"/* {v} < {full}: full register tiles, constant trip counts */")
         self.loop(lp, stop=full)
+        if n.outer_full and n.last is not None:
+            self.line(f"if ({full}) {{  /* the last tile, its tails constants */")
+            self.ind += 1
+            self.loop(replace(lp, body=n.last, tail=()), start=str(n.split))
+            self.ind -= 1
+            self.line("} else {")
+            self.ind += 1
         if n.outer_full and n.middle is not None:
             self.line(f"/* {v} < {n.split}: register tiles of constant rows, bounded stores */")
             self.loop(replace(lp, body=n.middle), start=full, stop=str(n.split))
             full = str(n.split)
         self.loop(replace(lp, body=n.general), start=full)
+        if n.outer_full and n.last is not None:
+            self.ind -= 1
+            self.line("}")
         if n.outer_full:
             self.ind -= 1
             self.line("}")

@@ -58,12 +58,24 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
         return None
     tile, fill = body[0], body[1]
     if tile.kind != "register_tile" or tile.dtype != "float32" or tile.lanes not in _VECTOR_LANES \
-            or tile.size % tile.lanes or fill.buffer != tile.name:
+            or fill.buffer != tile.name:
         return None
-    printer = _TilePrinter(tile.name, tile.lanes)
+    lanes = tile.lanes
+    overlap = _overlap_extent(body[2:], lanes)
+    if overlap is None and tile.lanes // 2 in _VECTOR_LANES:
+        # (a row shorter than a vector but longer than half of one: half vectors, the last overlapping, as a
+        # depthwise conv's 14 columns in two vectors of 8)
+        overlap = _overlap_extent(body[2:], tile.lanes // 2, shorter=tile.lanes)
+        lanes = tile.lanes // 2 if overlap is not None else lanes
+    if overlap is not None and tile.size % overlap:
+        return None
+    if overlap is None and tile.size % tile.lanes:
+        return None
+    printer = _TilePrinter(tile.name, lanes, overlap)
+    count = tile.size // lanes if overlap is None else tile.size // overlap * -(-overlap // lanes)
     try:
-        lines = [(0, f"{printer.t} {printer.vec}[{tile.size // tile.lanes}];"),
-                 (0, f"for (int {fill.var} = 0; {fill.var} < {tile.size // tile.lanes}; ++{fill.var}) "
+        lines = [(0, f"{printer.t} {printer.vec}[{count}];"),
+                 (0, f"for (int {fill.var} = 0; {fill.var} < {count}; ++{fill.var}) "
                      f"{printer.vec}[{fill.var}] = ({printer.t}){{0}} + {c_value(fill.value)};")]
         for n in body[2:]:
             lines += printer.node(n, 0, None)
@@ -72,12 +84,47 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
     return lines
 
 
+def _overlap_extent(body: tuple, lanes: int, shorter: int | None = None) -> int | None:
+    """The extent ``E`` of the tile's vectorized loops where every one of them has it, ``lanes < E`` and ``E`` no
+    multiple of ``lanes``, no tail bounds them, and the tile is only accumulated in registers and stored by plain
+    assignment: the loops then run as whole vectors, the last one starting at ``E - lanes`` so that it overlaps the
+    one before instead of reading or writing past ``E`` (a depthwise conv's 28 columns as 16 + 16 from column 12).
+    The overlapped columns are computed twice from the same operands, so both stores write the same values.
+    None where that does not hold (or every extent is whole vectors)."""
+    loops: list[Loop] = []
+    ok = True
+
+    def scan(n: object) -> None:
+        nonlocal ok
+        if isinstance(n, Loop):
+            if n.kind == "vectorized":
+                loops.append(n)
+            for c in n.body:
+                scan(c)
+        elif isinstance(n, Epilogue):
+            scan(n.body)
+        elif isinstance(n, Accumulate):
+            ok = ok and isinstance(n.target, RegisterRef)  # (a sum folded into memory would add twice)
+        elif isinstance(n, WriteBack):
+            ok = ok and n.op is None
+    for n in body:
+        scan(n)
+    extents = {lp.extent for lp in loops}
+    if not ok or len(extents) != 1 or any(lp.tail for lp in loops):
+        return None
+    (e,) = extents
+    if shorter is not None:  # (half vectors: only for rows shorter than a whole one)
+        return e if lanes < e < shorter else None
+    return e if e > lanes and e % lanes else None
+
+
 class _TilePrinter:
-    def __init__(self, name: str, lanes: int) -> None:
+    def __init__(self, name: str, lanes: int, overlap: int | None = None) -> None:
         self.name, self.lanes = name, lanes
         self.vec = f"{name}_vec"
         self.t = f"so_v{lanes}"
         self.partial: str | None = None  # inside a write-back loop with a partial vector: its count of valid lanes
+        self.overlap = overlap  # the vectorized loops' extent, their last vector overlapping (_overlap_extent)
 
     def node(self, n: object, depth: int, col: str | None) -> list[tuple[int, str]]:
         if isinstance(n, Loop):
@@ -124,6 +171,8 @@ class _TilePrinter:
                    (depth + 2, f"const int {col} = so_c + so_l;"),
                    (depth + 2, f"{ref} = {f'{ref} + ' if add else ''}so_w[so_l];"),
                    (depth + 1, "}"), (depth, "}")]
+        if self.overlap is not None and not _plain_along(target.index, col):
+            raise _NotVector  # (a div/mod along an unaligned vector: no one spelling)
         if not _contiguous(target, col, self.lanes):
             return by_lane
         dst = f"&{ref}"
@@ -142,7 +191,7 @@ class _TilePrinter:
         if lp.kind == "vectorized":
             if col is not None:
                 raise _NotVector
-            if lp.tail or lp.extent % self.lanes:
+            if (lp.tail or lp.extent % self.lanes) and self.overlap is None:
                 if any(_accumulates(n) for n in lp.body):
                     raise _NotVector  # (only stores may stop short of a vector)
                 partial = f"{v}_n"
@@ -150,6 +199,8 @@ class _TilePrinter:
             lines = [(depth, f"#pragma GCC unroll {steps}"),
                      (depth, f"for (int {v}_vec = 0; {v}_vec < {steps}; ++{v}_vec) {{"),
                      (depth + 1, f"const int {v} = {self.lanes} * {v}_vec;")]
+            if self.overlap is not None:
+                lines[-1] = (depth + 1, f"const int {v} = SO_MIN({self.lanes} * {v}_vec, {lp.extent - self.lanes});")
             if partial:
                 bound = str(lp.extent)
                 for t in lp.tail:
@@ -176,6 +227,12 @@ class _TilePrinter:
         if ix is None or any(not isinstance(v, str) for v, _ in ix.terms) or ix.coeff(col) != 1:
             raise _NotVector
         terms = {v: c for v, c in ix.terms if v != col}
+        if self.overlap is not None:  # (rows of ``overlap`` elements, each held in whole vectors)
+            e, steps = self.overlap, -(-self.overlap // self.lanes)
+            if ix.const % e or any(c % e for c in terms.values()):
+                raise _NotVector
+            vec = Affine.of({**{v: c // e * steps for v, c in terms.items()}, f"{col}_vec": 1}, ix.const // e * steps)
+            return f"{self.vec}[{c_linear(vec)}]"
         if ix.const % self.lanes or any(c % self.lanes for c in terms.values()):
             raise _NotVector
         vec = Affine.of({**{v: c // self.lanes for v, c in terms.items()}, f"{col}_vec": 1}, ix.const // self.lanes)
@@ -192,6 +249,8 @@ class _TilePrinter:
         if isinstance(v, RegisterRef):
             return self.register(v, col)
         if isinstance(v, Load):
+            if self.overlap is not None and isinstance(v.source, BufferAccess) and not _plain_along(v.source.index, col):
+                raise _NotVector  # (a div/mod along an unaligned vector: no one spelling)
             if isinstance(v.source, RegisterRef) and not v.checks:
                 return self.register(v.source, col)
             if isinstance(v.source, BufferAccess) and _constant(v.source, col, self.lanes) \
@@ -200,6 +259,11 @@ class _TilePrinter:
             if isinstance(v.source, BufferAccess) and _contiguous(v.source, col, self.lanes) and not v.checks \
                     and self.partial is None:  # (a partial vector's load would read past the bound)
                 return f"so_ld{self.lanes}(&{c_ref(v.source)})", True
+            if isinstance(v.source, BufferAccess) and _col_stride(v.source.index, col, self.lanes) == 2 \
+                    and not v.checks and self.partial is None:
+                # (a stride-2 window's image: its even elements, two contiguous loads and a shuffle, reading
+                # nothing past the last element the vector uses)
+                return f"so_ld{self.lanes}s2(&{c_ref(v.source)})", True
             raise _NotVector
         if isinstance(v, Op):
             if v.dtype != "float32":
@@ -231,6 +295,12 @@ def _accumulates(n: object) -> bool:
     if isinstance(n, Epilogue):
         return _accumulates(n.body)
     return False
+
+
+def _plain_along(ix, col: str) -> bool:
+    """``col`` enters ``ix`` only as a plain linear term (no div/mod atom, nothing wrapped)."""
+    return all(isinstance(a, str) or a.var != col for a, _ in ix.linear.terms) \
+        and all(col not in w.inner.vars() for w in ix.wrapped)
 
 
 def _col_stride(ix, col: str, lanes: int) -> int | None:

@@ -8,6 +8,7 @@ from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.statements import Accumulate, Assign, Epilogue, Guard, Node, WriteBack
 from superopt.loopnest.values import Load, Value
 from superopt.schedule.kernel_plan import Stage
+from superopt.schedule.plan_check import epilogue_dims
 
 
 class WriteBacks:
@@ -93,11 +94,18 @@ class WriteBacks:
     def epilogue(self, s: Stage, e: Stage, acc: Value, guard: list[GuardCond]) -> Epilogue:
         """The epilogue stage's statement at the producer's write-back, in the producer's loop variables."""
         here = tuple(Affine.dim(d) for d in s.stmt.out_dims)
-        expr = substitute_dims(e.stmt.expr, dict(zip(e.stmt.out_dims, here)))
+        ren = dict(zip(e.stmt.out_dims, here))
+        ident = tuple(Affine.dim(d) for d in e.stmt.out_dims)
+        if any(a.index != ident for a in e.stmt.expr.accesses() if a.tensor == s.name):
+            # (read at a permutation of its index: written back transposed, the producer's dims renamed)
+            dims = epilogue_dims(e.stmt, s.stmt)
+            assert dims is not None, f"{e.name} as {s.name}'s epilogue without a legality check"
+            ren = {d: Affine.dim(p) for d, p in dims.items()}
+        expr = substitute_dims(e.stmt.expr, ren)
         self._acc_override[s.name] = acc
         try:
             val = self.value(s, expr, self.types[e.name].dtype)
         finally:
             del self._acc_override[s.name]
-        store = Assign(self.access(s, e.name, here), val)
+        store = Assign(self.access(s, e.name, tuple(ren[d] for d in e.stmt.out_dims)), val)
         return Epilogue(e.name, str(e.stmt), Guard(tuple(guard), store) if guard else store)

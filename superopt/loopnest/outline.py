@@ -69,6 +69,10 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
             out.append(f"{pad}else {n.loop.var} < {n.split}: constant rows, bounded stores")
             for c in n.middle:
                 _lines(c, depth + 1, out)
+        if n.last is not None:
+            out.append(f"{pad}if full, the last tile with constant tails")
+            for c in n.last:
+                _lines(c, depth + 1, out)
         out.append(f"{pad}then the rest")
         for c in n.general:
             _lines(c, depth + 1, out)

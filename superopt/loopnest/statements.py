@@ -127,14 +127,16 @@ class PeeledLoop:
     enclosing loop's variable, ``offset + extent <= limit``), else 0. ``loop`` keeps the extent, kind
     and tail of the original loop. ``middle``: where ``outer_full`` does not hold, the body with only this
     loop's own tails dropped (the enclosing loop's tails kept, as run-time bounds), run for ``[0, split)`` before
-    ``general`` runs the rest: the last panel of columns keeps register tiles of constant rows. See
-    :mod:`superopt.loopnest.versioning`."""
+    ``general`` runs the rest: the last panel of columns keeps register tiles of constant rows. ``last``: where
+    ``outer_full`` holds and the rest is one tile, that tile with every tail a constant (the last rows of a full
+    panel of columns), run instead of ``general``. See :mod:`superopt.loopnest.versioning`."""
 
     loop: Loop
     general: tuple[Node, ...]
     split: int
     outer_full: tuple[tuple[int, TailLimit], ...] = ()
     middle: tuple[Node, ...] | None = None
+    last: tuple[Node, ...] | None = None
 
 
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard

@@ -9,7 +9,8 @@ that walks the tiles is therefore peeled::
     for (v = 0; v < full; ++v) { the tile, its tails dropped: constant trip counts }
     for (v = full; v < extent; ++v) { the tile as it was }
 
-When the rest is a single tile (``full == extent - 1``) its tails are constants too, and are printed so.
+When the rest is a single tile (``full == extent - 1``) its tails are constants too, and are printed so; under
+an enclosing loop's tail, so they are wherever that tail is inactive (a copy of the last tile for those blocks).
 
 A tail on an enclosing loop's variable (the last panel of columns, ``j < n - 64*j_o``) makes ``full`` 0 for that
 panel. Where such tails bound only write-back loops (the accumulation runs over the zero-filled panel whole),
@@ -165,7 +166,15 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         # (the enclosing loops' tails bound only the stores: tiles of this loop's full iterations stay constant)
         own_tails = {t for _, t in own}
         middle = tuple(_strip_tiles(c, own_tails) for c in lp.body)
-    return PeeledLoop(fast, general, split, tuple(rest), middle)
+    last = None
+    if rest and split == lp.extent - 1 and not lp.tail:
+        # where the enclosing loops' tails are inactive (every panel of columns but the last), the one tile left
+        # has constant tails too: the last rows of a grouped 1x1 conv (34 rows in tiles of 6: 4) stay a register
+        # tile instead of a float array bounded at run time in every panel
+        own_tails = {t for _, t in own}
+        last = tuple(_resolve_tails(_strip_tiles(c, {t for _, t in rest}), lp.var, split, own_tails)
+                     for c in lp.body)
+    return PeeledLoop(fast, general, split, tuple(rest), middle, last)
 
 
 def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:

@@ -195,15 +195,35 @@ def _check_epilogue(plan: KernelPlan, e: Stage, prod: Stage) -> None:
     if prod.attach is not None or e.attach is not None or any(x.attach and x.attach[0] == e.name
                                                              for x in plan.stages.values()):
         raise ScheduleError(f"{prim}: both stages must be root stages and nothing may be computed at {e.name}")
-    if st.padding or st.out_shape != ps.out_shape:
-        raise ScheduleError(f"{prim}: {e.name} must cover exactly the output box of {prod.name}")
     ident = tuple(Affine.dim(d) for d in st.out_dims)
+    if st.padding or (st.out_shape != ps.out_shape and epilogue_dims(st, ps) is None):
+        raise ScheduleError(f"{prim}: {e.name} must cover exactly the output box of {prod.name}, or a permutation "
+                            f"of it that it reads {prod.name} at")
     if any(a.index != ident for a in st.expr.accesses() if a.tensor == prod.name):
-        raise ScheduleError(f"{prim}: {e.name} must read {prod.name} only at its own output index")
+        if epilogue_dims(st, ps) is None:
+            raise ScheduleError(f"{prim}: {e.name} must read {prod.name} only at its own output index, or at one "
+                                f"permutation of its output dims")
+        if plan.target.kind != "cpu":
+            raise ScheduleError(f"{prim}: {e.name} reads {prod.name} at a permutation of its index (a transposed "
+                                "write-back): CPU targets only")
     order = list(plan.stages)
     for t in st.inputs():
         if t in plan.stages and t != prod.name and order.index(t) > order.index(prod.name):
             raise ScheduleError(f"{prim}: {e.name} reads {t}, which is computed after {prod.name}")
+
+
+def epilogue_dims(st: Statement, ps: Statement) -> dict[str, str] | None:
+    """The map from elementwise ``st``'s output dims onto producer ``ps``'s, where ``st`` reads ``ps.out`` at one
+    index that is a permutation of its own output dims of the same extents (a channel shuffle after a grouped
+    conv: ``O[n, c, g, p] = f(P[n, g, c, p])``) that keeps the innermost dim innermost, else None. Its epilogue
+    then writes ``O`` at the permuted index from the producer's register tile, whole vectors along the innermost
+    dim: the producer's result never reaches memory."""
+    dims = reduce_epilogue_dims(st, ps)
+    if dims is None or set(dims) != set(st.out_dims) or len(st.out_dims) != len(ps.out_dims):
+        return None
+    if dims[st.out_dims[-1]] != ps.out_dims[-1]:
+        return None  # (the innermost dim moved: every vector of the tile would be stored lane by lane)
+    return dims
 
 
 def reduce_epilogue_dims(st: Statement, ps: Statement) -> dict[str, str] | None:
