@@ -17,9 +17,12 @@ greedy driver (family ``layout_choice``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -290,9 +293,10 @@ def _insert(nodes: list[Node], before: Node, new: list[Node]) -> list[Node]:
     return nodes[:k] + new + nodes[k:]
 
 
-def block_node_in(graph: Graph, name: str, block: int) -> Graph:
+def block_node_in(graph: Graph, name: str, block: int, *, check: bool = True) -> Graph:
     """The graph with node ``name`` computing on blocked tensors, conversions inserted around it
-    (an existing to_blocked conversion of an input is reused)."""
+    (an existing to_blocked conversion of an input is reused). ``check=False``: the graph is not validated
+    (:meth:`Graph.unchecked`; for a pass that validates what it returns)."""
     node = node_named(graph, name)
     if node.is_extern or conversion_kind(graph, node) is not None:
         raise RuleNotApplicable(f"node {name!r} is not a blockable compute op")
@@ -308,7 +312,9 @@ def block_node_in(graph: Graph, name: str, block: int) -> Graph:
     used_n = {n.name for n in graph.nodes}
     constants = dict(graph.constants)
     nodes = list(graph.nodes)
-    conversions = {n.inputs[0]: n for n in graph.nodes if conversion_kind(graph, n) == ("to", block)}
+    ins = set(node.inputs)  # (the conversions of the node's inputs: those are the ones it can reuse)
+    conversions = {n.inputs[0]: n for n in graph.nodes
+                   if len(n.inputs) == 1 and n.inputs[0] in ins and conversion_kind(graph, n) == ("to", block)}
     existing_to = {g: n.outputs[0] for g, n in conversions.items()}
     before: list[Node] = []
     new_inputs = []
@@ -349,21 +355,26 @@ def block_node_in(graph: Graph, name: str, block: int) -> Graph:
         new_outputs.append(bout)
     # a reused conversion that a later reader's blocking placed after this node moves up to just before it
     # (it reads only the input, which this node reads too, so it is defined earlier)
-    k = nodes.index(node)
-    late = [c for g, c in conversions.items() if existing_to.get(g) in new_inputs and nodes.index(c) > k]
-    nodes = [n for n in nodes if not any(n is c for c in late)]
+    position = {id(n): i for i, n in enumerate(nodes)}  # (by identity: equal nodes compare field by field)
+    k = position[id(node)]
+    late = [c for g, c in conversions.items() if existing_to.get(g) in new_inputs and position[id(c)] > k]
+    if late:
+        moved = {id(c) for c in late}
+        nodes = [n for n in nodes if id(n) not in moved]
+        k = next(i for i, n in enumerate(nodes) if n is node)
     before = late + before
-    k = nodes.index(node)
     nodes = nodes[:k] + before + [replace(node, op=op, inputs=tuple(new_inputs), outputs=tuple(new_outputs))] \
         + after + nodes[k + 1:]
-    names = set(types)
-    return replace(graph, nodes=tuple(nodes), types=tuple(types.items()),
-                   constants=tuple((n, c) for n, c in constants.items() if n in names))
+    return (replace if check else Graph.unchecked)(
+        graph, nodes=tuple(nodes), types=tuple(types.items()), constants=tuple(constants.items()))
 
 
-def cancel_sites(graph: Graph) -> Iterator[Site]:
-    """to_blocked nodes whose input is a from_blocked conversion (through its reshape) of the same block."""
+def cancel_sites(graph: Graph, reading: set[str] | None = None) -> Iterator[Site]:
+    """to_blocked nodes whose input is a from_blocked conversion (through its reshape) of the same block
+    (``reading``: only those that read one of these tensors)."""
     for n in graph.nodes:
+        if reading is not None and (len(n.inputs) != 1 or n.inputs[0] not in reading):
+            continue
         kind = conversion_kind(graph, n)
         if kind is None or kind[0] != "to":
             continue
@@ -375,17 +386,39 @@ def cancel_sites(graph: Graph) -> Iterator[Site]:
             yield (n.name,)
 
 
-def _cancel(graph: Graph, nodes: list[Node]) -> Graph:
-    """Readers of each to_blocked node in ``nodes`` read the blocked tensor its from_blocked input came from."""
+def _cancel(graph: Graph, nodes: list[Node], check: bool = True) -> Graph:
+    """Readers of each to_blocked node in ``nodes`` read the blocked tensor its from_blocked input came from.
+
+    ``check=False``: for a graph with no dead code, which the cancellation leaves so: only the cancelled
+    conversions, and the from_blocked conversions (with their reshapes) that nothing reads any more, are
+    dropped (no pass over the whole graph) and the graph is not validated (:meth:`Graph.unchecked`)."""
     rename = {n.outputs[0]: graph.producer[graph.producer[n.inputs[0]].inputs[0]].inputs[0] for n in nodes}
     drop = {n.name for n in nodes}
 
     def ren(names: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(rename.get(x, x) for x in names)
 
-    kept = tuple(n if not set(n.inputs) & rename.keys() else replace(n, inputs=ren(n.inputs))
+    kept = tuple(n if rename.keys().isdisjoint(n.inputs) else replace(n, inputs=ren(n.inputs))
                  for n in graph.nodes if n.name not in drop)
-    return prune_graph(replace(graph, nodes=kept, outputs=ren(graph.outputs)))
+    outputs = ren(graph.outputs)
+    if check:
+        return prune_graph(replace(graph, nodes=kept, outputs=outputs))
+    readers = Counter(chain.from_iterable(map(attrgetter("inputs"), kept)))
+    readers.update(outputs)
+    gone = {o for n in nodes for o in n.outputs}
+    # the reshapes the cancelled conversions read, then the from_blocked conversions only those read
+    reshapes = {r.name: r for r in (graph.producer[n.inputs[0]] for n in nodes) if r.outputs[0] not in readers}
+    froms = Counter()
+    for r in reshapes.values():
+        froms[r.inputs[0]] += 1
+    dead = [*reshapes.values(), *(graph.producer[t] for t, k in froms.items() if readers[t] == k)]
+    gone.update(o for n in dead for o in n.outputs)
+    dead_names = {n.name for n in dead}
+    types = dict(graph.types)
+    for t in gone:
+        del types[t]
+    return graph.unchecked(nodes=tuple(n for n in kept if n.name not in dead_names), outputs=outputs,
+                           types=tuple(types.items()))
 
 
 def cancel_at(graph: Graph, site: Site) -> Graph:
@@ -395,13 +428,22 @@ def cancel_at(graph: Graph, site: Site) -> Graph:
     return _cancel(graph, [node])
 
 
-def cancel_all(graph: Graph) -> Graph:
-    """Every conversion pair cancelled (rounds until none is left: a cancelled pair may expose another)."""
+def cancel_all(graph: Graph, *, check: bool = True, reading: set[str] | None = None) -> Graph:
+    """Every conversion pair cancelled (rounds until none is left: a cancelled pair may expose another).
+    ``check=False``: for a graph with no dead code; the result is not validated (see :func:`_cancel`).
+    ``reading``: the graph had no pair left but at conversions that read these tensors (a step that
+    blocked a node: the tensors it reads and writes).
+
+    A round can expose a pair only at a conversion whose input it renamed (it adds no node, and the nodes it
+    drops are read by none that stays), so each round after the first looks only at the readers of the
+    tensors the last one renamed to."""
     while True:
-        names = {s[0] for s in cancel_sites(graph)}
+        names = {s[0] for s in cancel_sites(graph, reading)}
         if not names:
             return graph
-        graph = _cancel(graph, [n for n in graph.nodes if n.name in names])
+        nodes = [n for n in graph.nodes if n.name in names]
+        reading = {graph.producer[graph.producer[n.inputs[0]].inputs[0]].inputs[0] for n in nodes}
+        graph = _cancel(graph, nodes, check)
 
 
 # ---- a conversion read by a copy: the copy converts ----------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from superopt.builder import GraphBuilder
+from superopt.collector import fewer_collections
 from superopt.heap import return_free_memory
 from superopt.interp.inputs import random_inputs
 from superopt.interp.sampling import REFERENCE_POINTS, sample_axes
@@ -263,7 +264,8 @@ class OptimizedModel:
         shapes = {n: tuple(np.shape(feed[n])) for n in self.input_names}
         prog = self.programs.get(self._key(shapes))
         if prog is None:
-            prog = _optimize_onnx_static(self.model, shapes, dict(feed), self.config)
+            with fewer_collections():
+                prog = _optimize_onnx_static(self.model, shapes, dict(feed), self.config)
             self._add(shapes, prog)
         return prog
 
@@ -483,7 +485,11 @@ def optimize(model, example_inputs: Sequence | Mapping | OptimizeConfig | None =
         if config is not None:
             raise TypeError("optimize() got two configs")
         example_inputs, config = None, example_inputs
-    config = config or OptimizeConfig()
+    with fewer_collections():  # (the passes allocate much and make few cycles: superopt.collector)
+        return _optimize(model, example_inputs, config or OptimizeConfig())
+
+
+def _optimize(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram | OptimizedModel:
     phases = PhaseTimer()
     if not isinstance(model, Graph) and not _is_torch_program(model):
         return _optimize_onnx_cached(model, example_inputs, config, phases)

@@ -20,9 +20,10 @@ PACKAGES = ("superopt", "search", "costmodel", "rewrite_rules")
 # bottom first; an entry names a package or a module
 LAYERS: tuple[tuple[str, ...], ...] = (
     # leaves and loaders: the IR, the index-notation language, the reference interpreter, the ops and the
-    # graph builder, the ONNX / torch.fx importers, the description of the machine, the phase timer, the heap trim
-    ("superopt.target", "superopt.phases", "superopt.ir", "superopt.lang", "superopt.interp", "superopt.builder", "superopt.ops",
-     "superopt.frontends", "superopt.onnx_export", "superopt.report", "superopt.heap"),
+    # graph builder, the ONNX / torch.fx importers, the description of the machine, the phase timer, the collector's
+    # thresholds, the heap trim
+    ("superopt.target", "superopt.phases", "superopt.collector", "superopt.ir", "superopt.lang", "superopt.interp",
+     "superopt.builder", "superopt.ops", "superopt.frontends", "superopt.onnx_export", "superopt.report", "superopt.heap"),
     # what a choice means: schedules (space, knobs, default heuristics, plan and its check), rewrite rules
     ("superopt.schedule", "rewrite_rules"),
     # the tree a plan lowers to

@@ -436,3 +436,18 @@ def test_optimize_runs_the_graph_search_and_reports_it(kernel_cache):
     greedy, report = search_rewrites(g, OptimizeConfig(compiler=kernel_cache, graph_search="greedy"))
     assert report.strategy == "greedy" and report.stop_reason == STOP_NO_RULE and report.applied
     same_outputs(g, greedy, rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["backtracking", "mcts"])
+def test_finish_descent_applies_the_first_descent_even_when_costing_the_start_spent_the_budget(strategy):
+    """On a loaded machine costing the start graph can take longer than the whole budget: the search must
+    still take the first descent (never worse than greedy), not return the start with no rule applied."""
+    g = small_cnn()
+    tiny = GraphSearchConfig(strategy=strategy, budget_s=1e-9, finish_descent=True)
+    best, rep = search_graph(g, cost(), tiny)
+    one, rep_one = search_graph(g, cost(), replace(tiny, budget_s=60, max_expansions=1))
+    assert rep.applied and rep.cost_after < rep.cost_before and rep.stop_reason == STOP_TIME
+    assert rep.cost_after == pytest.approx(rep_one.cost_after, rel=1e-12)
+    same_outputs(g, best, rtol=1e-5)  # (folded constants are rounded to float32)
+    _, cut = search_graph(g, cost(), replace(tiny, finish_descent=False))
+    assert not cut.applied and cut.stop_reason == STOP_TIME  # without it the budget stops the search at once

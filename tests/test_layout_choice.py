@@ -13,6 +13,7 @@ from superopt.api import OptimizeConfig, load_graph, rewrite_graph
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate
 from superopt.interp.inputs import random_inputs
+from superopt.ir.graph import GraphError
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.schedule.graph_defaults import default_schedules
@@ -485,3 +486,92 @@ def test_a_reused_conversion_placed_after_an_earlier_reader_moves_up_to_it():
     assert order.index(to_x[0].name) < order.index("conv_a") < order.index("conv_b")
     feed = random_inputs(g)
     assert _max_rel_err(evaluate(g2, feed, np.float64), evaluate(g, feed, np.float64), g.outputs) < 1e-12
+
+
+def _dense_block(layers: int = 3, c: int = 16, growth: int = 16, hw: int = 4, seed: int = 5):
+    """A DenseNet block: each layer batch-norm + relu + conv1x1 + relu + conv3x3 of the concatenation of all
+    before it, the concatenations nested, then a transition (bn, relu, conv1x1, average pool)."""
+    from superopt import ops
+
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("dense_block")
+    x = b.input("x", (1, c, hw, hw))
+    feats, k = x, c
+
+    def const(shape, name):
+        return b.constant((rng.standard_normal(shape) / max(shape[0], 4)).astype(np.float32), name)
+
+    def bn_relu(t, ch, name):
+        var = b.constant(rng.uniform(0.5, 1.5, ch).astype(np.float32), f"{name}_var")
+        return ops.relu(b, ops.batch_norm(b, t, const((ch,), f"{name}_s"), const((ch,), f"{name}_b"),
+                                          const((ch,), f"{name}_m"), var))
+
+    for i in range(layers):
+        y = ops.conv2d(b, bn_relu(feats, k, f"bn{i}a"), const((4 * growth, k, 1, 1), f"w{i}a"))
+        y = ops.conv2d(b, bn_relu(y, 4 * growth, f"bn{i}b"), const((growth, 4 * growth, 3, 3), f"w{i}b"),
+                       pads=(1, 1, 1, 1))
+        feats, k = ops.concat(b, [feats, y], 1), k + growth
+    t = ops.conv2d(b, bn_relu(feats, k, "bnt"), const((k // 2, k, 1, 1), "wt"))
+    return b.build([ops.avg_pool2d(b, t, (2, 2), (2, 2))])
+
+
+def _blocked_graph_checked(graph, block):
+    """:func:`blocked_graph` as it was written first: every step a validated graph, every cancellation a
+    whole-graph scan and dead-code pass."""
+    from rewrite_rules import RuleNotApplicable
+    from rewrite_rules.grouped_conv import split_where
+    from rewrite_rules.layout_choice import absorb_all, blockable
+    from search.graph.layout import _reads_only_conversions
+
+    graph = split_where(graph, block)
+    done = []
+    for name in [n.name for n in graph.nodes if is_conv(graph, n)]:
+        if blockable(graph, node_named(graph, name), block):
+            graph = block_node_in(graph, name, block)
+            done.append(name)
+    graph = cancel_all(graph)
+    changed = True
+    while changed:
+        changed = False
+        for node in list(graph.nodes):
+            if node.name in done or node.name not in {n.name for n in graph.nodes} or node.is_extern \
+                    or conversion_kind(graph, node) is not None:
+                continue
+            node = node_named(graph, node.name)
+            if _reads_only_conversions(graph, node, block) and blockable(graph, node, block):
+                try:
+                    graph = cancel_all(block_node_in(graph, node.name, block))
+                except RuleNotApplicable:
+                    continue
+                done.append(node.name)
+                changed = True
+    return absorb_all(graph), done
+
+
+@pytest.mark.parametrize("block", [8, 16])
+def test_the_layout_pass_with_unchecked_steps_builds_the_graph_the_checked_steps_build(block):
+    """The pass validates only its result and cancels conversions only around the node it blocked: the same
+    graph (nodes, wiring, types, constants) as validating and scanning the whole graph at every step, and it
+    matches the reference."""
+    g = _dense_block()
+    new, done = blocked_graph(g, block)
+    ref, ref_done = _blocked_graph_checked(g, block)
+    assert sorted(done) == sorted(ref_done) and len(done) >= 8  # the convs, the batch norms, the concatenations
+    assert [(n.name, n.inputs, n.outputs, n.op) for n in new.nodes] == \
+        [(n.name, n.inputs, n.outputs, n.op) for n in ref.nodes]
+    assert new.types == ref.types and new.outputs == ref.outputs
+    assert [n for n, _ in new.constants] == [n for n, _ in ref.constants]
+    assert _pairs_left(new) == 0
+    feed = random_inputs(g)
+    assert _max_rel_err(evaluate(new, feed, np.float64), evaluate(g, feed, np.float64), g.outputs) < 1e-12
+
+
+def test_an_unchecked_graph_skips_validation_until_asked():
+    g = small_net()
+    broken = g.unchecked(nodes=g.nodes[1:])  # conv1's output is read but no longer defined
+    with pytest.raises(GraphError, match="conv1|defined|read"):
+        broken.validate()
+    with pytest.raises(GraphError):
+        replace(g, nodes=g.nodes[1:])
+    with pytest.raises(TypeError, match="no field 'edges'"):
+        g.unchecked(edges=())

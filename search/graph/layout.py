@@ -29,6 +29,7 @@ from rewrite_rules.layout_choice import (
 )
 from superopt.ir.flops import flop_count
 from superopt.ir.graph import Graph, Node
+from superopt.ir.prune import prune_graph
 from superopt.schedule.blocked_conv import conv_efficiency
 from superopt.target import Target
 
@@ -87,7 +88,7 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
         if blockable(graph, node, block):
             graph = block_node_in(graph, name, block)
             done.append(name)
-    graph = cancel_all(graph)
+    graph = cancel_all(graph)  # (validated and without dead code: the steps below keep it so, unchecked)
     changed = True
     while changed:  # (until a whole pass blocks nothing)
         changed = False
@@ -99,7 +100,8 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
                 continue
             if _reads_only_conversions(graph, node, block) and blockable(graph, node, block):
                 try:
-                    graph = cancel_all(block_node_in(graph, node.name, block))
+                    graph = cancel_all(block_node_in(graph, node.name, block, check=False), check=False,
+                                       reading={*node.inputs, *node.outputs})
                 except RuleNotApplicable:
                     continue
                 done.append(node.name)
@@ -107,7 +109,9 @@ def blocked_graph(graph: Graph, block: int) -> tuple[Graph, list[str]]:
                 # the scan goes on after the node: blocking it changes what reads it, never what it reads, so
                 # no node before it became blockable (a scan from the start, per node blocked, was quadratic)
                 k = next(i for i, n in enumerate(graph.nodes) if n.name == node.name) + 1
-    return absorb_all(graph), done
+    # the steps were not validated one by one (each a full pass over a graph of thousands of nodes): the
+    # result is, once; the weights the blocked nodes no longer read are dropped
+    return absorb_all(prune_graph(graph)), done
 
 
 def blocked_kernels(graph: Graph) -> list[str]:

@@ -370,7 +370,9 @@ def _backtracking(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: 
     queue: list = [(start.cost, rng.random(), next(tie), start, None, None)]
     first = True
     while queue:
-        if ex.budget.spent():
+        # (with finish_descent the start is expanded even when costing it spent the budget: on a loaded
+        # machine the search stopped there, with no rule applied, far worse than greedy)
+        if not (first and config.finish_descent) and ex.budget.spent():
             return best, ex.budget.reason
         est, _, _, state, parent, move = heapq.heappop(queue)
         if state is None:
@@ -426,9 +428,11 @@ def _mcts(ex: _Explorer, start: _State, config: GraphSearchConfig, rng: random.R
 
     if not ex.moves(start):
         return best, STOP_NO_RULE
+    first = True
     while True:
-        if ex.budget.spent():
+        if not (first and config.finish_descent) and ex.budget.spent():  # (the root's descent first: see _backtracking)
             return best, ex.budget.reason
+        first = False
         node, path = root, [root]
         while True:  # selection, widening a node by one child per doubling of its visits
             room = len(node.children) < 1 + int(math.sqrt(node.visits))

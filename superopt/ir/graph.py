@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -186,6 +186,17 @@ class Graph:
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def unchecked(self, **changes) -> Graph:
+        """``dataclasses.replace(self, **changes)`` without :meth:`validate`: for a pass that builds a chain of
+        graphs, each a step from the last, and validates the graph it returns (the layout pass blocks a
+        thousand nodes of DenseNet-121 one by one; checking every step cost more than the steps)."""
+        g = object.__new__(Graph)
+        for f in fields(Graph):
+            object.__setattr__(g, f.name, changes.pop(f.name) if f.name in changes else getattr(self, f.name))
+        if changes:
+            raise TypeError(f"Graph has no field {next(iter(changes))!r}")
+        return g
 
     @cached_property
     def type_of(self) -> dict[str, TensorType]:
