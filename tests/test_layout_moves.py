@@ -267,9 +267,9 @@ def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_uneven
 def test_the_column_tile_width_fills_the_last_panels_lanes(kernel_cache):
     """329 columns: 7 tiles of 48 use 98% of the lanes, 6 of 64 only 86% (the last panel is zero-filled to a
     whole tile); 320 columns keep the 4-vector tile (5 x 64, all full)."""
-    from superopt.schedule.contraction import lane_use
+    from superopt.schedule.contraction_columns import lane_score
 
-    assert lane_use(329, 48) == pytest.approx(329 / 336) and lane_use(329, 64) == pytest.approx(329 / 384)
+    assert lane_score(329, 48, 1, 16) == pytest.approx(329 / 336) and lane_score(329, 64, 1, 16) == pytest.approx(329 / 384)
     widths = {}
     for j in (329, 320):
         c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (6, 120, 40), "B": (6, 40, j)})

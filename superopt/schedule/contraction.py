@@ -11,7 +11,15 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
-from superopt.schedule.contraction_columns import SWITCH_GAIN, choose_columns, pick, row_dim, row_use, tile_rows
+from superopt.schedule.contraction_columns import (
+    SWITCH_GAIN,
+    choose_columns,
+    lane_score,
+    pick,
+    row_dim,
+    row_use,
+    tile_rows,
+)
 from superopt.schedule.elementwise import fuse_chain
 from superopt.schedule.knobs import KnobRecorder, divisor_like
 from superopt.schedule.primitives import (
@@ -144,10 +152,9 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
     return rest, red, cols
 
 
-def lane_use(ncol: int, width: int) -> float:
-    """The share of the vector lanes a loop of ``ncol`` columns in tiles of ``width`` fills (the last tile
-    partial)."""
-    return ncol / (math.ceil(ncol / width) * width)
+def spread(n: int, threads: int) -> float:
+    """How far the busiest thread's share of ``n`` parallel iterations exceeds an even one (1.0: even)."""
+    return math.ceil(n / threads) * threads / n
 
 
 def row_pack_perm(a: Access, row: str | None, reduce_order: Sequence[str], outer_order: Sequence[str],
@@ -335,7 +342,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
     elif few_rows and rows2 > 1:
         width = min(4, max(1, (target.vector_registers - 8) // (ext[m_dims[-1]] * rows2))) * VECTOR
-    fused_cols = len(n_dims) > 1
+    fused = len(n_dims) > 1
     if window and ncol > width and 0 < ncol % width < VECTOR and math.ceil(ncol / VECTOR) <= wide:
         # a window's row of few columns in one tile (its last vector partial) rather than a last tile
         # narrower than a vector: that tile's vector loop runs whole in gcc's scalar remainder (depthwise
@@ -345,7 +352,6 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # a fused loop splits by multiples of its inner extent (the default keeps rows whole); by any width where
     # every operand reads the two dims as one contiguous run: lowering then makes the fused loop linear (a
     # 1x1 conv's pixels in 64-wide tiles, no 56-column rows with a half-vector tail)
-    fused = len(n_dims) > 1
     if fused and ncol > width:
         width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
     short = ext[m_dims[-1]] if m_dims and keep is None and rows2 == 1 else 0
@@ -357,8 +363,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 2 * VECTOR
     if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
         width = layout.width  # (the position-chosen columns keep a width of whole vectors)
-    if not window and width == 4 * VECTOR and ncol > width and (not fused_cols or 3 * VECTOR % ext[n_dims[-1]] == 0) \
-            and lane_use(ncol, 3 * VECTOR) > lane_use(ncol, width) + 0.05:
+    if not window and width == 4 * VECTOR and ncol > width and (not fused or 3 * VECTOR % ext[n_dims[-1]] == 0) \
+            and lane_score(ncol, 3 * VECTOR, 1, VECTOR) > lane_score(ncol, width, 1, VECTOR) + 0.05:
         # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x on
         # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x
         width = 3 * VECTOR
@@ -517,9 +523,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         fprims, fname, fext = fuse_chain(s, chain, extents, par * threads)
         # one more loop fused where the threads would share the parallel loop unevenly (9 iterations on 2
         # threads: one of them idles a tenth of the time; 9 x 13 share within 1%)
-        if len(fprims) + 1 < len(chain) and math.ceil(fext / threads) * threads > BALANCED * fext:
+        if len(fprims) + 1 < len(chain) and spread(fext, threads) > BALANCED:
             more = fuse_chain(s, chain, extents, fext + 1)
-            if math.ceil(more[2] / threads) * threads < math.ceil(fext / threads) * threads * more[2] / fext:
+            if spread(more[2], threads) < spread(fext, threads):
                 fprims, fname, fext = more
         prims += fprims
         prims.append(Parallel(s, fname))
