@@ -16,6 +16,7 @@ from superopt.lang import compile_op
 from superopt.phases import PhaseTimer
 from superopt.runtime.compiler import (
     SMALL_SOURCE,
+    CompileDeadline,
     CompileError,
     CompilerConfig,
     compile_library,
@@ -161,3 +162,27 @@ def test_a_library_keeps_its_thread_count_to_itself():
         np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_deadline_ends_the_build_and_keeps_the_objects_finished_by_then(tmp_path):
+    """The caller's deadline stops every compiler (CompileDeadline, not a compile error of the code), and the
+    units finished before it are cached: the next build compiles only the rest."""
+    good = "void ok(void **args) { (void)args; }\n/* " + "." * SMALL_SOURCE + " */"
+    slow = tmp_path / "slowcc"  # compiles one unit at once, the other only without the marker file
+    marker = tmp_path / "hang"
+    marker.write_text("")
+    slow.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo slowcc 1.0; exit 0; fi\n'
+                    f'case "$*" in *kernels0.c*) [ -e {marker} ] && exec sleep 30;; esac\n'
+                    'exec gcc "$@"\n')
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    config = CompilerConfig(cc=str(slow), cache_dir=tmp_path / "s", jobs=2, timeout_s=60)
+    sources = [good, good.replace("ok", "ok2") + "/* longer, so compiled first */" + " " * SMALL_SOURCE]
+    t0 = time.monotonic()
+    with pytest.raises(CompileDeadline):
+        compile_library(sources, config, deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - t0 < 10
+    marker.unlink()
+    p = PhaseTimer()
+    lib = compile_library(sources, config, phases=p)
+    assert p.counts["sources_compiled"] == 1  # the unit finished before the deadline was not compiled again
+    assert ctypes.CDLL(str(lib)).ok2 is not None

@@ -322,3 +322,34 @@ def test_cold_measurement_cycles_through_copies_of_the_constants(mm, tmp_path):
     ok, wrong = measure(cold, _cfg(tmp_path))
     assert ok.error_code is ErrorCode.OK and len(ok.times_s) == 3, ok.error_msg
     assert wrong.error_code is ErrorCode.WRONG_ANSWER
+
+
+def test_the_callers_time_cuts_a_slow_build_without_retrying_each_candidate(mm, tmp_path):
+    """A batch whose compiler run the caller's time ends is NOT_MEASURED as a whole, at that time: not a
+    TIMEOUT of each candidate retried one by one with the full build limit."""
+    import time
+
+    cc = tmp_path / "slowcc"
+    cc.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo slowcc 1.0; exit 0; fi\nexec sleep 30\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    cfg = _cfg(tmp_path, build_timeout_s=20.0, dataset_dir=tmp_path / "ds",
+               compiler=CompilerConfig(cc=str(cc), cache_dir=tmp_path / "kc"))
+    started = time.perf_counter()
+    with MeasureService(cfg) as svc:
+        res = svc.measure([MeasureInput(mm, TILED), MeasureInput(mm, ())], time_left_s=0.5)
+    assert time.perf_counter() - started < 5.0
+    assert [r.error_code for r in res] == [ErrorCode.NOT_MEASURED] * 2, res
+    assert "time budget" in res[0].error_msg
+    assert not records_path(tmp_path / "ds").exists() or load_records(records_path(tmp_path / "ds")) == []
+
+
+def test_the_callers_time_stops_a_run_and_skips_the_rest(mm, tmp_path):
+    import time
+
+    with MeasureService(_cfg(tmp_path, run_timeout_s=20.0)) as svc:
+        started = time.perf_counter()
+        res = svc.measure([MeasureInput(mm, (), source=HANG_C), MeasureInput(mm, ())], time_left_s=1.5)
+        assert time.perf_counter() - started < 6.0
+        assert [r.error_code for r in res] == [ErrorCode.NOT_MEASURED] * 2, res
+        (ok,) = svc.measure([MeasureInput(mm, ())], time_left_s=30.0)  # a fresh worker replaces the killed one
+    assert ok.error_code is ErrorCode.OK

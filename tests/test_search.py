@@ -43,7 +43,7 @@ class FakeMeasurer:
     def __init__(self) -> None:
         self.calls = 0
 
-    def measure(self, inputs):
+    def measure(self, inputs, time_left_s=None):
         self.calls += 1
         out = []
         for inp in inputs:
@@ -208,7 +208,7 @@ def test_task_scheduler_gives_batches_where_the_gain_is():
     g = canonicalize_kernels(b.build([c_out, y_out]))
 
     class Measurer(FakeMeasurer):
-        def measure(self, inputs):
+        def measure(self, inputs, time_left_s=None):
             return [r if inp.compute.statements[0].reduce == "+=" else MeasureResult(ErrorCode.OK, [1e-6], 1e-6)
                     for inp, r in zip(inputs, super().measure(inputs))]
 
@@ -243,7 +243,7 @@ def test_confirmation_rounds_overrule_a_lucky_reading(tmp_path):
     seen: dict = {}
 
     class Noisy(FakeMeasurer):
-        def measure(self, inputs):
+        def measure(self, inputs, time_left_s=None):
             out = super().measure(inputs)
             for inp, r in zip(inputs, out):
                 key = repr(inp.trace)
@@ -302,7 +302,7 @@ def test_a_time_budget_leaves_the_confirmation_its_share_and_a_default_left_best
     assert {rec.trace for rec in confirmed} >= {default, k.best_trace}
 
     class DefaultFastest(FakeMeasurer):  # nothing beats the default: nothing to confirm
-        def measure(self, inputs):
+        def measure(self, inputs, time_left_s=None):
             return [MeasureResult(ErrorCode.OK, [t], t) for t in
                     (1e-3 if tuple(inp.trace) == default else 2e-3 for inp in inputs)]
 
@@ -328,7 +328,7 @@ def test_every_kernel_gets_a_small_first_batch_heaviest_first(tmp_path):
     order: list[tuple[int, int]] = []  # (flops of the kernel measured, batch size)
 
     class Recording(FakeMeasurer):
-        def measure(self, inputs):
+        def measure(self, inputs, time_left_s=None):
             order.append((flop_count(inputs[0].compute), len(inputs)))
             return super().measure(inputs)
 
@@ -357,7 +357,7 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
     g = canonicalize_kernels(b.build(outs))
 
     class Slow(FakeMeasurer):  # 10 ms a candidate: a kernel's 8 confirmation re-measurements take 0.08 s
-        def measure(self, inputs):
+        def measure(self, inputs, time_left_s=None):
             _time.sleep(0.01 * len(inputs))
             return super().measure(inputs)
 
@@ -383,3 +383,25 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
         kept[k.nodes[0]] = kept.get(k.nodes[0], False) or k.kept
     for k in r.kernels:  # a pick stays where it was faster in the graph; elsewhere the default is back
         assert (k.best_trace != tuple(default_schedule(ops[k.nodes[0]], TARGET, frozenset()))) == kept[k.nodes[0]]
+
+
+def test_a_time_budget_is_kept_when_the_compiler_outlasts_it(tmp_path):
+    """The search's time reaches the compiler and the runs: a compiler slower than the whole budget costs
+    the budget, not its own time limit per candidate, and what it cut short is neither a trial nor a record."""
+    import stat
+    import time as _time
+
+    from superopt.runtime.compiler import CompilerConfig
+
+    cc = tmp_path / "slowcc"
+    cc.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo slowcc 1.0; exit 0; fi\nexec sleep 60\n')
+    cc.chmod(cc.stat().st_mode | stat.S_IEXEC)
+    mcfg = MeasureConfig(target=TARGET, build_timeout_s=60.0,
+                         compiler=CompilerConfig(cc=str(cc), cache_dir=tmp_path / "kc"))
+    g = canonicalize_kernels(define_op(MATMUL, {"A": (240, 192), "B": (192, 384)}))
+    db = TuningDatabase(tmp_path / "db.jsonl")
+    started = _time.perf_counter()
+    r = tune_graph(g, TARGET, TuneConfig(trials=None, time_s=2.0, batch_size=4, progress=False), db, mcfg)
+    assert _time.perf_counter() - started < 6.0
+    assert r.measured == 0 and db.records() == []
+    assert r.stop_reason.kind == "time", r.stop_reason

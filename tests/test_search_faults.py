@@ -42,13 +42,13 @@ class PlantingMeasurer:
         self.service = service
         self.seen = 0
 
-    def measure(self, inputs):
+    def measure(self, inputs, time_left_s=None):
         swapped = []
         for inp in inputs:
             plant = PLANTS.get(self.seen)
             swapped.append(dataclasses.replace(inp, source=plant[1]) if plant else inp)
             self.seen += 1
-        return self.service.measure(swapped)
+        return self.service.measure(swapped, time_left_s)
 
 
 @pytest.fixture(scope="module")

@@ -36,11 +36,13 @@ class Scored:
 
 def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primitive, ...]], Candidate],
            rng: random.Random, seeds: Iterable[Point], *, population: int, generations: int,
-           exclude: frozenset[str] | set[str] = frozenset(), fresh: float = 0.2) -> list[Scored]:
+           exclude: frozenset[str] | set[str] = frozenset(), fresh: float = 0.2,
+           deadline: float | None = None) -> list[Scored]:
     """Evolve ``population`` points for ``generations`` rounds with ``model`` as fitness.
 
     ``seeds`` start the population (with mutations of them and ``fresh`` random samples); traces in
-    ``exclude`` (already measured) are never returned. Returns every legal new point, best first."""
+    ``exclude`` (already measured) are never returned. ``deadline`` (``time.perf_counter()``): no breeding
+    after it; the points bred by then are scored and returned. Returns every legal new point, best first."""
     pool: dict[tuple[Primitive, ...], Point] = {}  # trace -> point (traces are hashable records)
     tried: set[Point] = set()  # breeding proposes the same point again and again: resolve each once
 
@@ -58,19 +60,23 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
     seeds = list(seeds)
     for p in seeds:
         add(p)
-    _breed(space, rng, seeds, add, population - len(pool), lambda: len(pool) >= population, fresh, lambda: len(pool))
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() >= deadline
+
+    _breed(space, rng, seeds, add, population - len(pool), lambda: len(pool) >= population or late(), fresh,
+           lambda: len(pool))
     scores: dict[tuple[Primitive, ...], float] = {}
     for gen in range(generations + 1):
         new = [t for t in pool if t not in scores]
         if new:
             s = np.asarray(model.predict([make(t) for t in new]), dtype=float)
             scores.update(zip(new, s.tolist()))
-        if gen == generations:
+        if gen == generations or late():
             break
         ranked = sorted(scores, key=lambda t: -scores[t])[: max(4, population // 16)]
         size = len(pool) + population // 2
-        _breed(space, rng, [pool[t] for t in ranked] + seeds, add, population // 2, lambda s=size: len(pool) >= s,
-               fresh / 2, lambda: len(pool))
+        _breed(space, rng, [pool[t] for t in ranked] + seeds, add, population // 2,
+               lambda s=size: len(pool) >= s or late(), fresh / 2, lambda: len(pool))
     return sorted((Scored(pool[t], t, scores[t]) for t in pool), key=lambda s: -s.score)
 
 

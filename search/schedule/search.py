@@ -40,6 +40,9 @@ from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import Target
 
 STRATEGIES = ("evolutionary", "random")
+# the share of a step's time left that evolving proposals in the cost model may take: the rest is for measuring
+# (a search of a few seconds spent most of them breeding and scoring a full population)
+PROPOSE_TIME_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,10 @@ class SearchConfig:
 
 
 class Measurer(Protocol):
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
+    """Builds, verifies and times candidates; ``time_left_s`` is the caller's budget: what it cuts short comes
+    back NOT_MEASURED."""
+
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]: ...
 
 
 @dataclass(frozen=True)
@@ -179,24 +185,33 @@ class ScheduleSearch:
 
     # -- one batch --------------------------------------------------------------------------------
 
-    def step(self, n: int | None = None) -> list[Trial]:
-        """Propose up to ``n`` (default: batch size) new candidates, measure them, learn from them."""
+    def step(self, n: int | None = None, time_left_s: float | None = None) -> list[Trial]:
+        """Propose up to ``n`` (default: batch size) new candidates, measure them within ``time_left_s``
+        (None: the search's own time budget, if any), learn from them. Candidates the time cut short are
+        neither trials nor seen: a later step may propose them again."""
         if self.done():
             return []
+        if time_left_s is None and self.config.time_s is not None:
+            time_left_s = self.config.time_s - (time.perf_counter() - self.started)
         n = min(n or self.config.batch_size, self.remaining())
         first: list[Trial] = []
         if not self.log:  # the default heuristic's point first, alone: its time bounds the slow cut-off
             p = self.space.default_point()
             trace = self._legal(p) or ()
             self.seen.add(trace_to_json(trace))
-            first = self._measure([(p, trace)], first_is_default=True)
+            started = time.perf_counter()
+            first = self._measure([(p, trace)], True, time_left_s)
+            if not first:  # the default was cut short: nothing else is measured before it
+                return []
             n -= 1
-        batch = self._propose(n)
+            if time_left_s is not None:
+                time_left_s -= time.perf_counter() - started
+        batch = self._propose(n, time_left_s)
         if not batch:
             self._stale += 0 if first else 1
             return first
         self._stale = 0
-        return first + self._measure(batch, first_is_default=False)
+        return first + self._measure(batch, False, time_left_s)
 
     def _legal(self, p: Point) -> tuple[Primitive, ...] | None:
         try:
@@ -212,7 +227,7 @@ class ScheduleSearch:
         if key not in self.seen and key not in out:
             out[key] = (p, trace)
 
-    def _propose(self, n: int) -> list[tuple[Point, tuple[Primitive, ...]]]:
+    def _propose(self, n: int, time_left_s: float | None = None) -> list[tuple[Point, tuple[Primitive, ...]]]:
         if n <= 0:
             return []
         cfg = self.config
@@ -232,7 +247,8 @@ class ScheduleSearch:
                     self._new(self._child(sketch, parents, structural), pool)
                     made += len(pool) > before
         if getattr(self.model, "trained", False):
-            return self._guided(n, [p for p, _ in pool.values()])
+            deadline = None if time_left_s is None else time.perf_counter() + PROPOSE_TIME_SHARE * time_left_s
+            return self._guided(n, [p for p, _ in pool.values()], deadline)
         cands = list(pool.values())
         if len(cands) <= n:
             return cands
@@ -244,13 +260,15 @@ class ScheduleSearch:
         chosen += self.rng.sample(rest, min(n_explore, len(rest)))
         return [cands[i] for i in chosen]
 
-    def _guided(self, n: int, seeds: list[Point]) -> list[tuple[Point, tuple[Primitive, ...]]]:
+    def _guided(self, n: int, seeds: list[Point],
+                deadline: float | None = None) -> list[tuple[Point, tuple[Primitive, ...]]]:
         """Evolve the proposals (and the best measured points) in the cost model; measure its top
         ``n`` minus the explore share, and that share drawn at random from the rest (epsilon-greedy)."""
         cfg = self.config
         best = sorted((t for t in self.log if math.isfinite(t.seconds)), key=lambda t: t.seconds)[: cfg.parents]
         scored = evolve(self.space, self.model, self._candidate, self.rng, seeds + [t.point for t in best],
-                        population=cfg.population, generations=cfg.generations, exclude=self.seen)
+                        population=cfg.population, generations=cfg.generations, exclude=self.seen,
+                        deadline=deadline)
         if self._partition is not None:
             scored = [x for x in scored if thread_partition(x.trace) == self._partition]
         n_explore = int(round(n * cfg.explore)) if len(scored) > n else 0
@@ -330,14 +348,17 @@ class ScheduleSearch:
     def _candidate(self, trace: tuple[Primitive, ...]) -> Candidate:
         return Candidate(self.compute, trace, self.target, self.consts)
 
-    def _measure(self, batch: list[tuple[Point, tuple[Primitive, ...]]], first_is_default: bool) -> list[Trial]:
+    def _measure(self, batch: list[tuple[Point, tuple[Primitive, ...]]], first_is_default: bool,
+                 time_left_s: float | None = None) -> list[Trial]:
         # a candidate 20x slower than the best so far is verified and timed once, not in full
         slow = 20 * self.best.seconds if self.best is not None else None
         inputs = [MeasureInput(self.compute, trace, constant_inputs=self.consts, slow_call_s=slow,
                                cold_bytes=self.config.cold_bytes) for _, trace in batch]
-        results = self.measurer.measure(inputs)
+        results = self.measurer.measure(inputs, time_left_s)
         trials = []
         for k, ((p, trace), r) in enumerate(zip(batch, results, strict=True)):
+            if r.error_code is ErrorCode.NOT_MEASURED:
+                continue
             self.seen.add(trace_to_json(trace))
             t = Trial(p, trace, r.cost, r.error_code.name)
             trials.append(t)
@@ -350,16 +371,20 @@ class ScheduleSearch:
                     continue  # the random baseline's best is over its own samples only
             if r.ok and (self.best is None or t.seconds < self.best.seconds):
                 self.best = t
-        self.model.update([self._candidate(t.trace) for t in trials], [t.seconds for t in trials])
+        if trials:
+            self.model.update([self._candidate(t.trace) for t in trials], [t.seconds for t in trials])
         if self.best is not None:
             self.history.append((self.trials, self.best.seconds))
         return trials
 
-    def remeasure(self, traces: Sequence[tuple[Primitive, ...]]) -> list[Trial]:
-        """Measure already-seen traces again (confirmation); not counted as search trials."""
+    def remeasure(self, traces: Sequence[tuple[Primitive, ...]], time_left_s: float | None = None) -> list[Trial]:
+        """Measure already-seen traces again (confirmation); not counted as search trials. Those the time cut
+        short are left out."""
         results = self.measurer.measure([MeasureInput(self.compute, tr, constant_inputs=self.consts,
-                                                      cold_bytes=self.config.cold_bytes) for tr in traces])
-        return [Trial(Point("remeasure"), tuple(tr), r.cost, r.error_code.name) for tr, r in zip(traces, results, strict=True)]
+                                                      cold_bytes=self.config.cold_bytes) for tr in traces],
+                                        time_left_s)
+        return [Trial(Point("remeasure"), tuple(tr), r.cost, r.error_code.name)
+                for tr, r in zip(traces, results, strict=True) if r.error_code is not ErrorCode.NOT_MEASURED]
 
     def report(self) -> SearchReport:
         self.done()

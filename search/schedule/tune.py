@@ -264,11 +264,12 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
             return kernels_s - per_confirm * pending - config.batch_size * per_trial
 
+        last_trial_s = 0.0  # seconds per trial of the last batch (compiled kernels found again make the mean low)
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
             steps = 0
             while True:
                 elapsed = time.perf_counter() - started
-                per_trial = elapsed / measured if measured else 0.0
+                per_trial = max(elapsed / measured if measured else 0.0, last_trial_s)
                 search_s = search_deadline(per_trial)
                 if config.budget.trials_spent(measured + reserve_n):
                     stop, stop_kind = f"trial budget spent ({config.trials} measurements)", "trials"
@@ -288,7 +289,11 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                     batch = max(1, min(batch, int((search_s - elapsed) / per_trial)))
                 elif search_s is not None:  # a trial's time is not known yet: learn it from a small batch
                     batch = min(batch, 2)
-                trials = task.search.step(batch)
+                # no compiler run or candidate's run goes past the search's time (what it cuts short is dropped)
+                step_started = time.perf_counter()
+                trials = task.search.step(batch, None if search_s is None else search_s - elapsed)
+                if trials:
+                    last_trial_s = (time.perf_counter() - step_started) / len(trials)
                 steps += 1
                 task.batches += 1
                 task.bests.append(task.search.best.seconds if task.search.best else math.inf)
@@ -310,15 +315,22 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 if kernels_s is not None and time.perf_counter() - started >= kernels_s:
                     break
                 leaders = _leaders(t, config.confirm_top)
+                complete = True
                 for r in range(rounds):
                     batch = leaders if r % 2 == 0 else leaders[::-1]
-                    trials = t.search.remeasure(batch)
+                    left = None if kernels_s is None else kernels_s - (time.perf_counter() - started)
+                    trials = t.search.remeasure(batch, left)
                     measured += len(trials)
                     bar.update(len(trials))
+                    if len(trials) < len(batch):  # the time ran out within the round: an unpaired round says nothing
+                        complete = False
+                        break
                     # each leader paired with the default measured in the same round (none when the default failed)
                     default = next(tr for tr in trials if tuple(tr.trace) == leaders[0])
                     pair = default.seconds if default.error == "OK" and math.isfinite(default.seconds) else None
                     record(t, trials, pair)
+                if not complete:
+                    break
                 t.confirmed.update(leaders[1:])
                 confirmed.add(t.key)
                 done_now += 1

@@ -138,11 +138,16 @@ class GpuRunner:
         self.config = config
         self.target = target
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]:
+        """``time_left_s``: the caller's budget. A GPU worker's own time limit bounds each call, so the budget
+        is checked before the call: with none left every input is NOT_MEASURED."""
         from superopt.measure.service import ErrorCode, MeasureResult
         from superopt.runtime.gpu.device import GpuUnavailable
 
         inputs = list(inputs)
+        if time_left_s is not None and time_left_s <= 0:
+            return [MeasureResult(ErrorCode.NOT_MEASURED, error_msg="the time budget ended before it ran")
+                    for _ in inputs]
         items = [_Item(i, inp.compute, tuple(inp.trace), tuple(sorted(inp.constants())), inp.slow_call_s)
                  for i, inp in enumerate(inputs)]
         if any(inp.source is not None for inp in inputs):

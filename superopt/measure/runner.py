@@ -18,6 +18,7 @@ Ray is imported only when a Ray runner is made.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -32,7 +33,7 @@ RAY_MISSING = "ray is not installed: pip install 'superopt[ray]'"
 class Runner(Protocol):
     """What dataset collection and tuning need of a measurement backend."""
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: ...
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]: ...
 
     def close(self) -> None: ...
 
@@ -48,8 +49,8 @@ class LocalRunner:
     def target(self) -> Target:
         return self.service.target
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        return self.service.measure(inputs)
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]:
+        return self.service.measure(inputs, time_left_s)
 
     def close(self) -> None:
         self.service.close()
@@ -72,8 +73,8 @@ class _MeasureActor:
         cfg = self.service.config
         return host_target(self.service.target.threads, cfg.compiler.cc).to_dict()
 
-    def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
-        return self.service.measure(inputs)
+    def measure(self, inputs: list[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]:
+        return self.service.measure(inputs, time_left_s)
 
     def close(self) -> None:
         self.service.close()
@@ -141,8 +142,9 @@ class RayRunner:
                 raise RuntimeError(f"Ray worker {i} measures on another machine than the target "
                                    f"(differs in {', '.join(diff)}): its records would be mislabeled")
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        """Measure on the actors (contiguous chunks, two per actor, handed out as actors free up)."""
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]:
+        """Measure on the actors (contiguous chunks, two per actor, handed out as actors free up); every
+        chunk keeps to ``time_left_s`` counted from this call (an actor's clock is its own)."""
         inputs = list(inputs)
         if not inputs:
             return []
@@ -150,10 +152,13 @@ class RayRunner:
             inp.constants()  # a misnamed constant input is the caller's error, raised here as locally
         from ray.util import ActorPool
 
+        deadline = None if time_left_s is None else time.monotonic() + time_left_s
         size = max(1, math.ceil(len(inputs) / (2 * len(self.actors))))
         chunks = [inputs[k:k + size] for k in range(0, len(inputs), size)]
         pool = ActorPool(self.actors)
-        results = [r for part in pool.map(lambda a, chunk: a.measure.remote(chunk), chunks) for r in part]
+        results = [r for part in pool.map(
+            lambda a, chunk: a.measure.remote(chunk, None if deadline is None else deadline - time.monotonic()),
+            chunks) for r in part]
         if self.config.dataset_dir is not None:
             append_records(records_path(self.config.dataset_dir), build_records(inputs, results, self._target))
         return results

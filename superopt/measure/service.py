@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import select
 import signal
@@ -41,7 +42,7 @@ from superopt.ir.canonical import workload_key
 from superopt.ir.compute import Compute
 from superopt.measure.records import MeasureRecord, append_records, records_path
 from superopt.measure.worker import recv_frame, send_frame
-from superopt.runtime.compiler import CompileError, CompilerConfig, compile_library
+from superopt.runtime.compiler import CompileDeadline, CompileError, CompilerConfig, compile_library
 from superopt.runtime.kernel import kernel_name
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Primitive
@@ -56,6 +57,7 @@ class ErrorCode(Enum):
     TIMEOUT = 4  # build or run exceeded its limit
     WRONG_ANSWER = 5  # outputs differ from the reference interpreter
     OUT_OF_MEMORY = 6  # the candidate's buffers exceed the worker's memory cap (MeasureConfig.memory_limit_bytes)
+    NOT_MEASURED = 7  # the caller's time ran out before it was built or its run finished: says nothing of it
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ class MeasureResult:
     def cost(self) -> float:
         """Median seconds, or +inf for a failed candidate (convenient for ranking)."""
         return self.median_s if self.ok and self.median_s is not None else float("inf")
+
+
+def _not_measured(why: str, build_s: float = 0.0) -> MeasureResult:
+    return MeasureResult(ErrorCode.NOT_MEASURED, error_msg=why, build_s=build_s)
 
 
 def _signal_name(rc: int | None) -> str:
@@ -293,17 +299,28 @@ class MeasureService:
                 results[i] = MeasureResult(ErrorCode.COMPILE_ERROR, error_msg=f"codegen failed: {e!r}")
         return sources
 
-    def _compile(self, idx: list[int], sources: dict[int, KernelSource], results: list) -> dict[int, tuple]:
-        """Compile ``idx`` into one library; on failure fall back to one library per candidate."""
+    def _compile(self, idx: list[int], sources: dict[int, KernelSource], results: list,
+                 deadline: float | None = None) -> dict[int, tuple]:
+        """Compile ``idx`` into one library; on failure fall back to one library per candidate. A compiler
+        run is cut off at ``deadline`` (``time.monotonic()``): what it had not built is NOT_MEASURED."""
+        left = math.inf if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            for i in idx:
+                results[i] = _not_measured("the time budget ended before it was compiled")
+            return {}
         cc = replace(self.config.compiler, timeout_s=self.config.build_timeout_s)
         t0 = time.perf_counter()
         try:
-            path = compile_library([sources[i].code for i in idx], cc, self._target)
+            path = compile_library([sources[i].code for i in idx], cc, self._target, deadline=deadline)
+        except CompileDeadline:  # the caller's time, not the candidates' fault (finished objects stay cached)
+            for i in idx:
+                results[i] = _not_measured("the time budget ended while it was compiled")
+            return {}
         except CompileError as e:
             dt = time.perf_counter() - t0
-            if len(idx) > 1:
-                return {k: v for i in idx for k, v in self._compile([i], sources, results).items()}
             timed_out = "timed out" in str(e) or dt >= self.config.build_timeout_s
+            if len(idx) > 1:
+                return {k: v for i in idx for k, v in self._compile([i], sources, results, deadline).items()}
             code = ErrorCode.TIMEOUT if timed_out else ErrorCode.COMPILE_ERROR
             results[idx[0]] = MeasureResult(code, error_msg=str(e)[:4000], build_s=dt)
             return {}
@@ -349,7 +366,10 @@ class MeasureService:
 
     # -- run -----------------------------------------------------------------------------------
 
-    def _run(self, inputs: Sequence[MeasureInput], sources: dict, built: dict, results: list) -> None:
+    def _run(self, inputs: Sequence[MeasureInput], sources: dict, built: dict, results: list,
+             until: float | None = None) -> None:
+        """Run the built candidates on the workers; none starts, and a running one is stopped, at ``until``
+        (``time.monotonic()``, the caller's deadline): those are NOT_MEASURED."""
         cfg = self.config
         pending = deque(sorted(built))
         busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
@@ -358,6 +378,9 @@ class MeasureService:
                 if slot in busy or not pending:
                     continue
                 i = pending.popleft()
+                if until is not None and time.monotonic() >= until:
+                    results[i] = _not_measured("the time budget ended before it ran", built[i][1])
+                    continue
                 ref = self._reference(inputs[i].compute)
                 if isinstance(ref, str):
                     results[i] = MeasureResult(ErrorCode.RUNTIME_ERROR, error_msg=ref, build_s=built[i][1])
@@ -379,7 +402,7 @@ class MeasureService:
                         self._workers[slot] = None
                         if attempt:
                             raise
-                busy[slot] = (i, time.monotonic() + cfg.run_timeout_s)
+                busy[slot] = (i, min(time.monotonic() + cfg.run_timeout_s, until or math.inf))
             if not busy:
                 continue
             now = time.monotonic()
@@ -410,22 +433,33 @@ class MeasureService:
                     del busy[slot]
                     self._workers[slot].kill()
                     self._workers[slot] = None
-                    results[i] = MeasureResult(ErrorCode.TIMEOUT, build_s=built[i][1],
-                                               error_msg=f"run exceeded {cfg.run_timeout_s}s; worker killed")
+                    if until is not None and now >= until:
+                        results[i] = _not_measured("the time budget ended while it ran; worker killed",
+                                                   built[i][1])
+                    else:
+                        results[i] = MeasureResult(ErrorCode.TIMEOUT, build_s=built[i][1],
+                                                   error_msg=f"run exceeded {cfg.run_timeout_s}s; worker killed")
 
     # -- entry point ---------------------------------------------------------------------------
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def measure(self, inputs: Sequence[MeasureInput], time_left_s: float | None = None) -> list[MeasureResult]:
+        """Build, verify and time ``inputs``. ``time_left_s``: the caller's budget; no compiler run or
+        candidate's run goes past it, and what it cut short comes back NOT_MEASURED (not a failure)."""
         inputs = list(inputs)
         for inp in inputs:
             inp.constants()  # a misnamed constant input is the caller's error, raised before any work
+        deadline = None if time_left_s is None else time.monotonic() + time_left_s
         results: list[MeasureResult | None] = [None] * len(inputs)
         sources = self._sources(inputs, results)
         built: dict[int, tuple] = self._reuse(sources)
         order = sorted(set(sources) - set(built))
-        for k in range(0, len(order), max(self.config.batch_size, 1)):
-            built.update(self._compile(order[k:k + self.config.batch_size], sources, results))
-        self._run(inputs, sources, built, results)
+        # under a deadline, candidates are built and run a few at a time, so that the time's end leaves the
+        # first ones measured rather than a whole batch compiled and none run
+        step = self.config.batch_size if deadline is None else 2 * max(self.config.compiler.jobs, 2)
+        self._run(inputs, sources, built, results, deadline)
+        for k in range(0, len(order), max(step, 1)):
+            now = self._compile(order[k:k + step], sources, results, deadline)
+            self._run(inputs, sources, now, results, deadline)
         assert all(r is not None for r in results)
         if self.config.dataset_dir is not None:
             self._record(inputs, results)
@@ -438,11 +472,14 @@ class MeasureService:
 def build_records(inputs: Sequence[MeasureInput], results: Sequence[MeasureResult], target: Target,
                   timestamp: float | None = None) -> list[MeasureRecord]:
     """The measurement records of these inputs and their results on ``target`` (what a service with a
-    ``dataset_dir`` appends; Ray runners and dataset collection write the same)."""
+    ``dataset_dir`` appends; Ray runners and dataset collection write the same). A NOT_MEASURED result says
+    nothing of its candidate and makes no record."""
     now = time.time() if timestamp is None else timestamp
     target_dict = target.to_dict()
     recs = []
     for inp, r in zip(inputs, results, strict=True):
+        if r.error_code is ErrorCode.NOT_MEASURED:
+            continue
         sha = hashlib.sha256(inp.source.code.encode()).hexdigest() if inp.source is not None else None
         consts = inp.constants()
         recs.append(MeasureRecord(

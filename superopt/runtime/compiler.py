@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -53,6 +55,13 @@ class CompileError(RuntimeError):
         self.source = source
 
 
+class CompileDeadline(CompileError):
+    """The caller's deadline ended the build (nothing is known of the code)."""
+
+    def __init__(self, source: str = "") -> None:
+        super().__init__("the caller's deadline ended the C compiler's run", source)
+
+
 def library_source(sources: list[str]) -> str:
     """The whole library as one translation unit: the prelude, the thread control, the sources."""
     return PRELUDE + "\n" + THREAD_CONTROL + "\n".join(sources)
@@ -76,33 +85,52 @@ def object_units(sources: list[str]) -> list[tuple[str, int]]:
     return [(first, len(small))] + [(PRELUDE + "\n" + s, 1) for s in distinct if len(s) >= SMALL_SOURCE]
 
 
-def _run_compilers(cmds: list[list[str]], jobs: int, timeout_s: float, code: str) -> None:
+def _run_compilers(cmds: list[list[str]], jobs: int, timeout_s: float, code: str, deadline: float | None = None,
+                   finished: Callable[[int], None] | None = None) -> None:
     """Run the compiler commands, ``jobs`` at a time; raise CompileError for the first that fails or times
-    out (and stop the others: the whole process group, or gcc's cc1 keeps a core busy)."""
-    pending, running = list(cmds), []
+    out (and stop the others: the whole process group, or gcc's cc1 keeps a core busy). ``deadline``
+    (``time.monotonic()``): no command runs past it; ``finished(k)`` is called as command ``k`` succeeds."""
+    pending, running = list(enumerate(cmds)), []
     failure: CompileError | None = None
+    end = math.inf if deadline is None else deadline
     try:
         while (pending or running) and failure is None:
             while pending and len(running) < max(1, jobs):
-                running.append((subprocess.Popen(pending.pop(0), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                 text=True, start_new_session=True), time.monotonic()))
-            p, started = running.pop(0)
-            try:
-                _, err = p.communicate(timeout=max(0.0, started + timeout_s - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                failure = CompileError(f"C compiler timed out after {timeout_s}s", code)
-                running.append((p, started))
-                break
-            if p.returncode != 0:
-                failure = CompileError(f"C compilation failed: {err.strip()[:2000]}", code)
+                k, cmd = pending.pop(0)
+                # stderr to a file, not a pipe: a compiler is waited on by polling, and a full pipe would block it
+                err = tempfile.TemporaryFile(mode="w+")
+                running.append((k, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                                    start_new_session=True), time.monotonic(), err))
+            now = time.monotonic()
+            for entry in list(running):  # whichever finishes first is handled first
+                k, p, started, err = entry
+                if p.poll() is None:
+                    if now >= min(started + timeout_s, end):
+                        failure = (CompileDeadline(code) if now >= end
+                                   else CompileError(f"C compiler timed out after {timeout_s}s", code))
+                        break
+                    continue
+                running.remove(entry)
+                err.seek(0)
+                msg = err.read()
+                err.close()
+                if p.returncode != 0:
+                    failure = CompileError(f"C compilation failed: {msg.strip()[:2000]}", code)
+                    break
+                if finished is not None:
+                    finished(k)
+            else:
+                if running and all(p.poll() is None for _, p, _, _ in running):
+                    time.sleep(0.005)
     finally:
-        for p, _ in running:
+        for _, p, _, err in running:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.communicate()
+                p.wait()
+            err.close()
     if failure is not None:
         raise failure
 
@@ -119,13 +147,14 @@ def _file_sha(path: Path) -> str:
 
 
 def compile_library(sources: list[str], config: CompilerConfig | None = None, target: Target | None = None,
-                    phases: PhaseTimer | None = None) -> Path:
+                    phases: PhaseTimer | None = None, deadline: float | None = None) -> Path:
     """Compile (or fetch from cache) one shared library holding all ``sources``, for ``target``
     (None: this machine); the target's flags are part of the cache key. ``phases``: charged the time as
     ``compile``, counts ``libraries_compiled`` (library cache misses) and ``sources_compiled`` (the
-    sources whose objects were not cached either)."""
+    sources whose objects were not cached either). ``deadline`` (``time.monotonic()``): no compiler runs past
+    it (:class:`CompileDeadline`); the objects finished by then are kept in the cache."""
     with phase(phases, "compile"):
-        so, compiled = _compile_library(sources, config, target)
+        so, compiled = _compile_library(sources, config, target, deadline)
     if phases is not None and compiled is not None:
         phases.add("libraries_compiled")
         phases.add("sources_compiled", compiled)
@@ -147,7 +176,7 @@ def _store(built: Path, path: Path) -> None:
 
 
 def _compile_library(sources: list[str], config: CompilerConfig | None,
-                     target: Target | None) -> tuple[Path, int | None]:
+                     target: Target | None, deadline: float | None = None) -> tuple[Path, int | None]:
     """The library's path, and how many sources were compiled now (None: the library came from the
     cache). Each unit of :func:`object_units` is an object cached under its own digest; the misses are
     compiled ``config.jobs`` at a time (largest first), then all are linked."""
@@ -173,22 +202,28 @@ def _compile_library(sources: list[str], config: CompilerConfig | None,
                 src = Path(tmp) / f"kernels{k}.c"
                 src.write_text(units[i])
                 cmds.append([config.cc, *config.flags, "-c", str(src), "-o", str(Path(tmp) / f"kernels{k}.o")])
-            _run_compilers(cmds, config.jobs, config.timeout_s, code)
-            for k, i in enumerate(todo):
-                _store(Path(tmp) / f"kernels{k}.o", paths[i])
+            # each object is cached as it is finished: one the caller's deadline cut short is built next time
+            def keep(k: int) -> None:
+                built = Path(tmp) / f"kernels{k}.o"
+                if built.exists():  # (a compiler that wrote nothing fails at the link, naming the object)
+                    _store(built, paths[todo[k]])
+
+            _run_compilers(cmds, config.jobs, config.timeout_s, code, deadline, keep)
 
         todo = [i for i, p in enumerate(paths) if not _valid(p)]
         build(todo)
         out = Path(tmp) / "lib.so"
         link = [config.cc, *config.flags, *dict.fromkeys(str(p) for p in paths), "-o", str(out), "-lm"]
         try:
-            _run_compilers([link], 1, config.timeout_s, code)
+            _run_compilers([link], 1, config.timeout_s, code, deadline)
+        except CompileDeadline:
+            raise
         except CompileError:
             cached = [i for i in range(len(units)) if i not in todo]
             if not cached:
                 raise
             build(cached)  # a cached object that no longer links (another compiler wrote it): built afresh
-            _run_compilers([link], 1, config.timeout_s, code)
+            _run_compilers([link], 1, config.timeout_s, code, deadline)
         _store(out, so)
     (cache / f"{so.stem}.c").write_text(code)
     return so, sum(counts[i] for i in todo)
