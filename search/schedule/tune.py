@@ -264,12 +264,11 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
             return kernels_s - per_confirm * pending - config.batch_size * per_trial
 
-        last_trial_s = 0.0  # seconds per trial of the last batch (compiled kernels found again make the mean low)
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
             steps = 0
             while True:
                 elapsed = time.perf_counter() - started
-                per_trial = max(elapsed / measured if measured else 0.0, last_trial_s)
+                per_trial = elapsed / measured if measured else 0.0
                 search_s = search_deadline(per_trial)
                 if config.budget.trials_spent(measured + reserve_n):
                     stop, stop_kind = f"trial budget spent ({config.trials} measurements)", "trials"
@@ -290,10 +289,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
                 elif search_s is not None:  # a trial's time is not known yet: learn it from a small batch
                     batch = min(batch, 2)
                 # no compiler run or candidate's run goes past the search's time (what it cuts short is dropped)
-                step_started = time.perf_counter()
                 trials = task.search.step(batch, None if search_s is None else search_s - elapsed)
-                if trials:
-                    last_trial_s = (time.perf_counter() - step_started) / len(trials)
                 steps += 1
                 task.batches += 1
                 task.bests.append(task.search.best.seconds if task.search.best else math.inf)
