@@ -399,6 +399,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from superopt.runtime.compiler import CompilerConfig
     from superopt.target import host_target
 
+    started = time.perf_counter()
     time_s = parse_time(args.time) if args.time is not None else None
     if args.trials is None and time_s is None:  # a time budget alone is the budget; neither given: the default trials
         args.trials = DEFAULT_TRIALS
@@ -415,9 +416,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.trials == 0:
         return _zero_measurement(args, graph, target, label)
     db = TuningDatabase(args.db)
-    config = TuneConfig(trials=args.trials, time_s=time_s, seed=args.seed, progress=not args.no_progress)
     mcfg = MeasureConfig(threads=args.threads, target=target, compiler=compiler)
     model = _tune_model(args)
+    # --time is the command's: loading the model, its rewrites and the cost model came out of it
+    left_s = None if time_s is None else max(0.0, time_s - (time.perf_counter() - started))
+    config = TuneConfig(trials=args.trials, time_s=left_s, seed=args.seed, progress=not args.no_progress)
     if args.ray is not None:
         from superopt.measure.runner import make_runner
 

@@ -30,10 +30,13 @@ from search.schedule.database import MIN_GAIN, TuningDatabase, TuningRecord, sch
 from superopt.interp.inputs import random_inputs
 from superopt.ir.canonical import workload_key
 from superopt.ir.graph import Graph
-from superopt.runtime.compiler import CompilerConfig
+from superopt.runtime.compiler import CompileDeadline, CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.graph_defaults import constant_inputs, default_schedules
 from superopt.target import Target
+
+# the fewest rounds whose medians judge a pick (fewer, where the time ran out: nothing is recorded)
+MIN_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,23 @@ def confirm_in_graph(graph: Graph, target: Target, database: TuningDatabase, com
         return InGraphReport(elapsed_s=time.perf_counter() - started,
                              stop_reason="no kernel's database pick differs from its default")
     ecfg = ExecutorConfig(target.threads, compiler or CompilerConfig(), target)
-    with_defaults = GraphExecutor(graph, defaults, ecfg)
+    # the phase's time bounds the two programs' compilation and the rounds (a cold compile of a whole model can
+    # take longer than a tuning budget's share)
+    deadline = None if config.time_s is None else time.monotonic() + config.time_s
+    try:
+        with_defaults = GraphExecutor(graph, defaults, ecfg, deadline=deadline)
+        with_picks = GraphExecutor(graph, defaults | picks, ecfg, deadline=deadline)
+    except CompileDeadline:
+        return InGraphReport(elapsed_s=time.perf_counter() - started,
+                             stop_reason=f"the time budget ({config.time_s:.0f}s) ended while the graph compiled")
     feed = random_inputs(graph, config.seed)
-    runs_p, runs_d = _alternate(GraphExecutor(graph, defaults | picks, ecfg), with_defaults, feed, config)
-    report = InGraphReport(rounds=config.rounds, picks_s=float(np.median([sum(t.values()) for t in runs_p])),
+    runs_p, runs_d = _alternate(with_picks, with_defaults, feed, config, deadline)
+    least = min(MIN_ROUNDS, config.rounds)
+    if len(runs_p) < least:
+        return InGraphReport(rounds=len(runs_p), elapsed_s=time.perf_counter() - started,
+                             stop_reason=f"the time budget ({config.time_s:.0f}s) ended after {len(runs_p)} rounds "
+                                         f"(at least {least} judge)")
+    report = InGraphReport(rounds=len(runs_p), picks_s=float(np.median([sum(t.values()) for t in runs_p])),
                            defaults_s=float(np.median([sum(t.values()) for t in runs_d])))
     records, report.kernels = _judge(graph, target, groups, picks, defaults, runs_p, runs_d)
     database.add(records)
@@ -115,7 +131,14 @@ def confirm_in_graph(graph: Graph, target: Target, database: TuningDatabase, com
     if runner:
         kept = {n: picks[n] for k in report.kernels if k.kept for n in k.nodes}
         second = {n: list(runner[k.workload_key]) for k in lost if k.workload_key in runner for n in k.nodes}
-        runs_p, runs_d = _alternate(GraphExecutor(graph, defaults | kept | second, ecfg), with_defaults, feed, config)
+        try:
+            runs_p, runs_d = _alternate(GraphExecutor(graph, defaults | kept | second, ecfg, deadline=deadline),
+                                        with_defaults, feed, config, deadline)
+        except CompileDeadline:
+            runs_p = []
+        if len(runs_p) < least:
+            runner = {}
+    if runner:
         records, tried = _judge(graph, target, {k.workload_key: k.nodes for k in lost if k.workload_key in runner},
                                 second, defaults, runs_p, runs_d, runner_up=True)
         database.add(records)
@@ -123,22 +146,25 @@ def confirm_in_graph(graph: Graph, target: Target, database: TuningDatabase, com
     report.elapsed_s = time.perf_counter() - started
     picked = [k for k in report.kernels if not k.runner_up]
     report.stop_reason = (f"{sum(k.kept for k in picked)} of {len(picked)} tuned kernels faster than their default "
-                          f"inside the graph ({config.rounds} rounds)")
+                          f"inside the graph ({report.rounds} rounds)")
     if runner:
         tried = [k for k in report.kernels if k.runner_up]
         report.stop_reason += f"; {sum(k.kept for k in tried)} of {len(tried)} runner-ups of the others"
     return report
 
 
-def _alternate(with_picks: GraphExecutor, with_defaults: GraphExecutor, feed: dict, config: InGraphConfig
-               ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+def _alternate(with_picks: GraphExecutor, with_defaults: GraphExecutor, feed: dict, config: InGraphConfig,
+               deadline: float | None = None) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Per-node times of both executors, ``config.rounds`` runs each in alternation (neither side always
-    runs after the other)."""
+    runs after the other); fewer where the next round would end past ``deadline`` (``time.monotonic()``)."""
     for _ in range(config.warmup):
         with_picks.node_seconds(feed)
         with_defaults.node_seconds(feed)
     runs: dict[str, list[dict[str, float]]] = {"picks": [], "defaults": []}
+    started = time.monotonic()
     for r in range(config.rounds):
+        if deadline is not None and r and time.monotonic() + (time.monotonic() - started) / r > deadline:
+            break
         order = (("picks", with_picks), ("defaults", with_defaults))
         for side, ex in order if r % 2 == 0 else order[::-1]:
             runs[side].append(ex.node_seconds(feed))

@@ -38,8 +38,7 @@ from superopt.target import Target
 
 # the share of a time budget the search leaves to the confirmation rounds
 CONFIRM_TIME_SHARE = 0.15
-# the share it leaves to the in-graph confirmation (search/graph/confirm.py) of a graph of several kernels:
-# resnet50's two executors compiled in 71 s with a cold compiler cache, and were timed in 2 s
+# the share it leaves to the in-graph confirmation (search/graph/confirm.py) of a graph of several kernels
 IN_GRAPH_TIME_SHARE = 0.08
 
 
@@ -60,6 +59,9 @@ class TuneConfig:
     # then, in a graph of several kernels, every pick is timed against its default inside the graph
     # (search/graph/confirm.py), and the database keeps it only where it is faster there
     in_graph_rounds: int = 21  # 0: no in-graph confirmation
+    # the share of a time budget kept for it: it compiles the whole graph twice (resnet50's two programs took
+    # 71 s with a cold compiler cache, and were timed in 2 s); where that does not fit, it is left out
+    in_graph_share: float = IN_GRAPH_TIME_SHARE
     # a graph's kernels are timed with their constants out of cache (MeasureInput.cold_bytes): copies spanning
     # this many bytes, used in turn. Inside a model a kernel's weights come from L3 or memory, not from the
     # caches a kernel timed alone keeps them in, so a large layer runs slower in the graph than hot; a schedule
@@ -223,7 +225,7 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
     mcfg = measure or MeasureConfig(threads=target.threads, target=target)
     # kernels of a graph keep the default's thread partition (a lone op has no neighbour to agree with)
     in_graph = sum(not n.is_extern for n in graph.nodes) > 1
-    graph_share = IN_GRAPH_TIME_SHARE if in_graph and config.in_graph_rounds > 0 else 0.0
+    graph_share = config.in_graph_share if in_graph and config.in_graph_rounds > 0 else 0.0
     # the time the search and its confirmation rounds share (the rest is the in-graph confirmation's)
     kernels_s = None if config.time_s is None else config.time_s * (1 - graph_share)
     measured = 0

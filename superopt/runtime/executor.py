@@ -227,12 +227,13 @@ class GraphExecutor:
     kernels' C sources as this executor printed them before (``[k.source for k in kernels]``, from a
     program cache entry keyed by the code that printed them): not lowered and printed again. ``packed``: the
     constant inputs this executor packed before (:meth:`packed_constants`, saved with the same graph, schedules
-    and code): used as they are instead of packed again (one whose shape or type does not fit is packed)."""
+    and code): used as they are instead of packed again (one whose shape or type does not fit is packed).
+    ``deadline`` (``time.monotonic()``): the C compiler stops there (``runtime.compiler.CompileDeadline``)."""
 
     def __init__(self, graph: Graph, schedules: Mapping[str, Sequence[Primitive]],
                  config: ExecutorConfig | None = None, phases: PhaseTimer | None = None,
                  sources: Sequence[KernelSource] | None = None,
-                 packed: Mapping[tuple[str, str], np.ndarray] | None = None) -> None:
+                 packed: Mapping[tuple[str, str], np.ndarray] | None = None, deadline: float | None = None) -> None:
         check_run_time_shapes(graph)  # a value-dependent shape (NonZero, ...) may only be a graph output
         self.graph = graph
         self.config = config or ExecutorConfig()
@@ -270,7 +271,7 @@ class GraphExecutor:
         lib: ctypes.CDLL | None = None
         if items or self.natives:
             lib, self.kernels = build_library(items, self.config.compiler, self.target.threads, self.target, extra,
-                                              self.config.serial_below, phases, sources)
+                                              self.config.serial_below, phases, sources, deadline)
         self._buffers = [aligned_empty(max(b, 1), np.uint8) for b in self.memory.buffer_bytes]
         self._packed: dict[tuple[str, str], np.ndarray] = {}
         for n in self.compiled:  # pack constant weights once, ahead of time

@@ -153,13 +153,15 @@ def build_library(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: 
                   threads: int | None = None, target: Target | None = None,
                   extra_sources: Sequence[str] | Callable[[list[KernelSource]], list[str]] = (),
                   serial_below: int = 0, phases: PhaseTimer | None = None,
-                  sources: Sequence[KernelSource] | None = None) -> tuple[ctypes.CDLL, list[CompiledKernel]]:
+                  sources: Sequence[KernelSource] | None = None,
+                  deadline: float | None = None) -> tuple[ctypes.CDLL, list[CompiledKernel]]:
     """Lower, emit and compile many kernels, plus ``extra_sources`` (C functions the caller looks up itself;
     or a function of the kernels' sources that returns them), into ONE shared library (one compiler start),
     for ``target`` (None: this machine with ``threads`` threads). A kernel whose :func:`kernel_work` is
     under ``serial_below`` is compiled without parallel regions. ``phases``: charged ``codegen`` (lower and
     print) and ``compile`` (the C compiler, the library's load); counts ``kernels_compiled``. ``sources``:
-    the items' sources printed before by this function with the same arguments (nothing is lowered)."""
+    the items' sources printed before by this function with the same arguments (nothing is lowered).
+    ``deadline`` (``time.monotonic()``): the compiler stops there (``CompileDeadline``)."""
     target = target or host_target(threads or 1)
     with phase(phases, "codegen"):
         if sources is None or len(sources) != len(items):
@@ -169,7 +171,7 @@ def build_library(items: Sequence[tuple[Compute, Sequence[Primitive]]], config: 
         sources = list(sources)
         extra = extra_sources(sources) if callable(extra_sources) else list(extra_sources)
     built = phases.counts.get("sources_compiled", 0) if phases is not None else 0
-    path = compile_library([s.code for s in sources] + extra, config, target, phases)
+    path = compile_library([s.code for s in sources] + extra, config, target, phases, deadline)
     if phases is not None and phases.counts.get("sources_compiled", 0) > built:
         # (the kernels' sources and the extra ones are compiled alike: at most the kernels are counted)
         phases.add("kernels_compiled", min(len(items), phases.counts["sources_compiled"] - built))
