@@ -261,9 +261,12 @@ def tune_graph(graph: Graph, target: Target, config: TuneConfig, database: Tunin
             kernel) and to finish a batch."""
             if config.time_s is None:
                 return None
-            if per_confirm is None:
-                return kernels_s - config.time_s * (CONFIRM_TIME_SHARE if rounds else 0)
             pending = sum(1 for t in todo if rounds and _unconfirmed_gain(t))
+            if per_confirm is None:
+                # the fixed share, or more where the kernels with a gain to confirm need more: a gain left
+                # unconfirmed is one lucky reading against another, and the database would take it
+                need = pending * (config.confirm_top + 1) * rounds * per_trial
+                return kernels_s - max(config.time_s * (CONFIRM_TIME_SHARE if rounds else 0), need)
             return kernels_s - per_confirm * pending - config.batch_size * per_trial
 
         while True:  # phases: search, then confirm; time the confirmation did not need goes back to the search
