@@ -206,6 +206,9 @@ class _Explorer:
 
     def __init__(self, rules: Sequence[Rule], cost: GraphCost, budget: _Budget) -> None:
         self.rules = list(rules)
+        # the rules of a batch descent (the exploration families only pay off through later moves: a descent
+        # never applies them, so the graphs inside it are not matched against them)
+        self.descent_rules = [r for r in self.rules if r.family not in EXPLORATION_FAMILIES]
         self.cost = cost
         self.budget = budget
         self.digests = GraphDigests(cost.canonical)
@@ -267,13 +270,15 @@ class _Explorer:
         sig = self._signature(graph, site)
         return None if sig is None else (rule.name, sig)
 
-    def moves(self, state: _State) -> list[_Move]:
+    def moves(self, state: _State, exploration: bool = True) -> list[_Move]:
         """Every (rule, site) of ``state`` in enumeration order, with the estimated cost where a move of
-        the same signature was applied before (nothing is applied here)."""
+        the same signature was applied before (nothing is applied here). ``exploration=False``: only the
+        moves of the rules outside ``EXPLORATION_FAMILIES``, in the same order (a batch descent's graphs:
+        the state keeps no list)."""
         if state.moves is not None:
-            return state.moves
+            return state.moves if exploration else [m for m in state.moves if m.rule.family not in EXPLORATION_FAMILIES]
         graph, out, order = state.graph, [], itertools.count()
-        for rule in self.rules:
+        for rule in self.rules if exploration else self.descent_rules:
             try:
                 for site in rule.matches(graph):
                     key = self.key(graph, rule, site)
@@ -281,7 +286,8 @@ class _Explorer:
                     out.append(_Move(None if delta is None else state.cost + delta, rule, site, key, next(order)))
             except Exception as err:  # noqa: BLE001 - a broken rule loses its moves here, named in the report
                 self.error(rule, "matches", err)
-        state.moves = out
+        if exploration:
+            state.moves = out
         return out
 
     def _applied(self, graph: Graph, cost: float, rule: Rule, site: Site, key: Hashable | None) -> tuple[Graph, float] | None:
@@ -340,7 +346,7 @@ class _Explorer:
                     touched |= names
             if len(path) == applied or cut and self.budget.out_of_time():
                 break
-            moves = self.moves(_State(graph, cost, (), ""))
+            moves = self.moves(_State(graph, cost, (), ""), exploration=False)
         if len(path) == len(state.path):
             return None
         return self.state(graph, tuple(path))
