@@ -132,8 +132,8 @@ def _same_readers(a: dict, b: dict) -> bool:
 
 
 def test_a_steps_readers_and_producers_are_those_of_a_pass_over_every_node(squeezenet):
-    """A graph proven valid as a step from the graph validated before it patches that graph's readers and
-    producers (rather than a pass over every node): the same lists, in the same order, as the full pass gives,
+    """A graph proven valid as a step from the graph validated before it patches that graph's readers,
+    producers and nodes by name (rather than a pass over every node): the same lists, in the same order, as the full pass gives,
     along a chain of rewrites (fusions, folds, hoists: nodes replaced, dropped and added) and a node that
     reads one tensor twice."""
     from rewrite_rules import EXPLORATION_FAMILIES, RuleNotApplicable
@@ -142,7 +142,7 @@ def test_a_steps_readers_and_producers_are_those_of_a_pass_over_every_node(squee
     rules = [r for r in default_rules() if r.family not in EXPLORATION_FAMILIES]
     g, derived = squeezenet, 0
     for _ in range(40):
-        assert g.consumers and g.producer  # (the base's answers: what a step patches)
+        assert g.consumers and g.producer and g.node_of  # (the base's answers: what a step patches)
         site_rule = next(((r, s) for r in rules for s in r.matches(g)), None)
         if site_rule is None:
             break
@@ -155,6 +155,7 @@ def test_a_steps_readers_and_producers_are_those_of_a_pass_over_every_node(squee
         assert _same_readers(new.consumers, full.consumers)
         assert new.producer.keys() == full.producer.keys()
         assert all(new.producer[t] is full.producer[t] for t in full.producer)
+        assert new.node_of.keys() == full.node_of.keys() and all(new.node_of[k] is full.node_of[k] for k in full.node_of)
         g = new
     assert derived >= 20
 

@@ -60,7 +60,7 @@ from rewrite_rules import EXPLORATION_FAMILIES, Rule, RuleNotApplicable, Site, r
 from search.budget import Budget, StopReason
 from search.graph.cost import CanonicalDigests, GraphCost
 from superopt.ir.canonical import structural_hashes
-from superopt.ir.graph import Graph, Node
+from superopt.ir.graph import Graph
 
 STRATEGIES = ("backtracking", "mcts", "greedy")
 STOP_NO_RULE = StopReason("exhausted", "no rule applies")
@@ -230,7 +230,7 @@ class _Explorer:
         names (its canonical op, where each input comes from, who reads each output) or the literal
         value. Two sites with equal signatures are assumed to change the cost equally (an estimate: the
         exact cost is taken when the move is applied). None when the site names no node or tensor."""
-        by_name = _nodes_by_name(graph)
+        by_name = graph.node_of
         producer, consumers, consts = graph.producer, graph.consumers, graph.constant
         outputs = set(graph.outputs)
         digest = self.digests.canonical.digest
@@ -350,20 +350,6 @@ class _Explorer:
         if len(path) == len(state.path):
             return None
         return self.state(graph, tuple(path))
-
-
-_NODES_BY_NAME: dict[int, tuple[Graph, dict[str, Node]]] = {}
-
-
-def _nodes_by_name(graph: Graph) -> dict[str, Node]:
-    hit = _NODES_BY_NAME.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    if len(_NODES_BY_NAME) > 64:
-        _NODES_BY_NAME.clear()
-    d = {n.name: n for n in graph.nodes}
-    _NODES_BY_NAME[id(graph)] = (graph, d)
-    return d
 
 
 # -- strategies -----------------------------------------------------------------------------------------

@@ -254,6 +254,21 @@ class Graph:
             return out
         return {o: n for n in self.nodes for o in n.outputs}
 
+    @cached_property
+    def node_of(self) -> dict[str, Node]:
+        """Node name -> node."""
+        step = self._step_base("node_of")
+        if step is not None:  # (from the base's: the dropped nodes out, the new ones in)
+            out = dict(step[0])
+            for m in step[3]:
+                if out.get(m.name) is m:
+                    del out[m.name]
+            nodes = self.nodes
+            for k in step[2]:
+                out[nodes[k].name] = nodes[k]
+            return out
+        return {n.name: n for n in self.nodes}
+
     def _step_base(self, what: str) -> tuple | None:
         """(the base's ``what``, id(node) -> index of the kept nodes, indices of the new nodes, the dropped
         nodes) when this graph was proven valid as a small step from a base that has computed ``what``."""
