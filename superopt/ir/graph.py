@@ -427,8 +427,9 @@ class Graph:
                          or not moved.isdisjoint(nodes[k].outputs))
         if not all(self._node_sound(k, nodes[k], static) for k in check):
             return False
-        if len(_STEPS) >= _STEPS_LIMIT:
-            _STEPS.pop(next(iter(_STEPS), None), None)
+        if len(_STEPS) >= _STEPS_LIMIT:  # (the oldest out; list() copies the keys at once, whatever other threads do)
+            for old in list(_STEPS)[: len(_STEPS) - _STEPS_LIMIT + 1]:
+                _STEPS.pop(old, None)
         _STEPS[id(self)] = (weakref.ref(self), weakref.ref(base), kept, tuple(fresh), dropped)
         return True
 
