@@ -161,7 +161,7 @@ def summarize(rows: list[dict]) -> dict:
     """The median over rounds of each number (phases included); errors kept."""
     ok = [r for r in rows if "error" not in r]
     if not ok:
-        return {"error": rows[0].get("error", "failed") if rows else "not measured"}
+        return {"error": rows[0].get("error", "failed") if rows else NOT_MEASURED}
     out = {k: median_of(ok, k) for k in ("compile_s", "first_run_s", "peak_rss_mb", "import_s", "kernels",
                                          "kernels_compiled", "max_error") if any(k in r for r in ok)}
     phases = sorted({p for r in ok for p in r.get("phases", {})}, key=lambda p: _PHASE_ORDER.get(p, 99))
@@ -171,6 +171,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 _PHASE_ORDER = {p: i for i, p in enumerate(PHASES)}
+NOT_MEASURED = "not measured"  # (a system left out by --systems)
 
 
 def render(result: dict) -> str:
@@ -187,7 +188,9 @@ def render(result: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(d: dict, k: str, scale: float = 1.0, fmt: str = ".2f") -> str:
-        return "error" if "error" in d else (f"{d[k] * scale:{fmt}}" if d.get(k) is not None else "-")
+        if "error" in d:
+            return "-" if d["error"] == NOT_MEASURED else "error"
+        return f"{d[k] * scale:{fmt}}" if d.get(k) is not None else "-"
 
     if result.get("baseline"):
         lines[-2] += " before: cold / warm (s), RSS cold (MB) |"
@@ -202,18 +205,22 @@ def render(result: dict) -> str:
         if "before_cold" in r:
             bc, bw = r["before_cold"], r["before_warm"]
             lines[-1] += f" {f(bc, 'compile_s')} / {f(bw, 'compile_s')}, {f(bc, 'peak_rss_mb', fmt='.0f')} |"
-    for which in ("cold", "warm"):
-        lines += ["", f"## superopt {which}: seconds per phase", "",
+    for which in ("cold", "warm", "before_cold", "before_warm"):
+        rows = {name: r[which] for name, r in result["models"].items() if which in r}
+        if not rows or all(d.get("error") == NOT_MEASURED for d in rows.values()):
+            continue
+        title = f"superopt {which.removeprefix('before_')}" + (" before" if which.startswith("before") else "")
+        lines += ["", f"## {title}: seconds per phase", "",
                   "| model | " + " | ".join(cols) + " | total |", "|---|" + "---:|" * (len(cols) + 1)]
-        for name, r in result["models"].items():
-            d = r[which]
+        for name, d in rows.items():
             if "error" in d:
                 lines.append(f"| {name} | {d['error']} |")
                 continue
             ph = d.get("phases", {})
             cells = [f"{ph[p]:.2f}" if p in ph else "-" for p in cols]
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {d['compile_s']:.2f} |")
-    errors = [(n, s, r[s]["error"]) for n, r in result["models"].items() for s in r if "error" in r[s]]
+    errors = [(n, s, r[s]["error"]) for n, r in result["models"].items() for s in r
+              if "error" in r[s] and r[s]["error"] != NOT_MEASURED]
     if errors:
         lines += ["", "Errors:", *[f"- {n} {s}: {e}" for n, s, e in errors]]
     return "\n".join(lines) + "\n"

@@ -214,15 +214,28 @@ class FeatureExtractor:
         return out
 
 
-def strided_vector_reads(candidate: Candidate) -> dict[int | None, float]:
+def lowered(candidate: Candidate) -> tuple[KernelPlan, LoopNest] | None:
+    """The candidate's plan and loop nest; None when its trace does not lower. Pass it to
+    :func:`named_features` and :func:`strided_vector_reads` of the same candidate so that they share one
+    lowering (building the loop nest costs more than reading it)."""
+    try:
+        plan = lower(candidate.compute, candidate.trace, candidate.target)
+        return plan, build_loopnest(plan)
+    except ScheduleError:
+        return None
+
+
+def strided_vector_reads(candidate: Candidate,
+                         lowering: tuple[KernelPlan, LoopNest] | None = None) -> dict[int | None, float]:
     """The elements that vectorized loops read with a stride other than 0 or 1 (what ``mem.vector_gathers``
     sums), by that stride (None: no one stride). Not a feature of the model: the graph cost prices a stride of 2
     as two contiguous loads and a shuffle per vector (gcc's permutes, the vector tile's ``so_ld16s2``) rather
-    than one insert per element. Empty when the trace does not lower."""
-    try:
-        nest = build_loopnest(lower(candidate.compute, candidate.trace, candidate.target))
-    except ScheduleError:
+    than one insert per element. Empty when the trace does not lower. ``lowering``: :func:`lowered` of the
+    candidate, when the caller has it."""
+    lowering = lowering if lowering is not None else lowered(candidate)
+    if lowering is None:
         return {}
+    nest = lowering[1]
     out: Counter = Counter()
     for a in accesses(nest):
         vec = [a.access.stride(lp.var) for lp in a.loops if lp.kind == "vectorized"]
@@ -231,22 +244,24 @@ def strided_vector_reads(candidate: Candidate) -> dict[int | None, float]:
     return dict(out)
 
 
-def extract(candidate: Candidate) -> np.ndarray:
+def extract(candidate: Candidate, lowering: tuple[KernelPlan, LoopNest] | None = None) -> np.ndarray:
     """The feature vector of one candidate (all NaN when its trace does not lower: XGBoost treats NaN
-    as missing, and searches only score legal candidates anyway)."""
-    try:
-        plan = lower(candidate.compute, candidate.trace, candidate.target)
-        nest = build_loopnest(plan)
-    except ScheduleError:
+    as missing, and searches only score legal candidates anyway). ``lowering``: :func:`lowered` of the
+    candidate, when the caller has it."""
+    lowering = lowering if lowering is not None else lowered(candidate)
+    if lowering is None:
         return np.full(len(FEATURE_NAMES), np.nan, dtype=np.float32)
+    plan, nest = lowering
     return nest_features(plan, nest, candidate.target, candidate.constant_inputs)
 
 
-def named_features(candidate: Candidate) -> dict[str, float] | None:
+def named_features(candidate: Candidate,
+                   lowering: tuple[KernelPlan, LoopNest] | None = None) -> dict[str, float] | None:
     """The features of one candidate by name in their own units (counts, bytes, strides: the ``log2(1 + x)``
     undone; fractions and flags as they are); None when its trace does not lower. For estimates outside the
-    learned model (the graph search's kernel times) that need the same strides, traffic and packing."""
-    f = extract(candidate)
+    learned model (the graph search's kernel times) that need the same strides, traffic and packing.
+    ``lowering``: :func:`lowered` of the candidate, when the caller has it."""
+    f = extract(candidate, lowering)
     if np.isnan(f).any():
         return None
     linear = _LINEAR_FEATURES

@@ -83,8 +83,9 @@ class OptimizeConfig:
     budget_s: float | None = None
     tune_trials: int | None = None
     # seconds the cost model's zero-measurement picks may take (kernels of most work first; the others keep
-    # the default heuristic); None: MODEL_PICK_S per distinct kernel, at least MODEL_PICK_MIN_S (each pick
-    # lowers and featurizes about a hundred candidate schedules); with budget_s, 80% of the budget instead
+    # the default heuristic); None: MODEL_PICK_S per distinct kernel left to pick that carries at least 1% of
+    # the graph's work, at least MODEL_PICK_MIN_S (each pick lowers and featurizes about a hundred candidate
+    # schedules); with budget_s, 80% of the budget instead
     model_pick_s: float | None = None
     progress: bool = False  # progress bars on stderr for the long passes
     # keep each verified program of an ONNX model under the compiler cache (superopt.program_cache): a second
@@ -103,8 +104,8 @@ class OptimizeConfig:
                              self.seed, self.layout, self.winograd)
 
 
-# (the picking time a distinct kernel adds to the allowance; picks run largest work first, and a pick of an
-# elementwise kernel, a space of a few points, takes a fraction of it)
+# (the picking time a distinct kernel adds to the allowance, when it carries at least 1% of the graph's work and
+# the database does not serve it: search.schedule.model_guided.PickAllowance; picks run largest work first)
 MODEL_PICK_S = 0.2
 MODEL_PICK_MIN_S = 1.6
 
@@ -428,13 +429,16 @@ def model_knows(cost_model, target: Target) -> bool:
 
 
 def schedule_graph(graph: Graph, target: Target, database: str | Path | None = None, cost_model=None,
-                   deadline: float | None = None) -> tuple[dict[str, list], list[str], list[str]]:
+                   deadline: float | None = None, pick_allowance: tuple[float, float] | None = None
+                   ) -> tuple[dict[str, list], list[str], list[str]]:
     """The schedule pass over a graph with canonical kernels (``canonicalize_kernels``): node name ->
     trace for every compute node. From the tuning database where it has a verified best for
     ``target``; else the cost model's pick, measuring nothing, when a model is given (it keeps the
     default unless it expects another schedule to be faster; no more picks after ``deadline``, a
-    ``time.perf_counter()`` value); else the default heuristic. Returns the
-    schedules, the nodes the database served and the nodes whose schedule the model changed."""
+    ``time.perf_counter()`` value; with no deadline and ``pick_allowance`` = (seconds per kernel, at least),
+    :class:`search.schedule.model_guided.PickAllowance` of the kernels left to pick); else the default
+    heuristic. Returns the schedules, the nodes the database served and the nodes whose schedule the model
+    changed."""
     schedules, hits, picked = {}, [], []
     if database is not None:
         from search.schedule.database import TuningDatabase, schedules_from_database
@@ -442,10 +446,13 @@ def schedule_graph(graph: Graph, target: Target, database: str | Path | None = N
         schedules, hits = schedules_from_database(graph, target, TuningDatabase(database))
     if cost_model is not None and model_knows(cost_model, target):
         from search.graph.layout import blocked_kernels  # NCHWc kernels keep the default (the model knows NCHW only)
-        from search.schedule.model_guided import schedules_from_model
+        from search.schedule.model_guided import PickAllowance, schedules_from_model
 
-        chosen, picks = schedules_from_model(graph, target, cost_model, skip=[*hits, *blocked_kernels(graph)],
-                                             deadline=deadline)
+        skip = [*hits, *blocked_kernels(graph)]
+        if deadline is None and pick_allowance is not None:
+            per_kernel_s, min_s = pick_allowance
+            deadline = time.perf_counter() + PickAllowance(per_kernel_s, min_s).seconds(graph, skip)
+        chosen, picks = schedules_from_model(graph, target, cost_model, skip=skip, deadline=deadline)
         schedules = chosen | schedules
         picked = [name for name, p in picks.items() if not p.is_default]
     if any(not n.is_extern and n.name not in schedules for n in graph.nodes):
@@ -531,18 +538,17 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     database, tune = config.database, None
     with phases.phase("schedule"), tempfile.TemporaryDirectory(prefix="superopt-tune-") as scratch:
         model = load_cost_model(config.cost_model)
+        deadline = None  # (None: the allowance of the kernels left to pick, once the database has served its own)
         if config.budget_s is not None:
             deadline = t0 + 0.8 * config.budget_s
-        else:
-            kernels = len({n.op.digest() for n in graph.nodes if not n.is_extern})
-            pick_s = config.model_pick_s if config.model_pick_s is not None else \
-                max(MODEL_PICK_MIN_S, MODEL_PICK_S * kernels)
-            deadline = time.perf_counter() + pick_s
+        elif config.model_pick_s is not None:
+            deadline = time.perf_counter() + config.model_pick_s
         if config.budget_s is not None or config.tune_trials is not None:  # schedule search
             database = database or Path(scratch) / "tuning.jsonl"
             time_s = None if config.budget_s is None else max(1.0, t0 + 0.5 * config.budget_s - time.perf_counter())
             tune = tune_schedules(graph, target, config, database, model, time_s)
-        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline)
+        schedules, hits, picked = schedule_graph(graph, target, database, model, deadline,
+                                                 pick_allowance=(MODEL_PICK_S, MODEL_PICK_MIN_S))
     # (while the build runs)
     reference = start_reference(imported, config.seed, config.reference_points) if config.verify else None
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)

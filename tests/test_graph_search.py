@@ -120,18 +120,19 @@ DUPLICATE = Rule("duplicate_shared_producer", "exploration", "y = f(x) read twic
                  _duplicate_sites, _duplicate, lambda: [shared_producer(8)])
 
 
-def small_cnn(seed: int = 0) -> Graph:
+def small_cnn(seed: int = 0, channels: int = 4) -> Graph:
     """conv -> batch norm -> relu -> conv -> batch norm -> + x -> relu -> max pool, at small shapes."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder("small_cnn")
-    x = b.input("x", (1, 4, 8, 8))
+    c = channels
+    x = b.input("x", (1, c, 8, 8))
 
     def conv_bn(inp: str, name: str) -> str:
-        w = b.constant((rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32), f"{name}_w")
+        w = b.constant((rng.standard_normal((c, c, 3, 3)) * 0.3).astype(np.float32), f"{name}_w")
         y = b.compute1("O[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]", {"X": inp, "W": w}, name,
                        extents={"y": 8, "x": 8}, padding={"X": 0.0})
-        g, bias, m = (b.constant(rng.standard_normal(4).astype(np.float32), f"{name}_{k}") for k in "gbm")
-        v = b.constant((rng.random(4) + 0.5).astype(np.float32), f"{name}_v")
+        g, bias, m = (b.constant(rng.standard_normal(c).astype(np.float32), f"{name}_{k}") for k in "gbm")
+        v = b.constant((rng.random(c) + 0.5).astype(np.float32), f"{name}_v")
         return b.compute1("O[n,c,y,x] = (A[n,c,y,x] - M[c]) * (G[c] * rsqrt(V[c] + 0.00001)) + B[c]",
                           {"A": y, "G": g, "B": bias, "M": m, "V": v}, f"{name}_bn")
 
@@ -451,3 +452,40 @@ def test_finish_descent_applies_the_first_descent_even_when_costing_the_start_sp
     same_outputs(g, best, rtol=1e-5)  # (folded constants are rounded to float32)
     _, cut = search_graph(g, cost(), replace(tiny, finish_descent=False))
     assert not cut.applied and cut.stop_reason == STOP_TIME  # without it the budget stops the search at once
+
+
+def test_a_descent_matched_against_its_own_rules_finds_what_matching_every_rule_found(monkeypatch):
+    """A batch descent never applies an exploration move, so its graphs are matched against the other rules
+    only: the same moves, in the same order, with the same keys and estimates, and the same search result
+    as when every rule's sites were enumerated on every graph of the descent."""
+    import search.graph.search as gs
+    from rewrite_rules import EXPLORATION_FAMILIES
+
+    g = small_cnn(channels=16)  # (channels in blocks of 8 and 16: the layout exploration's moves match)
+    rules = gs.default_rules()
+    config = GraphSearchConfig(budget_s=1e-6, finish_descent=True)  # (the start's two descents, whatever the time)
+    best, report = search_graph(g, cost(), config, rules)
+    assert report.applied
+
+    ex = gs._Explorer(rules, cost(), gs._Budget(float("inf"), None))
+    for graph in (g, best):
+        state = ex.state(graph, ()) or gs._State(graph, ex.cost(graph), (), "")
+        every = ex.moves(gs._State(graph, state.cost, (), ""))
+        assert any(m.rule.family in EXPLORATION_FAMILIES for m in every)  # (there is something to leave out)
+        own = ex.moves(gs._State(graph, state.cost, (), ""), exploration=False)
+
+        def seen(moves):
+            return [(m.rule.name, m.site, m.key, m.estimate) for m in moves]
+
+        assert seen(own) == seen(m for m in every if m.rule.family not in EXPLORATION_FAMILIES)
+
+    init = gs._Explorer.__init__
+
+    def every_rule_in_descents(self, *a, **kw):
+        init(self, *a, **kw)
+        self.descent_rules = self.rules
+
+    monkeypatch.setattr(gs._Explorer, "__init__", every_rule_in_descents)
+    best_all, report_all = search_graph(g, cost(), config, rules)
+    assert GraphDigests()(best_all) == GraphDigests()(best)
+    assert report_all.applied == report.applied and report_all.cost_after == report.cost_after

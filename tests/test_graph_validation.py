@@ -125,3 +125,51 @@ def test_validation_keeps_no_graph_alive(squeezenet):
     del g
     gc.collect()
     assert ref() is None
+
+
+def _same_readers(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(len(a[t]) == len(b[t]) and all(x is y for x, y in zip(a[t], b[t])) for t in b)
+
+
+def test_a_steps_readers_and_producers_are_those_of_a_pass_over_every_node(squeezenet):
+    """A graph proven valid as a step from the graph validated before it patches that graph's readers,
+    producers and nodes by name (rather than a pass over every node): the same lists, in the same order, as the full pass gives,
+    along a chain of rewrites (fusions, folds, hoists: nodes replaced, dropped and added) and a node that
+    reads one tensor twice."""
+    from rewrite_rules import EXPLORATION_FAMILIES, RuleNotApplicable
+    from search.graph.search import default_rules
+
+    rules = [r for r in default_rules() if r.family not in EXPLORATION_FAMILIES]
+    g, derived = squeezenet, 0
+    for _ in range(40):
+        assert g.consumers and g.producer and g.node_of  # (the base's answers: what a step patches)
+        site_rule = next(((r, s) for r in rules for s in r.matches(g)), None)
+        if site_rule is None:
+            break
+        try:
+            new = site_rule[0].apply(g, site_rule[1])
+        except RuleNotApplicable:
+            break
+        derived += graph_module._STEPS.get(id(new), (lambda: None,))[0]() is new
+        full = unchecked(new)  # (built without validation: no step to patch from)
+        assert _same_readers(new.consumers, full.consumers)
+        assert new.producer.keys() == full.producer.keys()
+        assert all(new.producer[t] is full.producer[t] for t in full.producer)
+        assert new.node_of.keys() == full.node_of.keys() and all(new.node_of[k] is full.node_of[k] for k in full.node_of)
+        g = new
+    assert derived >= 20
+
+    # a new node reading one tensor twice, in front of the readers of that tensor
+    x = g.inputs[0]
+    t = g.type_of[x]
+    ix = ",".join(f"i{k}" for k in range(t.rank))
+    from superopt.lang import compile_op
+
+    op = compile_op(f"O[{ix}] = X[{ix}] + Y[{ix}]", {"X": t.shape, "Y": t.shape})
+    twice = graph_module.Node("twice", op, (x, x), ("twice_out",))
+    assert g.consumers and g.producer
+    new = replace(g, nodes=(twice, *g.nodes), types=g.types + (("twice_out", op.type_of["O"]),),
+                  outputs=g.outputs + ("twice_out",))
+    assert graph_module._STEPS[id(new)][0]() is new
+    assert _same_readers(new.consumers, unchecked(new).consumers)
+    assert new.consumers[x][:2] == [twice, twice]

@@ -363,14 +363,16 @@ class GraphCost:
         """The roofline refined by a schedule of the kernel, by default its default schedule (see the module
         docstring); the roofline itself where the schedule does not lower."""
         from costmodel.base import Candidate
-        from costmodel.features import BUFFERS, named_features, strided_vector_reads
+        from costmodel.features import BUFFERS, lowered, named_features, strided_vector_reads
         from superopt.schedule.default import default_schedule
         from superopt.schedule.plan import ScheduleError
 
         target, c = self.target, self.ceilings
         try:
             trace = default_schedule(compute, target, constant_inputs) if trace is None else trace
-            f = named_features(Candidate(compute, tuple(trace), target, constant_inputs))
+            candidate = Candidate(compute, tuple(trace), target, constant_inputs)
+            lowering = lowered(candidate)  # (lowered once: the features and the strides read the same nest)
+            f = named_features(candidate, lowering) if lowering is not None else None
         except ScheduleError:
             f = None
         if f is None:
@@ -383,8 +385,7 @@ class GraphCost:
         gathers, paired = f["mem.vector_gathers"], 0.0
         if gathers >= 1.0:
             # a stride of 2 is no gather: two contiguous loads and one shuffle make a vector of its even elements
-            paired = min(gathers, strided_vector_reads(Candidate(compute, tuple(trace), target,
-                                                                 constant_inputs)).get(2, 0.0))
+            paired = min(gathers, strided_vector_reads(candidate, lowering).get(2, 0.0))
         strided_s = (self.gather_cycles * (gathers - paired) + self.stride2_vector_cycles * paired
                      / target.lanes("float32")) / cores / cycles_per_s
         # (the extractor's cache-traffic estimates rank tilings of one kernel; as absolute bytes they run 10x over

@@ -60,7 +60,7 @@ from rewrite_rules import EXPLORATION_FAMILIES, Rule, RuleNotApplicable, Site, r
 from search.budget import Budget, StopReason
 from search.graph.cost import CanonicalDigests, GraphCost
 from superopt.ir.canonical import structural_hashes
-from superopt.ir.graph import Graph, Node
+from superopt.ir.graph import Graph
 
 STRATEGIES = ("backtracking", "mcts", "greedy")
 STOP_NO_RULE = StopReason("exhausted", "no rule applies")
@@ -206,6 +206,9 @@ class _Explorer:
 
     def __init__(self, rules: Sequence[Rule], cost: GraphCost, budget: _Budget) -> None:
         self.rules = list(rules)
+        # the rules of a batch descent (the exploration families only pay off through later moves: a descent
+        # never applies them, so the graphs inside it are not matched against them)
+        self.descent_rules = [r for r in self.rules if r.family not in EXPLORATION_FAMILIES]
         self.cost = cost
         self.budget = budget
         self.digests = GraphDigests(cost.canonical)
@@ -227,7 +230,7 @@ class _Explorer:
         names (its canonical op, where each input comes from, who reads each output) or the literal
         value. Two sites with equal signatures are assumed to change the cost equally (an estimate: the
         exact cost is taken when the move is applied). None when the site names no node or tensor."""
-        by_name = _nodes_by_name(graph)
+        by_name = graph.node_of
         producer, consumers, consts = graph.producer, graph.consumers, graph.constant
         outputs = set(graph.outputs)
         digest = self.digests.canonical.digest
@@ -267,13 +270,15 @@ class _Explorer:
         sig = self._signature(graph, site)
         return None if sig is None else (rule.name, sig)
 
-    def moves(self, state: _State) -> list[_Move]:
+    def moves(self, state: _State, exploration: bool = True) -> list[_Move]:
         """Every (rule, site) of ``state`` in enumeration order, with the estimated cost where a move of
-        the same signature was applied before (nothing is applied here)."""
+        the same signature was applied before (nothing is applied here). ``exploration=False``: only the
+        moves of the rules outside ``EXPLORATION_FAMILIES``, in the same order (a batch descent's graphs:
+        the state keeps no list)."""
         if state.moves is not None:
-            return state.moves
+            return state.moves if exploration else [m for m in state.moves if m.rule.family not in EXPLORATION_FAMILIES]
         graph, out, order = state.graph, [], itertools.count()
-        for rule in self.rules:
+        for rule in self.rules if exploration else self.descent_rules:
             try:
                 for site in rule.matches(graph):
                     key = self.key(graph, rule, site)
@@ -281,7 +286,8 @@ class _Explorer:
                     out.append(_Move(None if delta is None else state.cost + delta, rule, site, key, next(order)))
             except Exception as err:  # noqa: BLE001 - a broken rule loses its moves here, named in the report
                 self.error(rule, "matches", err)
-        state.moves = out
+        if exploration:
+            state.moves = out
         return out
 
     def _applied(self, graph: Graph, cost: float, rule: Rule, site: Site, key: Hashable | None) -> tuple[Graph, float] | None:
@@ -340,24 +346,10 @@ class _Explorer:
                     touched |= names
             if len(path) == applied or cut and self.budget.out_of_time():
                 break
-            moves = self.moves(_State(graph, cost, (), ""))
+            moves = self.moves(_State(graph, cost, (), ""), exploration=False)
         if len(path) == len(state.path):
             return None
         return self.state(graph, tuple(path))
-
-
-_NODES_BY_NAME: dict[int, tuple[Graph, dict[str, Node]]] = {}
-
-
-def _nodes_by_name(graph: Graph) -> dict[str, Node]:
-    hit = _NODES_BY_NAME.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    if len(_NODES_BY_NAME) > 64:
-        _NODES_BY_NAME.clear()
-    d = {n.name: n for n in graph.nodes}
-    _NODES_BY_NAME[id(graph)] = (graph, d)
-    return d
 
 
 # -- strategies -----------------------------------------------------------------------------------------

@@ -193,6 +193,43 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
     return ModelPick(best.trace, best.point, best.score - default_score, len(scored), False)
 
 
+# a kernel (its nodes together) carrying less of the graph's work than this does not add to the picks'
+# allowance: even a pick twice as fast as the default would save under half of it, while a pick takes as long
+# (lowering and featurizing its candidates) for a small kernel as for a large one
+PICK_MIN_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class PickAllowance:
+    """The seconds the zero-measurement picks of one graph may take: ``per_kernel_s`` for each distinct kernel
+    left to pick (not served by the database, not skipped) that carries at least ``min_share`` of the graph's
+    work (:func:`superopt.runtime.kernel.kernel_work`, summed over the nodes running it), at least ``min_s``.
+    The picks run kernels of most work first (:func:`schedules_from_model`), so the allowance is spent where a
+    pick can pay; the kernels it does not reach keep the default schedule."""
+
+    per_kernel_s: float = 0.2
+    min_s: float = 1.6
+    min_share: float = PICK_MIN_SHARE
+
+    def seconds(self, graph, skip: Iterable[str] = ()) -> float:
+        from superopt.runtime.kernel import kernel_work
+        from superopt.schedule.graph_defaults import constant_inputs
+
+        skip = set(skip)
+        work: dict[tuple[str, frozenset[str]], int] = {}
+        total = 0
+        for n in graph.nodes:
+            if n.is_extern:
+                continue
+            w = kernel_work(n.op)
+            total += w
+            if n.name not in skip:
+                key = (n.op.digest(), constant_inputs(graph, n))
+                work[key] = work.get(key, 0) + w
+        heavy = sum(w >= self.min_share * total for w in work.values())
+        return max(self.min_s, self.per_kernel_s * heavy)
+
+
 def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Iterable[str] = (),
                          population: int = 128, generations: int = 2, margin: float = PICK_MARGIN, seed: int = 0,
                          deadline: float | None = None) -> tuple[dict[str, list[Primitive]], dict[str, ModelPick]]:

@@ -157,6 +157,38 @@ _OUTPUTS = attrgetter("outputs")
 _NAME = itemgetter(0)
 _RETYPED: list = [None]  # (base, graph, the names the graph retypes): computed once per validation
 
+# the last few graphs proven valid as a small step from a base graph: id(graph) -> (the graph, the base, id(node)
+# -> index of the nodes it kept, indices of its new nodes, the base's nodes it dropped), all but the kept
+# indices by weak or bounded reference. A search asks each step's graph who reads what
+# (:attr:`Graph.consumers`), a whole pass over a graph of thousands of nodes; from the base's answer it is a
+# patch where the step changed something
+_STEPS: dict[int, tuple[weakref.ref, weakref.ref, dict[int, int], tuple[int, ...], tuple[Node, ...]]] = {}
+_STEPS_LIMIT = 8
+
+
+def _readers_after(old: dict[str, list[Node]], nodes: tuple[Node, ...], kept: dict[int, int], fresh: tuple[int, ...],
+                   dropped: tuple[Node, ...]) -> dict[str, list[Node]]:
+    """:attr:`Graph.consumers` of a graph of ``nodes`` from its base's (``old``): the lists of the tensors the
+    dropped and the new nodes read are rebuilt in graph order (a node as often as it reads the tensor), every
+    other one is the base's (the same readers, in the same order: kept nodes keep their relative order)."""
+    gone = {id(n) for n in dropped}
+    added: dict[str, list[tuple[int, Node]]] = {}
+    for k in fresh:
+        n = nodes[k]
+        for i in n.inputs:
+            added.setdefault(i, []).append((k, n))
+    out = dict(old)
+    for t in {i for n in dropped for i in n.inputs} | added.keys():
+        readers = [(kept[id(n)], n) for n in old.get(t, ()) if id(n) not in gone]
+        more = added.get(t)
+        if more:
+            readers = sorted(readers + more, key=itemgetter(0)) if readers else more
+        if readers:
+            out[t] = [n for _, n in readers]
+        else:
+            out.pop(t, None)
+    return out
+
 
 def _op_agrees(node: Node, types: tuple[TensorType, ...]) -> bool:
     """Whether a compute node's op has the node's arity and expects ``types`` (its inputs', then outputs')."""
@@ -208,10 +240,50 @@ class Graph:
 
     @cached_property
     def producer(self) -> dict[str, Node]:
+        step = self._step_base("producer")
+        if step is not None:  # (from the base's: the dropped nodes' outputs out, the new nodes' in)
+            out = dict(step[0])
+            for m in step[3]:
+                for o in m.outputs:
+                    if out.get(o) is m:
+                        del out[o]
+            nodes = self.nodes
+            for k in step[2]:
+                for o in nodes[k].outputs:
+                    out[o] = nodes[k]
+            return out
         return {o: n for n in self.nodes for o in n.outputs}
 
     @cached_property
+    def node_of(self) -> dict[str, Node]:
+        """Node name -> node."""
+        step = self._step_base("node_of")
+        if step is not None:  # (from the base's: the dropped nodes out, the new ones in)
+            out = dict(step[0])
+            for m in step[3]:
+                if out.get(m.name) is m:
+                    del out[m.name]
+            nodes = self.nodes
+            for k in step[2]:
+                out[nodes[k].name] = nodes[k]
+            return out
+        return {n.name: n for n in self.nodes}
+
+    def _step_base(self, what: str) -> tuple | None:
+        """(the base's ``what``, id(node) -> index of the kept nodes, indices of the new nodes, the dropped
+        nodes) when this graph was proven valid as a small step from a base that has computed ``what``."""
+        step = _STEPS.get(id(self))
+        if step is None or step[0]() is not self:
+            return None
+        base = step[1]()
+        old = base.__dict__.get(what) if base is not None else None
+        return None if old is None else (old, *step[2:])
+
+    @cached_property
     def consumers(self) -> dict[str, list[Node]]:
+        step = self._step_base("consumers")
+        if step is not None:
+            return _readers_after(step[0], self.nodes, *step[1:])
         out: dict[str, list[Node]] = {}
         get = out.get
         for n in self.nodes:
@@ -345,15 +417,21 @@ class Graph:
         # tensors whose definition changed: new nodes' outputs, removed nodes' outputs, static ones that came
         # or went; and tensors typed by another object
         moved = {o for k in fresh for o in nodes[k].outputs}
-        if len(kept) != len(bnodes):
-            moved.update(o for m in bnodes if id(m) not in kept for o in m.outputs)
+        dropped = tuple(m for m in bnodes if id(m) not in kept) if len(kept) != len(bnodes) else ()
+        moved.update(o for m in dropped for o in m.outputs)
         moved |= static ^ base._static_names
         moved |= base._retyped(self)
         check = set(fresh)
         if moved:
             check.update(k for k in kept.values() if not moved.isdisjoint(nodes[k].inputs)
                          or not moved.isdisjoint(nodes[k].outputs))
-        return all(self._node_sound(k, nodes[k], static) for k in check)
+        if not all(self._node_sound(k, nodes[k], static) for k in check):
+            return False
+        if len(_STEPS) >= _STEPS_LIMIT:  # (the oldest out; list() copies the keys at once, whatever other threads do)
+            for old in list(_STEPS)[: len(_STEPS) - _STEPS_LIMIT + 1]:
+                _STEPS.pop(old, None)
+        _STEPS[id(self)] = (weakref.ref(self), weakref.ref(base), kept, tuple(fresh), dropped)
+        return True
 
     def _validate_full(self) -> None:
         """Every invariant checked in turn: raises a GraphError naming the first one broken."""
