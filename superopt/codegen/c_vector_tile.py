@@ -21,7 +21,7 @@ reduction is short (attention's two 64-step matmul tiles); long reductions (sgem
 
 from __future__ import annotations
 
-from superopt.codegen.c_emit import c_linear, c_ref, c_value
+from superopt.codegen.c_emit import c_conds, c_linear, c_ref, c_value
 from superopt.ir.expr import Affine
 from superopt.loopnest import (
     Accumulate,
@@ -39,6 +39,7 @@ from superopt.loopnest import (
     Scope,
     WriteBack,
 )
+from superopt.loopnest.block_tests import hoisted_tests, without_tests
 
 __all__ = ["vector_tile_lines"]
 
@@ -184,6 +185,10 @@ class _TilePrinter:
                 *[(d + 1, line) for d, line in by_lane]]
 
     def loop(self, lp: Loop, depth: int, col: str | None) -> list[tuple[int, str]]:
+        tests = hoisted_tests(lp)
+        if tests:  # (a write-back nest of one kind of reduction block: tested once, around it)
+            return [(depth, f"if ({c_conds(tests)}) {{"), *self.loop(without_tests(lp, tests), depth + 1, col),
+                    (depth, "}")]
         if (lp.tail and lp.kind != "vectorized") or lp.reductions or lp.kind not in ("serial", "unrolled", "vectorized"):
             raise _NotVector
         v = lp.var
