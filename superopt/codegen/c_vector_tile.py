@@ -14,9 +14,10 @@ cannot be spelled this way (a tail, a guard, a loop of a part of a vector, a rea
 constant along the vector loop, an operation with no vector spelling here) leaves the whole tile to the
 scalar printer, except a write-back loop whose last vector is partial (the last panel of 250 columns in
 tiles of 64, its accumulation run whole over the zero-filled panel): its stores of that vector go lane by
-lane up to the bound, and it may read nothing but the tile along the vector. With the float-array spelling
-gcc stores the tile to the stack after the reduction and copies it out, which costs most where a tile's
-reduction is short (attention's two 64-step matmul tiles); long reductions (sgemm) hide it.
+lane up to the bound, and it may read nothing but the tile along the vector. A write-back nest of one kind of
+reduction block (``loopnest.block_tests``) is printed under its block test, its statements without it.
+With the float-array spelling gcc stores the tile to the stack after the reduction and copies it out, which
+costs most where a tile's reduction is short (attention's two 64-step matmul tiles); long reductions (sgemm) hide it.
 """
 
 from __future__ import annotations
