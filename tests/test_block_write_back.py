@@ -14,8 +14,8 @@ import pytest
 from superopt.codegen.c_emit import emit_c
 from superopt.lang import compile_op
 from superopt.loopnest import Epilogue, Guard, Loop, build_loopnest
-from superopt.loopnest.block_tests import hoisted_tests, without_tests
-from superopt.loopnest.walk import walk
+from superopt.loopnest.block_tests import block_share, hoisted_tests, without_tests
+from superopt.loopnest.walk import accesses, walk
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule import CacheWrite, Reorder, Split, Unroll, Vectorize
 from superopt.schedule import Epilogue as EpilogueRecord
@@ -83,3 +83,14 @@ def test_each_kind_of_block_is_its_own_write_back_nest_with_one_test_to_hoist():
         assert not any(t.block for g in _guards(stripped) for t in g.conds)
     # the loops around the write-backs (the tile's own, the reduction's) have no one test to hoist
     assert all(not hoisted_tests(lp) for lp in _loops(nest) if lp.var in ("k_o", "i_o", "j_o", "k_i"))
+
+
+def test_a_block_write_back_counts_in_the_share_of_the_blocks_it_runs_in():
+    """For the cost model's features: of 7 blocks, the first stores, 5 combine, the last runs the epilogue;
+    the reduction's own accesses run in every block."""
+    c, trace = _case(37, 50, 64, 8)
+    nest = build_loopnest(lower(c, trace, avx512_target(2)))
+    stores = [a for a in accesses(nest) if a.is_write and a.access.buffer == "O"]
+    assert sorted({round(a.runs * 7, 9) for a in stores}) == [1.0, 5.0]
+    assert {a.runs for a in accesses(nest) if a.access.buffer in ("A", "B")} == {1.0}
+    assert block_share((), ()) == 1.0

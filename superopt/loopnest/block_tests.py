@@ -5,8 +5,11 @@ branch per element was GCC's to unswitch or thread, which cost it as much as a c
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import replace
 
+from superopt.ir.expr import Affine
 from superopt.loopnest.index import GuardCond
 from superopt.loopnest.loop import Loop
 from superopt.loopnest.statements import Epilogue, Guard, Node
@@ -63,3 +66,22 @@ def without_tests(n: Node, tests: tuple[GuardCond, ...]) -> Node:
         conds = tuple(c for c in n.conds if c not in tests)
         return replace(n, conds=conds) if conds else n.body
     return n
+
+
+def block_share(conds: tuple[GuardCond, ...], loops: tuple[Loop, ...], most: int = 4096) -> float:
+    """The share of the iterations of ``loops`` (around a statement under ``conds``) in which its block tests
+    hold: a write-back of one kind of block runs in that share of the blocks (the first in one of them). 1.0
+    where it has none, or where they range over loops not given or over more than ``most`` iterations."""
+    tests = [c for c in conds if c.block]
+    if not tests:
+        return 1.0
+    names = sorted(set().union(*(c.index.vars() for c in tests)))
+    extent = {lp.var: lp.extent for lp in loops}
+    if any(v not in extent for v in names) or math.prod(extent[v] for v in names) > most:
+        return 1.0
+    hits = total = 0
+    for values in itertools.product(*(range(extent[v]) for v in names)):
+        at = {v: Affine.of({}, x) for v, x in zip(names, values)}
+        total += 1
+        hits += all(c.index.substitute(at).bounds({})[0] < c.limit for c in tests)
+    return hits / total
