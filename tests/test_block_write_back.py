@@ -94,3 +94,18 @@ def test_a_block_write_back_counts_in_the_share_of_the_blocks_it_runs_in():
     assert sorted({round(a.runs * 7, 9) for a in stores}) == [1.0, 5.0]
     assert {a.runs for a in accesses(nest) if a.access.buffer in ("A", "B")} == {1.0}
     assert block_share((), ()) == 1.0
+
+
+def test_a_scalar_accumulator_splits_the_loop_of_the_blocks_instead(kernel_cache):
+    """No tile loops to run a block's write-back under one test: a test at every element's write-back would
+    cost a branch per element, so the blocks' loop is split into the first, the middle and the last blocks."""
+    c = compile_op(EPILOGUE_MM, {"A": (37, 50), "B": (50, 70), "C": (70,), "R": (37, 70)}, outputs=["O"])
+    trace = [Split("P", "k", 8), Reorder("P", ("k_o", "i", "j", "k_i")), CacheWrite("P", "k_i"),
+             EpilogueRecord("O", "P")]
+    code = emit_c(lower(c, trace), "k").code
+    assert re.findall(r"for \(int k_o = 0; k_o < (\d+);", code) == ["1", "5", "1"]
+    assert not re.search(r"if \([^\n]*k_o", code)
+    rng = np.random.default_rng(5)
+    A, B, C, R = (rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs)
+    (got,) = build_kernel(c, trace, kernel_cache)(A, B, C, R)
+    np.testing.assert_allclose(got, np.maximum(A.astype(np.float64) @ B + C, 0) + R, rtol=1e-4, atol=1e-4)

@@ -253,7 +253,7 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             wb.append(self.epilogue(s, self.stages[s.epilogue], Load(acc), guard))
         for name in s.reduce_epilogues:
             wb.append(self.reduce_epilogue(s, self.stages[name], Load(acc), guard))
-        for group in self.by_block(wb) if tile else [wb]:
+        for group in self.by_block(wb) if tile else [self.unblocked(wb)]:
             for x in reversed(tile):
                 if x.vector and self.lanes_collide(s, x):
                     x = replace(x, vector=False)  # lanes would update one element of a folded reduction

@@ -3,6 +3,8 @@ partial reductions, which producers are stored, and the epilogues applied on the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from superopt.ir.expr import Affine, substitute_dims
 from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.statements import Accumulate, Assign, Epilogue, Guard, Node, WriteBack
@@ -87,6 +89,20 @@ class WriteBacks:
                 return [wb]
             groups.setdefault(key, []).append(n)
         return list(groups.values())
+
+    @staticmethod
+    def unblocked(wb: list[Node]) -> list[Node]:
+        """A scalar accumulator's write-back statements with their block tests made plain tests: with no tile
+        loops to run under one test, a test would run at every element's write-back, so the loop of the blocks
+        is split on them instead (``index_sets``: one copy of a scalar reduction per kind of block)."""
+        def plain(n: Node) -> Node:
+            if isinstance(n, Epilogue):
+                return replace(n, body=plain(n.body))
+            if isinstance(n, Guard):
+                return replace(n, conds=tuple(replace(c, block=False) for c in n.conds))
+            return n
+
+        return [plain(n) for n in wb]
 
     def stored(self, s: Stage) -> bool:
         """False for a producer whose only reader is its epilogue: it lives in registers only."""
