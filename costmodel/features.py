@@ -158,7 +158,7 @@ class _Access:
     """One buffer access with its loops: footprints and cache lines per loop depth, computed once."""
 
     def __init__(self, buffer: str, itemsize: int, loops: tuple[Loop, ...], strides: tuple[int | None, ...],
-                 size: int) -> None:
+                 size: int, runs: float = 1.0) -> None:
         self.buffer = buffer
         self.itemsize = itemsize
         self.loops = loops
@@ -168,8 +168,9 @@ class _Access:
         # footprints[d]: distinct elements touched by one whole execution of loops[d] (d = n: one access)
         self.footprints = [self._footprint(d) for d in range(n + 1)]
         self.line_counts = [self._lines(d) for d in range(n + 1)]
-        self.executions = math.prod(lp.extent for lp, s in zip(loops, strides)
-                                    if not (s == 0 and lp.kind in ("unrolled", "vectorized")))
+        self.runs = runs  # the share of its loops' executions in which its statement runs (a block's write-back)
+        self.executions = runs * math.prod(lp.extent for lp, s in zip(loops, strides)
+                                           if not (s == 0 and lp.kind in ("unrolled", "vectorized")))
         # ^ times the access executes; a value held in a register across an unrolled or vectorized loop
         # that does not move it counts once (the compiler keeps it in the register)
 
@@ -354,8 +355,8 @@ def _loops(visits: list[Visit], target: Target, put) -> None:
             if n.kind == "vectorized":
                 vec_extent = max(vec_extent, n.extent)
                 vec_innermost = max(vec_innermost, float(not any(isinstance(c, Loop) for c in n.body)))
-        elif isinstance(n, Guard):
-            guards += _trips(v.loops)
+        elif isinstance(n, Guard) and any(not c.block for c in n.conds):
+            guards += _trips(v.loops)  # (a block test runs once per write-back nest: not per statement)
         elif type(n).__name__ == "StageNest":
             stages += 1
         elif type(n).__name__ == "Epilogue":
@@ -432,7 +433,7 @@ def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Targe
     for a in accesses(nest):
         elems, itemsize = sizes.get(a.access.buffer, (1 << 40, 4))
         strides = tuple(a.access.stride(lp.var) for lp in a.loops)
-        acc.append(_Access(a.access.buffer, itemsize, a.loops, strides, elems))
+        acc.append(_Access(a.access.buffer, itemsize, a.loops, strides, elems, a.runs))
         vec = [s for lp, s in zip(a.loops, strides) if lp.kind == "vectorized"]
         if vec and vec[-1] not in (0, 1):
             gathers += _trips(a.loops) * a.weight  # (a read in one branch of a chain of where on indices: its share)
@@ -462,7 +463,7 @@ def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Targe
             if depth is None:  # not even the innermost loop fits: every access goes past the cache
                 total += x.executions * x.itemsize
             else:
-                total += x.line_counts[depth] * LINE_BYTES * _trips(x.loops[:depth])
+                total += x.line_counts[depth] * LINE_BYTES * _trips(x.loops[:depth]) * x.runs
         return total
 
     t_l1 = traffic(target.l1_bytes, True)

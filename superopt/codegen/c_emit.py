@@ -25,6 +25,7 @@ from superopt.loopnest import (
     Fill,
     FlatIndex,
     Guard,
+    GuardCond,
     IndexNumber,
     Joined,
     Literal,
@@ -45,6 +46,7 @@ from superopt.loopnest import (
     WriteBack,
     build_loopnest,
 )
+from superopt.loopnest.block_tests import hoisted_tests, without_tests
 from superopt.loopnest.walk import allocations
 from superopt.schedule.kernel_plan import KernelPlan
 
@@ -232,6 +234,11 @@ def _streams(n: Node) -> bool:
     return isinstance(n, (Loop, StageNest, Scope)) and any(_streams(b) for b in n.body)
 
 
+def c_conds(conds: tuple[GuardCond, ...]) -> str:
+    """A guard's tests as one C condition."""
+    return " && ".join(f"({c_linear(g.index)}) < {g.limit}" for g in conds)
+
+
 class _CPrinter:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -295,8 +302,7 @@ class _CPrinter:
     def statement(self, n: Assign | Accumulate | WriteBack | Guard) -> str:
         """One statement on one line."""
         if isinstance(n, Guard):
-            conds = " && ".join(f"({c_linear(g.index)}) < {g.limit}" for g in n.conds)
-            return f"if ({conds}) " + self.statement(n.body)
+            return f"if ({c_conds(n.conds)}) " + self.statement(n.body)
         if isinstance(n, Prefetch):
             return f"__builtin_prefetch(&{c_ref(n.access)}, 0, {n.locality});"
         if isinstance(n, Assign):
@@ -357,6 +363,14 @@ class _CPrinter:
             self.line("}")
 
     def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
+        tests = hoisted_tests(lp)
+        if tests:  # (a write-back nest of one kind of reduction block: tested once, around it)
+            self.line(f"if ({c_conds(tests)}) {{")
+            self.ind += 1
+            self.loop(without_tests(lp, tests), start, stop)
+            self.ind -= 1
+            self.line("}")
+            return
         if lp.kind == "transposed" and start == "0" and stop is None:
             self.transposed(lp)
             return

@@ -14,14 +14,15 @@ cannot be spelled this way (a tail, a guard, a loop of a part of a vector, a rea
 constant along the vector loop, an operation with no vector spelling here) leaves the whole tile to the
 scalar printer, except a write-back loop whose last vector is partial (the last panel of 250 columns in
 tiles of 64, its accumulation run whole over the zero-filled panel): its stores of that vector go lane by
-lane up to the bound, and it may read nothing but the tile along the vector. With the float-array spelling
-gcc stores the tile to the stack after the reduction and copies it out, which costs most where a tile's
-reduction is short (attention's two 64-step matmul tiles); long reductions (sgemm) hide it.
+lane up to the bound, and it may read nothing but the tile along the vector. A write-back nest of one kind of
+reduction block (``loopnest.block_tests``) is printed under its block test, its statements without it.
+With the float-array spelling gcc stores the tile to the stack after the reduction and copies it out, which
+costs most where a tile's reduction is short (attention's two 64-step matmul tiles); long reductions (sgemm) hide it.
 """
 
 from __future__ import annotations
 
-from superopt.codegen.c_emit import c_linear, c_ref, c_value
+from superopt.codegen.c_emit import c_conds, c_linear, c_ref, c_value
 from superopt.ir.expr import Affine
 from superopt.loopnest import (
     Accumulate,
@@ -39,6 +40,7 @@ from superopt.loopnest import (
     Scope,
     WriteBack,
 )
+from superopt.loopnest.block_tests import hoisted_tests, without_tests
 
 __all__ = ["vector_tile_lines"]
 
@@ -184,6 +186,10 @@ class _TilePrinter:
                 *[(d + 1, line) for d, line in by_lane]]
 
     def loop(self, lp: Loop, depth: int, col: str | None) -> list[tuple[int, str]]:
+        tests = hoisted_tests(lp)
+        if tests:  # (a write-back nest of one kind of reduction block: tested once, around it)
+            return [(depth, f"if ({c_conds(tests)}) {{"), *self.loop(without_tests(lp, tests), depth + 1, col),
+                    (depth, "}")]
         if (lp.tail and lp.kind != "vectorized") or lp.reductions or lp.kind not in ("serial", "unrolled", "vectorized"):
             raise _NotVector
         v = lp.var

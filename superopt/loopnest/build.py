@@ -253,11 +253,12 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             wb.append(self.epilogue(s, self.stages[s.epilogue], Load(acc), guard))
         for name in s.reduce_epilogues:
             wb.append(self.reduce_epilogue(s, self.stages[name], Load(acc), guard))
-        for x in reversed(tile):
-            if x.vector and self.lanes_collide(s, x):
-                x = replace(x, vector=False)  # lanes would update one element of a folded reduction
-            wb = [self.make_loop(s, x, bounds, wb)]
-        out.extend(wb)
+        for group in self.by_block(wb) if tile else [self.unblocked(wb)]:
+            for x in reversed(tile):
+                if x.vector and self.lanes_collide(s, x):
+                    x = replace(x, vector=False)  # lanes would update one element of a folded reduction
+                group = [self.make_loop(s, x, bounds, group)]
+            out.extend(group)
         return [Scope(tuple(out))]
 
     def transposed(self, lp: Loop, chosen: tuple[str, bool, str] | None = None, around: str | None = None) -> Loop:

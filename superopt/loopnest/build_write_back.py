@@ -3,6 +3,8 @@ partial reductions, which producers are stored, and the epilogues applied on the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from superopt.ir.expr import Affine, substitute_dims
 from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.statements import Accumulate, Assign, Epilogue, Guard, Node, WriteBack
@@ -46,8 +48,9 @@ class WriteBacks:
         """A partial reduction's tile into ``buf``: the first reduction block (``first`` == 0) stores it,
         the later ones combine into it (each under ``guard``)."""
         dtype = self.types[s.name].dtype
-        return [self._guarded(guard + [GuardCond(first, 1)], WriteBack(buf, acc, None, dtype)),
-                self._guarded(guard + [GuardCond(first.scale(-1), 0)], WriteBack(buf, acc, s.stmt.reduce, dtype))]
+        return [self._guarded(guard + [GuardCond(first, 1, True)], WriteBack(buf, acc, None, dtype)),
+                self._guarded(guard + [GuardCond(first.scale(-1), 0, True)],
+                              WriteBack(buf, acc, s.stmt.reduce, dtype))]
 
     def blocks_then_epilogue(self, s: Stage, first: Affine, acc: RegisterRef, guard: list[GuardCond]) -> list[Node]:
         """The write-back of a partial reduction with an epilogue: the blocks before the last keep the
@@ -60,15 +63,46 @@ class WriteBacks:
         last = sum(lp.extent - 1 for lp in s.loops[:s.index_of(s.acc_at)] if lp.reduce)  # type: ignore[arg-type]
         stored = self.stored(s)
         buf = self.out_access(s) if stored else self.access(s, e.name, tuple(Affine.dim(d) for d in st.out_dims))
-        is_last = guard + [GuardCond(first.scale(-1), 1 - last)]  # -sum < 1 - last: sum == last
+        is_last = guard + [GuardCond(first.scale(-1), 1 - last, True)]  # -sum < 1 - last: sum == last
         out: list[Node] = []
         if last > 0:
-            out.extend(self.block_write_backs(s, buf, acc, first, guard + [GuardCond(first, last)]))
+            out.extend(self.block_write_backs(s, buf, acc, first, guard + [GuardCond(first, last, True)]))
             out.append(self._guarded(is_last, Accumulate(acc, st.reduce, Load(buf), dtype)))
         if stored:
             out.append(self._guarded(is_last, WriteBack(buf, acc, None, dtype)))
         out.append(self.epilogue(s, e, Load(acc), is_last))
         return out
+
+    @staticmethod
+    def by_block(wb: list[Node]) -> list[list[Node]]:
+        """A partial reduction's write-back statements grouped by the block they run in (their block tests,
+        ``GuardCond.block``), each group in its order, the groups in the order they first appear: one loop nest
+        of the tile's loops each, which the printers run under the group's tests (a branch per tile), so that
+        neither a split of the loop of the blocks (the whole reduction copied once per kind of block) nor a
+        branch per element and kind is needed. The kinds (first, middle, last) exclude each other, so the nests
+        may run one after another. One group where a statement is under no block test."""
+        groups: dict[tuple[GuardCond, ...], list[Node]] = {}
+        for n in wb:
+            g = n.body if isinstance(n, Epilogue) else n
+            key = tuple(c for c in g.conds if c.block) if isinstance(g, Guard) else ()
+            if not key:
+                return [wb]
+            groups.setdefault(key, []).append(n)
+        return list(groups.values())
+
+    @staticmethod
+    def unblocked(wb: list[Node]) -> list[Node]:
+        """A scalar accumulator's write-back statements with their block tests made plain tests: with no tile
+        loops to run under one test, a test would run at every element's write-back, so the loop of the blocks
+        is split on them instead (``index_sets``: one copy of a scalar reduction per kind of block)."""
+        def plain(n: Node) -> Node:
+            if isinstance(n, Epilogue):
+                return replace(n, body=plain(n.body))
+            if isinstance(n, Guard):
+                return replace(n, conds=tuple(replace(c, block=False) for c in n.conds))
+            return n
+
+        return [plain(n) for n in wb]
 
     def stored(self, s: Stage) -> bool:
         """False for a producer whose only reader is its epilogue: it lives in registers only."""

@@ -81,7 +81,12 @@ class InBounds:
 
 @dataclass(frozen=True)
 class GuardCond:
-    """``index < limit``: a tail of a non-dividing split that no loop bound could absorb."""
+    """``index < limit``: a tail of a non-dividing split that no loop bound could absorb, or (``block``) which
+    block of a partial reduction a write-back runs in (the first stores its tile, the later ones combine it,
+    the last runs the epilogue). A block test is constant over the write-back's loops: the write-back is one
+    loop nest per block kind (``_Builder.loops``), which the printers run under the test, and the loop of
+    the blocks is not split on it (``index_sets``), which would copy the whole reduction once per kind."""
 
     index: Affine
     limit: int
+    block: bool = False

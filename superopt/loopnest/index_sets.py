@@ -2,8 +2,10 @@
 where every such test has a single outcome, with the tests resolved there.
 
 The tests are a padded read's bounds (``InBounds``), comparisons of an index with a constant (the
-select of a concatenation: ``where(16*c + l < 64, A[..], B[c-4, ..])``) and a statement's guards (the
-first and last reduction blocks' write-backs). Per element they cost a compare
+select of a concatenation: ``where(16*c + l < 64, A[..], B[c-4, ..])``) and a statement's tail guards (not
+the tests of which reduction block a register tile's write-back runs in, ``GuardCond.block``: that write-back
+is a loop nest per kind of block, run under its test once per tile, and a split of the loop of the blocks
+would copy the whole reduction, which made most of the C compiler's time on a conv). Per element they cost a compare
 and a select, and a padded read inside a select clamps its index as well (see ``c_emit.c_value``); a
 concat over blocked channels ran at 2.8 GB/s that way. Split at the ranges' ends, each loop reads one
 tensor with no test at all::
@@ -65,7 +67,8 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         tests = ((x.index, ">=", 0),) if x.lower else ()
         return {x: tests + (((x.index, "<", x.upper),) if x.upper is not None else ())}
     if isinstance(x, GuardCond):
-        return {x: ((x.index, "<", x.limit),)}
+        # (a write-back's block test: its nest runs under it, and a split would copy the whole reduction)
+        return {} if x.block else {x: ((x.index, "<", x.limit),)}
     if isinstance(x, tuple):
         children = x
     elif (names := _fields(x)) is not None:

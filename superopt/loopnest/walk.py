@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from superopt.loopnest.alloc import Alloc
+from superopt.loopnest.block_tests import block_share
 from superopt.loopnest.index import BufferAccess
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
@@ -80,6 +81,9 @@ class AccessVisit:
     # the share of the statement's executions that perform the access: under a chain of where on loop
     # indices (not on the vector loop's, which a vector computes both sides of), one branch per execution
     weight: float = 1.0
+    # the share of the executions of the loops around it in which its statement runs at all: a write-back of
+    # one kind of reduction block (first, middle, last) runs in that share of the blocks (block_tests)
+    runs: float = 1.0
 
     @property
     def strides(self) -> dict[str, int | None]:
@@ -95,8 +99,12 @@ def _values(n: Node) -> list[Value]:
 
 def accesses(nest: LoopNest) -> list[AccessVisit]:
     out: list[AccessVisit] = []
+    share: dict[int, float] = {}  # a guarded statement (by id) -> the share of blocks its block tests let it run in
     for v in walk(nest):
         n = v.node
+        if isinstance(n, Guard):  # (visited before its statement)
+            share[id(n.body)] = block_share(n.conds, v.loops)
+        runs = share.get(id(n), 1.0)
         vector = {lp.var for lp in v.loops if lp.kind == "vectorized"}
 
         def uniform(cond: Value, vector: set[str] = vector) -> bool:
@@ -107,13 +115,13 @@ def accesses(nest: LoopNest) -> list[AccessVisit]:
         for val in _values(n):
             for ld, w in weighted_loads(val, uniform):
                 if isinstance(ld.source, BufferAccess):
-                    out.append(AccessVisit(ld.source, False, v.loops, v.stage, w))
+                    out.append(AccessVisit(ld.source, False, v.loops, v.stage, w, runs))
         if isinstance(n, Accumulate) and isinstance(n.target, BufferAccess):
-            out.append(AccessVisit(n.target, False, v.loops, v.stage))  # read-modify-write
+            out.append(AccessVisit(n.target, False, v.loops, v.stage, runs=runs))  # read-modify-write
         if isinstance(n, WriteBack) and n.op is not None:
-            out.append(AccessVisit(n.target, False, v.loops, v.stage))
+            out.append(AccessVisit(n.target, False, v.loops, v.stage, runs=runs))
         if isinstance(n, (Assign, Accumulate, WriteBack)) and isinstance(n.target, BufferAccess):
-            out.append(AccessVisit(n.target, True, v.loops, v.stage))
+            out.append(AccessVisit(n.target, True, v.loops, v.stage, runs=runs))
     return out
 
 
