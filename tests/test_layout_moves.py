@@ -238,28 +238,6 @@ def test_a_row_operand_read_a_line_per_reduction_step_is_packed_in_the_order_the
     _check_against_reference(c, [trace, off], kernel_cache)
 
 
-def test_a_row_operand_read_in_short_runs_along_the_reduction_is_packed(kernel_cache):
-    """A[k,i,l]: each row reads l in runs of 40 (160 bytes), one per k, re-read by four column panels: every run
-    restarts the row's stream, so the default packs A in the tile's order; a gemm's rows (one long run each)
-    are not packed, nor is a row operand that only two panels re-read."""
-    from superopt.ir.expr import flat_offset
-    from superopt.schedule.contraction import contiguous_run
-
-    c = compile_op("C[i,j] += A[k,i,l] * B[l,k,j]", {"A": (6, 20, 40), "B": (40, 6, 256)})
-    target = host_target(2)
-    trace = default_schedule(c, target, frozenset())
-    assert [p for p in trace if isinstance(p, Pack) and p.stage == "A"], trace
-    st = c.statements[-1]
-    a = next(x for x in product_accesses(st.expr) if x.tensor == "A")
-    assert contiguous_run(flat_offset(a.index, (6, 20, 40)), ["k", "l"], st.extent) == 40
-    assert contiguous_run(flat_offset(a.index, (6, 20, 40)), ["l", "k"], st.extent) == 0
-    gemm = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (20, 240), "B": (240, 256)})
-    assert not [p for p in default_schedule(gemm, target, frozenset()) if isinstance(p, Pack) and p.stage == "A"]
-    two = compile_op("C[i,j] += A[k,i,l] * B[l,k,j]", {"A": (6, 20, 40), "B": (40, 6, 128)})
-    assert not [p for p in default_schedule(two, target, frozenset()) if isinstance(p, Pack) and p.stage == "A"]
-    _check_against_reference(c, [trace], kernel_cache)
-
-
 def test_a_row_operand_read_along_its_rows_or_through_a_window_is_not_packed():
     from superopt.schedule.contraction import row_pack_perm
 

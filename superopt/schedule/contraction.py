@@ -74,7 +74,6 @@ def _is_window(acc: Access) -> bool:
 
 BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
-SHORT_ROW_RUN_BYTES = 1024  # a row operand read along the reduction in contiguous runs shorter than this is packed
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
 TILE_LOADS = 24  # vector loads at most in one unrolled block of a tile whose every FMA loads its column vector
 
@@ -156,18 +155,6 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
 def spread(n: int, threads: int) -> float:
     """How far the busiest thread's share of ``n`` parallel iterations exceeds an even one (1.0: even)."""
     return math.ceil(n / threads) * threads / n
-
-
-def contiguous_run(flat: Affine, reduce_order: Sequence[str], ext: Mapping[str, int]) -> int:
-    """Elements an operand (its flat offset ``flat``) reads in one contiguous run as the reduction loops
-    (``reduce_order``, innermost last) advance: the innermost ones that nest contiguously; 0 when the
-    innermost does not read it at stride 1."""
-    run = 1
-    for d in reversed(reduce_order):
-        if flat.coeff(d) != run:
-            break
-        run *= ext[d]
-    return run if run > 1 else 0
 
 
 def row_pack_perm(a: Access, row: str | None, reduce_order: Sequence[str], outer_order: Sequence[str],
@@ -550,16 +537,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     a_perm = row_pack_perm(a, row, reduce_order, order_dims, st) if pack and a.tensor in inputs else None
     if a_perm is not None:
         flat_a = flat_offset(a.index, types[a.tensor].shape) if types is not None and a.tensor in types else None
-        size = types[a.tensor].np_dtype.itemsize if flat_a is not None else 0
         line_per_step = flat_a is not None \
-            and abs(flat_a.coeff(reduce_order[-1])) * size >= target.cache_line_bytes
-        # or each row reads the reduction as many short contiguous runs (A[k,i,l]: 130 l's at a time, 64 times
-        # per row): every run restarts the row's stream, and the tile's rows are that many streams (1.2x on
-        # one core, 250 x 250 outputs over 64 x 130 reductions)
-        run = contiguous_run(flat_a, reduce_order, ext) if flat_a is not None else 0
-        short_runs = 1 < run < math.prod(ext[d] for d in reduce_order) and run * size < SHORT_ROW_RUN_BYTES
+            and abs(flat_a.coeff(reduce_order[-1])) * types[a.tensor].np_dtype.itemsize >= target.cache_line_bytes
         passes = extents.get(col_o, 1) if col_o else 1
-        if kn.get(f"{s}.pack_rows", scores is not None and (line_per_step or short_runs) and passes >= ROW_PACK_PASSES,
+        if kn.get(f"{s}.pack_rows", scores is not None and line_per_step and passes >= ROW_PACK_PASSES,
                   (False, True)):
             prims.append(Pack(a.tensor, a_perm))
     # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
