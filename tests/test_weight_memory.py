@@ -234,3 +234,21 @@ def test_a_convolutions_window_view_is_laid_out_a_slice_at_a_time(monkeypatch):
     monkeypatch.setattr(reference, "CAST_CHUNK_BYTES", 1 << 40)
     (whole,) = evaluate_compute(c, [x, k], np.float64)
     np.testing.assert_array_equal(got, whole)  # split on an output axis: every element sums the same terms
+
+
+def test_optimize_keeps_no_graph_of_the_rewrite_alive_after_it_returns(tmp_path):
+    """The graphs the rewrite search made (each with its constants: the weights in every layout it tried) are
+    garbage once the program is built; only the program's own graph stays (a cache that held the last graphs
+    strongly kept a model's weights alive several times over)."""
+    import gc
+
+    from superopt.ir.graph import Graph
+
+    gc.collect()
+    before = {id(o) for o in gc.get_objects() if isinstance(o, Graph)}
+    path = tmp_path / "fc.onnx"
+    onnx.save(_gemm_model(), str(path))
+    prog = optimize(str(path), OptimizeConfig(threads=1, compiler=CompilerConfig(cache_dir=tmp_path / "cache")))
+    gc.collect()
+    new = [o for o in gc.get_objects() if isinstance(o, Graph) and id(o) not in before]
+    assert new and all(g is prog.graph for g in new), f"{len(new)} new graphs alive, where the program's own is the one expected"

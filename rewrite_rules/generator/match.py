@@ -10,6 +10,7 @@ them alive and duplicate work). A site is ``(root node name, bound tensor per pa
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -174,13 +175,15 @@ class _Index:
     position: dict[int, int]  # id(node) -> its index in graph order
 
 
-_INDEX: list[tuple[Graph, _Index]] = []  # the last few graphs seen
+# the last few graphs seen, held weakly: a strong hold kept eight graphs and their constants (every weight
+# of a model, in each layout a rewrite made) alive until the next compile
+_INDEX: list[tuple[weakref.ref, _Index]] = []
 
 
 def graph_index(graph: Graph) -> _Index:
     """``graph``'s nodes classified as core ops (cached for the last few graphs seen)."""
-    for g, index in _INDEX:
-        if g is graph:
+    for ref, index in _INDEX:
+        if ref() is graph:
             return index
     by_op: dict[str, list[Node]] = {}
     of_node: dict[int, list[tuple[str, Attrs]]] = {}
@@ -189,8 +192,7 @@ def graph_index(graph: Graph) -> _Index:
         for op, _ in found:
             by_op.setdefault(op, []).append(node)
     index = _Index(by_op, of_node, {id(n): k for k, n in enumerate(graph.nodes)})
-    _INDEX.insert(0, (graph, index))
-    del _INDEX[8:]
+    _INDEX[:] = [(weakref.ref(graph), index), *((r, i) for r, i in _INDEX if r() is not None)][:8]
     return index
 
 
