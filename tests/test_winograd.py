@@ -4,6 +4,7 @@ default schedules and random points of their schedule spaces, and the rule stays
 not fit."""
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,14 +23,18 @@ from rewrite_rules.winograd import (
 )
 from superopt.api import OptimizeConfig, optimize
 from superopt.builder import GraphBuilder
+from superopt.codegen.c_emit import emit_c
 from superopt.interp import evaluate, evaluate_compute
 from superopt.interp.inputs import random_inputs
 from superopt.runtime.kernel import build_kernel
 from superopt.schedule.default import default_schedule, sketch_names
-from superopt.schedule.plan import ScheduleError
+from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.space import ScheduleSpace
 from superopt.schedule.tile_transform import TILE_TRANSFORM
-from superopt.target import host_target
+from superopt.target import avx512_target, host_target
+
+AVX2 = replace(avx512_target(2), cpu_model="x86-64 AVX2", isa_flags=("avx2", "fma"), vector_bits=256,
+               vector_registers=16)
 
 
 def _conv_graph(c=8, k=16, hw=24, stride=1, block=8, seed=0, residual=False):
@@ -108,10 +113,10 @@ def _kernel_cases():
     return {"input_transform": x, "batched_matmul": mm}
 
 
-def _check(compute, trace, seed=0):
+def _check(compute, trace, seed=0, target=None):
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(compute.type_of[i].shape).astype(np.float32) for i in compute.inputs]
-    got = build_kernel(compute, trace, threads=2)(*arrays)
+    got = build_kernel(compute, trace, threads=2, target=target)(*arrays)
     want = evaluate_compute(compute, arrays, np.float64)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * max(1.0, np.abs(w).max()))
@@ -125,6 +130,22 @@ def test_transform_kernel_takes_the_tile_transform_sketch():
     kinds = {type(p).__name__ for p in trace}
     assert {"ComputeAt", "Unroll", "Vectorize", "Parallel"} <= kinds
     _check(c, trace)
+
+
+@pytest.mark.parametrize("target,block", [(avx512_target(2), 16), (AVX2, 8), (AVX2, 16)],
+                         ids=["avx512_16", "avx2_8", "avx2_16"])
+def test_transform_loops_of_whole_vectors_print_as_vector_statements(target, block):
+    # the transform's vector loops (one or two vectors of the target's lanes, padded reads checked outside the
+    # vector) are vector statements, not omp simd loops for GCC to vectorize; never wider than the target's vectors
+    c = input_transform((1, 2, 8, 13, block))
+    trace = default_schedule(c, target)
+    code = emit_c(lower(c, trace, target)).code
+    lanes = target.lanes()
+    assert "omp simd" not in code and f"so_st{lanes}(&V[" in code and f"so_st{lanes}(&T1[" in code
+    assert "so_v16" not in code if lanes == 8 else "so_v8" not in code
+    if lanes > host_target().lanes():
+        pytest.skip("this machine has no vectors of the target's width")
+    _check(c, trace, seed=5, target=target)
 
 
 def test_batched_matmul_takes_the_blocked_conv_tile():

@@ -26,6 +26,7 @@ from superopt.loopnest import (
     FlatIndex,
     Guard,
     GuardCond,
+    InBounds,
     IndexNumber,
     Joined,
     Literal,
@@ -130,6 +131,18 @@ def c_combine(op: str, a: str, b: str, dtype: str) -> str:
     return f"so_{fn}{suf}({a}, {b})" if is_float(dtype) else f"SO_{fn.upper()}({a}, {b})"
 
 
+def c_checks(checks: tuple[InBounds, ...]) -> str:
+    """A padded read's bounds checks as one C condition."""
+    conds = []
+    for chk in checks:
+        c = c_linear(chk.index)
+        if chk.lower:
+            conds.append(f"({c}) >= 0")
+        if chk.upper is not None:
+            conds.append(f"({c}) < {chk.upper}")
+    return " && ".join(conds)
+
+
 def c_value(v: Value, clamp_guarded: bool = False) -> str:
     """C for ``v``. ``clamp_guarded``: a padded read also clamps its index to 0 when out of range (used for the
     branches of a select: gcc 12.2 -O3 -mavx2 if-converts and vectorizes ``c ? (g ? A[i] : 0) : (h ? B[j] : 0)``
@@ -142,14 +155,7 @@ def c_value(v: Value, clamp_guarded: bool = False) -> str:
         ref = c_ref(v.source)
         if not v.checks:
             return ref
-        conds = []
-        for chk in v.checks:
-            c = c_linear(chk.index)
-            if chk.lower:
-                conds.append(f"({c}) >= 0")
-            if chk.upper is not None:
-                conds.append(f"({c}) < {chk.upper}")
-        cond = " && ".join(conds)
+        cond = c_checks(v.checks)
         if clamp_guarded and isinstance(v.source, BufferAccess):
             ref = f"{v.source.buffer}[({cond}) ? ({c_index(v.source.index)}) : 0]"
         return f"({cond} ? {ref} : {c_value(v.fill)})"
@@ -246,6 +252,8 @@ class _CPrinter:
         # a stage with streamed blocks: its outermost loop ends every iteration with one store fence (each
         # thread's non-temporal stores ordered before the threads join), not every block with its own
         self._fence = False
+        self.lanes: int | None = None  # the target's float32 lanes (vectorized loops of whole vectors as vectors)
+        self.dtypes: dict[str, str] = {}  # element type of each buffer and register declared so far
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.ind + text)
@@ -323,6 +331,7 @@ class _CPrinter:
 
     def alloc(self, a: Alloc) -> None:
         ct = ctype(a.dtype)
+        self.dtypes[a.name] = a.dtype
         if a.kind == "workspace":
             self.line(f"{ct} *restrict {a.name} = ({ct} *)args[{a.arg_index}];  /* workspace */")
         elif a.kind == "register":
@@ -374,6 +383,13 @@ class _CPrinter:
         if lp.kind == "transposed" and start == "0" and stop is None:
             self.transposed(lp)
             return
+        if lp.kind == "vectorized" and start == "0" and stop is None and not self._fence:
+            from superopt.codegen.c_vector_loop import vector_loop_lines  # (it imports this module's spellings)
+
+            vector = vector_loop_lines(lp, self.lanes, self.dtypes)
+            if vector is not None:
+                self.lines += ["    " * (self.ind + depth) + text for depth, text in vector]
+                return
         if lp.kind == "parallel":
             self.line(PARALLEL_FOR)
         elif lp.kind == "unrolled":
@@ -423,6 +439,7 @@ class _CPrinter:
 
     def kernel(self, nest: LoopNest, name: str) -> str:
         self.lines = [f"void {name}(void **args) {{"]
+        self.lanes, self.dtypes = nest.vector_lanes, {p.name: p.dtype for p in nest.params}
         for p in nest.params:
             q = "const " if p.is_input else ""
             ct = ctype(p.dtype)

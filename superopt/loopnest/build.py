@@ -366,6 +366,8 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
                                 arg_index=len(args) + i) for i, s in enumerate(temps))
         body = tuple(self.stage(s) for s in roots)
         packs = tuple(self.pack(t) for t in self.plan.packs)
-        return LoopNest(params, workspace, body, packs, tuple(c.inputs), tuple(c.outputs))
+        target = self.plan.target
+        lanes = target.lanes("float32") if target.kind == "cpu" else None
+        return LoopNest(params, workspace, body, packs, tuple(c.inputs), tuple(c.outputs), lanes)
 
 

@@ -66,6 +66,7 @@ class LoopNest:
     packs: tuple[PackNest, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    vector_lanes: int | None = None  # the target's float32 lanes on a CPU (the widest vector a printer may spell)
 
     @property
     def layouts(self) -> dict[str, PackLayout]:
