@@ -245,10 +245,10 @@ def test_optimize_keeps_no_graph_of_the_rewrite_alive_after_it_returns(tmp_path)
     from superopt.ir.graph import Graph
 
     gc.collect()
-    before = {id(o) for o in gc.get_objects() if isinstance(o, Graph)}
+    before = {id(o) for o in gc.get_objects() if type(o) is Graph}
     path = tmp_path / "fc.onnx"
     onnx.save(_gemm_model(), str(path))
     prog = optimize(str(path), OptimizeConfig(threads=1, compiler=CompilerConfig(cache_dir=tmp_path / "cache")))
     gc.collect()
-    new = [o for o in gc.get_objects() if isinstance(o, Graph) and id(o) not in before]
+    new = [o for o in gc.get_objects() if type(o) is Graph and id(o) not in before]
     assert new and all(g is prog.graph for g in new), f"{len(new)} new graphs alive, where the program's own is the one expected"
