@@ -253,10 +253,11 @@ def test_a_row_operand_read_along_its_rows_or_through_a_window_is_not_packed():
 
 def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_unevenly(kernel_cache):
     """C[l,k,j,i] += A[m,i,j] * B[l,m,k]: the outermost loop (k, 9 iterations) alone gives 2 threads 5 and 4;
-    fused with the row blocks of l (9 x 13) they share it within 1%."""
+    fused with the row blocks of l (9 x 52) they share it within 1%. (l is long enough that the rows are the
+    bigger operand under each k, which keeps the column panels inside the row loop.)"""
     from superopt.schedule.primitives import Fuse, Parallel
 
-    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
+    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (208, 300, 9)})
     trace = default_schedule(c, host_target(2), frozenset())
     par = next(p.loop for p in trace if isinstance(p, Parallel))
     fused = {f"{p.outer}_{p.inner}": (p.outer, p.inner) for p in trace if isinstance(p, Fuse)}
@@ -287,3 +288,21 @@ def test_fused_columns_take_the_tile_width_that_fills_their_lanes(kernel_cache):
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, Split) and p.loop == "k_l" and p.factor == 48 for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_the_column_panels_go_outside_the_row_blocks_where_they_are_the_bigger_operand_of_each_batch(kernel_cache):
+    """A weight under a batch loop of row blocks (a linear layer over 16 sequences, as a transformer's feed-forward
+    block): the rows are the bigger operand overall, so the panels are not outermost, but under each batch the
+    weight is the bigger one and panels innermost would read all of it again for every block of rows. The
+    panels go just outside the row loop; where each batch's rows are the bigger operand, they stay innermost."""
+    orders = {}
+    for name, shapes in {"weight bigger": {"A": (16, 24, 512), "W": (512, 192)},
+                         "rows bigger": {"A": (16, 192, 512), "W": (512, 24)}}.items():
+        c = compile_op("C[b,m,n] += A[b,m,k] * W[k,n]", shapes)
+        trace = default_schedule(c, host_target(2), frozenset())
+        order, _ = _contraction_loops(trace, "C")
+        orders[name] = [x for x in order if x in ("b", "m_o", "n_o")]
+        if name == "weight bigger":
+            _check_against_reference(c, [trace], kernel_cache)
+    assert orders["weight bigger"] == ["b", "n_o", "m_o"], orders
+    assert orders["rows bigger"][-1] == "n_o", orders
