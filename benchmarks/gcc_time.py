@@ -14,7 +14,6 @@ alternating blocks, ``--rounds`` times, and the medians are reported with their 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -102,7 +101,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import onnx
 
-    from benchmarks.machine import cpu_model
+    from benchmarks.machine import cpu_model, write_result
     from superopt.frontends.light_models import LIGHT_MODELS, randomized_light_model
     from superopt.target import compiler_version
 
@@ -127,10 +126,7 @@ def main() -> None:
             result["models"][name] = r
             print(f"{name:14s} gcc CPU {r['before_s']:6.2f} s -> {r['after_s']:6.2f} s "
                   f"({r['after_s'] / r['before_s']:.2f})", flush=True)
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
-            (out / f"{args.name}.md").write_text(render(result))
+            write_result(args.out, args.name, result, render(result))
             path.unlink()
     print(render(result))
 

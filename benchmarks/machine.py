@@ -30,3 +30,15 @@ def machine_line(machine: dict) -> str:
     """One line for a results file's header."""
     return (f"Machine: {machine['target']}; {machine['logical_cpus']} logical CPUs; {machine['platform']}; "
             f"{machine['date_utc']}, load average {machine['loadavg'][0]:.2f}.")
+
+
+def write_result(out_dir: str | os.PathLike, name: str, result: dict, markdown: str) -> None:
+    """``NAME.json`` (the result) and ``NAME.md`` (its rendering) in ``out_dir``, written after each model, so
+    that a run cut short keeps what it measured."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (out / f"{name}.md").write_text(markdown)

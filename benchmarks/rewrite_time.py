@@ -106,7 +106,7 @@ def main() -> None:
     import onnx
 
     from benchmarks.compile_time import ceilings_cache
-    from benchmarks.machine import cpu_model
+    from benchmarks.machine import cpu_model, write_result
     from superopt.frontends.light_models import LIGHT_MODELS, randomized_light_model
 
     code, baseline = Path(args.code).resolve(), Path(args.baseline).resolve()
@@ -136,10 +136,7 @@ def main() -> None:
             b, a = entry["before"], entry["after"]
             print(f"{name:14s} before {b.get('cpu_s', float('nan')):6.2f}s  after {a.get('cpu_s', float('nan')):6.2f}s"
                   f"  same graph {entry['same_graph']}", flush=True)
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
-            (out / f"{args.name}.md").write_text(render(result))
+            write_result(args.out, args.name, result, render(result))
     print(render(result))
 
 
