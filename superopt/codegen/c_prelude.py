@@ -118,6 +118,7 @@ def prefetch_rows_source(lanes: int) -> str:
 # p[2n - 2] is read, so the read stays inside a row a stride-2 window reads whole); and
 # register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a gather
 # or a scatter (a packed run-time operand, such as attention's keys, packed on every call)
+VECTOR_LANES = (16, 8)  # the float vectors spelled below: so_v16, so_v8 (and their helpers)
 VECTOR_TYPES = "".join(
     f"typedef float so_v{n} __attribute__((vector_size({4 * n})));\n"
     f"typedef int so_vi{n} __attribute__((vector_size({4 * n})));\n"
@@ -127,10 +128,10 @@ VECTOR_TYPES = "".join(
     f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
     f"static inline so_v{n} so_ld{n}s2(const float *p) {{ return __builtin_shufflevector(so_ld{n}(p), "
     f"so_ld{n}(p + {n - 1}), {', '.join(str(2 * j if j < n // 2 else n + 1 + 2 * (j - n // 2)) for j in range(n))}); }}\n"
-    for n in (16, 8))
+    for n in VECTOR_LANES)
 TRANSPOSES = VECTOR_TYPES + STREAM_FENCE + "".join(transpose_source(n) + transpose_part_source(n) + transpose_stream_source(n)
                                                    + prefetch_rows_source(n)
-                                     for n in (16, 8))
+                                     for n in VECTOR_LANES)
 
 
 PRELUDE = r"""#include <math.h>

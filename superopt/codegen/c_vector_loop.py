@@ -25,12 +25,12 @@ runs only where it holds.
 from __future__ import annotations
 
 from superopt.codegen.c_emit import c_checks, c_ref, c_value
+from superopt.codegen.c_prelude import VECTOR_LANES
 from superopt.loopnest import Assign, BufferAccess, IndexNumber, Literal, Load, Loop, Op, RegisterRef, Value
 from superopt.loopnest.values import value_nodes
 
 __all__ = ["vector_loop_lines"]
 
-_VECTOR_LANES = (16, 8)  # the prelude's so_v16 / so_v8
 _INFIX = ("+", "-", "*", "/")
 
 
@@ -42,7 +42,7 @@ def vector_loop_lines(lp: Loop, lanes: int | None, dtypes: dict[str, str]) -> li
     """(relative indent, line) of vectorized loop ``lp`` (from 0, no run-time bound) as vector statements of
     ``lanes`` floats (the target's float32 lanes; None: no vectors), or None where it cannot be spelled so.
     ``dtypes``: the element type of every buffer and register in scope, by name."""
-    if lanes not in _VECTOR_LANES or lp.kind != "vectorized" or lp.tail or lp.reductions \
+    if lanes not in VECTOR_LANES or lp.kind != "vectorized" or lp.tail or lp.reductions \
             or lp.extent not in (lanes, 2 * lanes) or not lp.body:
         return None
     spell = _Spelling(lp.var, lanes, dtypes)

@@ -23,6 +23,7 @@ costs most where a tile's reduction is short (attention's two 64-step matmul til
 from __future__ import annotations
 
 from superopt.codegen.c_emit import c_conds, c_linear, c_ref, c_value
+from superopt.codegen.c_prelude import VECTOR_LANES
 from superopt.ir.expr import Affine
 from superopt.loopnest import (
     Accumulate,
@@ -44,7 +45,6 @@ from superopt.loopnest.block_tests import hoisted_tests, without_tests
 
 __all__ = ["vector_tile_lines"]
 
-_VECTOR_LANES = (16, 8)  # the prelude's so_v16 / so_v8
 _INFIX = ("+", "-", "*", "/")
 
 
@@ -59,12 +59,12 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
     if len(body) < 3 or not isinstance(body[0], Alloc) or not isinstance(body[1], Fill):
         return None
     tile, fill = body[0], body[1]
-    if tile.kind != "register_tile" or tile.dtype != "float32" or tile.lanes not in _VECTOR_LANES \
+    if tile.kind != "register_tile" or tile.dtype != "float32" or tile.lanes not in VECTOR_LANES \
             or fill.buffer != tile.name:
         return None
     lanes = tile.lanes
     overlap = _overlap_extent(body[2:], lanes)
-    if overlap is None and tile.lanes // 2 in _VECTOR_LANES:
+    if overlap is None and tile.lanes // 2 in VECTOR_LANES:
         # (a row shorter than a vector but longer than half of one: half vectors, the last overlapping, as a
         # depthwise conv's 14 columns in two vectors of 8)
         overlap = _overlap_extent(body[2:], tile.lanes // 2, shorter=tile.lanes)
