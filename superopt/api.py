@@ -373,14 +373,19 @@ def start_reference(graph: Graph, seed: int = 0, reference_points: int | None = 
     subprocess, which leaves the interpreter free) instead of after it."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from threadpoolctl import threadpool_limits
+
     from superopt.interp.magnitude import reference_with_magnitudes
 
     def run():
-        feed = random_inputs(graph, seed)
-        sample = sample_axes(graph, reference_points, seed)
-        if sample is None:
-            return reference_with_magnitudes(graph, feed)
-        return reference_with_magnitudes(sample.graph, sample.take_all(feed))
+        # one BLAS thread: the C compiler's processes have the cores meanwhile, and a second BLAS thread would
+        # spin against them (the limit is the process's; the build runs no BLAS call worth a second thread)
+        with threadpool_limits(1, user_api="blas"):
+            feed = random_inputs(graph, seed)
+            sample = sample_axes(graph, reference_points, seed)
+            if sample is None:
+                return reference_with_magnitudes(graph, feed)
+            return reference_with_magnitudes(sample.graph, sample.take_all(feed))
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
     future = pool.submit(run)

@@ -237,7 +237,14 @@ def _local_magnitude(st: Statement, env: Mapping[str, np.ndarray], value: np.nda
 def _perturb(value: np.ndarray, magnitude: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
     if rng is None or value.dtype.kind != "f":
         return value
-    noise = U32 * magnitude * rng.standard_normal(value.shape)
+    # (in place, and one pass over the sum where all is finite: this is most of a whole model's reference time)
+    with np.errstate(invalid="ignore", over="ignore"):  # (a non-finite sum is redone below)
+        noise = rng.standard_normal(value.shape)
+        noise *= magnitude
+        noise *= U32
+        moved = value + noise
+    if np.isfinite(moved).all():
+        return moved
     # an infinity (a max pool's -inf padding) is exact: perturbing it would give inf - inf = NaN downstream
     return np.where(np.isfinite(value), value + np.where(np.isfinite(noise), noise, 0.0), value)
 
