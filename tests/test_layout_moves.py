@@ -306,3 +306,19 @@ def test_the_column_panels_go_outside_the_row_blocks_where_they_are_the_bigger_o
             _check_against_reference(c, [trace], kernel_cache)
     assert orders["weight bigger"] == ["b", "n_o", "m_o"], orders
     assert orders["rows bigger"][-1] == "n_o", orders
+
+
+def test_the_column_panels_go_outermost_where_rows_outermost_would_reread_far_more(kernel_cache):
+    """The column operand B is the smaller one, but past the L2 cache: rows outermost read all of it once per
+    block of rows (67 blocks), panels outermost read A once per panel (5). The panels go outermost where
+    that re-reads far less; where B fits the cache its re-reads are hits and the rows stay outermost."""
+    from dataclasses import replace
+
+    c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 400, 64), "B": (4, 64, 300)})  # A 400 KB, B 300 KB
+    orders = {}
+    for name, l2 in {"B past the cache": 64 << 10, "B in the cache": 1 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        order, _ = _contraction_loops(trace, "C")
+        orders[name] = [x for x in order if x in ("i_o", "j_o")]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert orders == {"B past the cache": ["j_o", "i_o"], "B in the cache": ["i_o", "j_o"]}, orders
