@@ -322,3 +322,19 @@ def test_the_column_panels_go_outermost_where_rows_outermost_would_reread_far_mo
         orders[name] = [x for x in order if x in ("i_o", "j_o")]
         _check_against_reference(c, [trace], kernel_cache)
     assert orders == {"B past the cache": ["j_o", "i_o"], "B in the cache": ["i_o", "j_o"]}, orders
+
+
+def test_a_column_panel_past_half_of_l2_is_cut_along_the_reduction_with_its_loop_outside_the_row_blocks(kernel_cache):
+    """A panel of 64 columns over 64 x 20 reduction steps (320 KB): past half of a 256 KB L2 it is read from the
+    next cache again for every block of rows, so the default blocks the first reduction (16 of k's 64 steps, an
+    80 KB slice) and puts that loop between the panels and the rows; in a 1 MB L2 the panel stays whole."""
+    from dataclasses import replace
+
+    c = compile_op(PERMUTED, {"A": (64, 60, 20), "B": (20, 64, 200)})
+    loops = {}
+    for name, l2 in {"small L2": 256 << 10, "large L2": 1 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        order, _ = _contraction_loops(trace, "C")
+        loops[name] = [x for x in order if x in ("j_o", "k_o", "i_o")]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert loops == {"small L2": ["j_o", "k_o", "i_o"], "large L2": ["j_o", "i_o"]}, loops
