@@ -338,3 +338,17 @@ def test_a_column_panel_past_half_of_l2_is_cut_along_the_reduction_with_its_loop
         loops[name] = [x for x in order if x in ("j_o", "k_o", "i_o")]
         _check_against_reference(c, [trace], kernel_cache)
     assert loops == {"small L2": ["j_o", "k_o", "i_o"], "large L2": ["j_o", "i_o"]}, loops
+
+
+@pytest.mark.parametrize("columns, panels_outermost", [(95, True), (56, False)])
+def test_two_panels_stay_outermost_only_where_the_threads_share_their_columns_evenly(kernel_cache, columns,
+                                                                                     panels_outermost):
+    """The column operand is the bigger one, so its panels go outermost and the threads split them: 95 columns as
+    48 + 47 share evenly between two threads; 56 as 48 + 8 would leave one thread most of the work, so there the
+    rows go outermost."""
+    c = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (16, 512), "B": (512, columns)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    order, _ = _contraction_loops(trace, "C")
+    loops = [x for x in order if x in ("i_o", "j_o")]
+    assert loops == (["j_o", "i_o"] if panels_outermost else ["i_o", "j_o"]), (columns, trace)
+    _check_against_reference(c, [trace], kernel_cache)

@@ -458,9 +458,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # a 7.5 MB A, 1.67x on 2 cores of an Intel Xeon; mi,jklm->ijkl's 168 row blocks of jkl against 5 panels
         # of i, 1.23x)
         panel_outer = True
-    if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o):
-        # too few panels for the threads, the last one partial (a tailed loop is not fused with the next):
-        # rows outermost, or one thread would do all the work (a depthwise 3x3 conv over 56 columns)
+    if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o) \
+            and math.ceil(extents[col_o] / threads) * width * threads > BALANCED * ncol:
+        # too few panels for the threads to share their columns evenly, the last one partial (a tailed loop is not
+        # fused with the next): rows outermost, or one thread would do most of the work (a depthwise 3x3 conv over
+        # 56 columns as 48 + 8). Two panels of 48 and 47 columns keep them outermost
         panel_outer = False
     if col_o and (outer_m or rows_o):
         panel_outer = kn.get(f"{s}.panel_outer", panel_outer, (False, True))
