@@ -352,3 +352,20 @@ def test_two_panels_stay_outermost_only_where_the_threads_share_their_columns_ev
     loops = [x for x in order if x in ("i_o", "j_o")]
     assert loops == (["j_o", "i_o"] if panels_outermost else ["i_o", "j_o"]), (columns, trace)
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_constant_column_operand_past_half_of_l2_takes_the_panels_outermost_by_the_same_reread_rule(kernel_cache):
+    """A constant weight, packed once, between half of L2 and all of it: the streaming rows' operand evicts it, so
+    the re-read rule counts it as past the cache (the panels go outermost); a run-time operand of that size
+    keeps its panels inside the row loop."""
+    from dataclasses import replace
+
+    c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 400, 64), "B": (4, 64, 300)})  # A 400 KB, B 300 KB
+    target = replace(host_target(2), l2_bytes=512 << 10)
+    orders = {}
+    for name, consts in {"constant B": frozenset({"B"}), "run-time B": frozenset()}.items():
+        trace = default_schedule(c, target, consts)
+        order, _ = _contraction_loops(trace, "C")
+        orders[name] = [x for x in order if x in ("i_o", "j_o")]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert orders == {"constant B": ["j_o", "i_o"], "run-time B": ["i_o", "j_o"]}, orders

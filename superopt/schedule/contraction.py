@@ -450,13 +450,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     panel_outer = _footprint(b, st) >= _footprint(a, st)
     row_blocks = math.prod(extents.get(d, ext.get(d, 1)) for d in outer_m) * (extents[rows_o] if rows_o else 1)
     if not panel_outer and col_o and row_blocks > 1 and not _batch_dims(a, b, st) \
-            and FLOAT32_BYTES * _footprint(b, st) > target.l2_bytes \
+            and FLOAT32_BYTES * _footprint(b, st) > target.l2_bytes // (2 if consts and b.tensor in consts else 1) \
             and REREAD_GAIN * _footprint(a, st) * extents[col_o] <= _footprint(b, st) * row_blocks:
         # the smaller column operand, but past the cache: rows outermost read all of it once per row block,
         # panels outermost read the rows' operand once per panel; the panels go outside where that moves far
         # less (C[i,j] += A[l,i,k] * B[l,k,j], 508 x 329 over 36 x 102: 64 passes over a 4.8 MB B against 7 over
         # a 7.5 MB A, 1.67x on 2 cores of an Intel Xeon; mi,jklm->ijkl's 168 row blocks of jkl against 5 panels
-        # of i, 1.23x)
+        # of i, 1.23x). A constant weight counts as past the cache beyond half of it, where the streaming rows
+        # evict it (squeezenet's 2 MB classifier over 16 images: 1.14x); for run-time operands that bound
+        # measured mixed (0.89-1.55x over five contractions)
         panel_outer = True
     if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o) \
             and math.ceil(extents[col_o] / threads) * width * threads > BALANCED * ncol:
