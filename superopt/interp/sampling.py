@@ -39,6 +39,7 @@ class _Classes:
     def __init__(self) -> None:
         self.parent: dict[_Key, _Key] = {}
         self.bad: set[_Key] = set()
+        self._bad_roots: set[_Key] | None = None  # (the roots of the marked keys, kept until a union or a mark)
 
     def find(self, k: _Key) -> _Key:
         self.parent.setdefault(k, k)
@@ -51,12 +52,16 @@ class _Classes:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[ra] = rb
+            self._bad_roots = None
 
     def mark(self, k: _Key) -> None:
         self.bad.add(self.find(k))
+        self._bad_roots = None
 
     def free(self, k: _Key) -> bool:
-        return not ({self.find(b) for b in self.bad} & {self.find(k)})
+        if self._bad_roots is None:
+            self._bad_roots = {self.find(b) for b in self.bad}
+        return self.find(k) not in self._bad_roots
 
 
 def _classes(graph: Graph) -> _Classes:
