@@ -26,21 +26,25 @@ def write_arrays(path: Path, arrays: Sequence[np.ndarray]) -> tuple[list[dict[st
     """Write ``arrays`` (C order) to ``path``, each starting on an ``ALIGN``-byte offset; returns the index
     :func:`map_arrays` reads them back with (offset, dtype, shape per array) and the file's sha256 (computed
     as it is written: the file is not read back)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     index = []
     h = hashlib.sha256()
-    with open(path, "wb") as f:
+    # the hash runs on a thread of its own, in the order the bytes are written, while the file is written: both
+    # release the interpreter on large buffers, so a model's weights are hashed in the write's shadow
+    with open(path, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="superopt-hash") as hasher:
         at = 0
         for a in arrays:
             pad = -at % ALIGN
             f.write(b"\0" * pad)
-            h.update(b"\0" * pad)
+            hasher.submit(h.update, b"\0" * pad)
             at += pad
             a = np.ascontiguousarray(a)
             index.append({"offset": at, "dtype": a.dtype.str, "shape": list(a.shape)})
             if a.nbytes:
                 data = memoryview(a.reshape(-1)).cast("B")
                 f.write(data)
-                h.update(data)
+                hasher.submit(h.update, data)
             at += a.nbytes
     return index, h.hexdigest()
 
