@@ -252,3 +252,20 @@ def test_optimize_keeps_no_graph_of_the_rewrite_alive_after_it_returns(tmp_path)
     gc.collect()
     new = [o for o in gc.get_objects() if type(o) is Graph and id(o) not in before]
     assert new and all(g is prog.graph for g in new), f"{len(new)} new graphs alive, where the program's own is the one expected"
+
+
+def test_written_arrays_map_back_equal_and_the_returned_hash_is_the_files(tmp_path):
+    """write_arrays hashes on another thread while it writes: the hash it returns is the sha256 of the file's
+    bytes (padding included), and every array maps back equal, on its aligned offset."""
+    import hashlib
+
+    from superopt.runtime.buffers import ALIGN
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((300, 301)).astype(np.float32), np.arange(7, dtype=np.int64),
+              np.empty((0, 3), np.float32), rng.standard_normal((5, 64, 64)).astype(np.float64)]
+    index, sha = write_arrays(tmp_path / "w.bin", arrays)
+    assert sha == hashlib.sha256((tmp_path / "w.bin").read_bytes()).hexdigest()
+    for a, b, e in zip(arrays, map_arrays(tmp_path / "w.bin", index), index, strict=True):
+        assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+        assert e["offset"] % ALIGN == 0
