@@ -119,6 +119,18 @@ def prefetch_rows_source(lanes: int) -> str:
 # register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a gather
 # or a scatter (a packed run-time operand, such as attention's keys, packed on every call)
 VECTOR_LANES = (16, 8)  # the float vectors spelled below: so_v16, so_v8 (and their helpers)
+
+
+def vector_op(op: str, args: list[str], lanes: int) -> str | None:
+    """An element-wise op on ``lanes``-float vector operands (C text) as a vector expression of the types below,
+    or None where it has no vector spelling here (the vector-tile and vector-loop printers spell the same ops)."""
+    if op in ("+", "-", "*", "/") and len(args) == 2:
+        return f"({args[0]} {op} {args[1]})"
+    if op == "neg":
+        return f"(-({args[0]}))"
+    if op == "relu":  # (NaN kept, as the scalar spelling's)
+        return f"so_relu{lanes}({args[0]})"
+    return None
 VECTOR_TYPES = "".join(
     f"typedef float so_v{n} __attribute__((vector_size({4 * n})));\n"
     f"typedef int so_vi{n} __attribute__((vector_size({4 * n})));\n"

@@ -25,13 +25,11 @@ runs only where it holds.
 from __future__ import annotations
 
 from superopt.codegen.c_emit import c_checks, c_ref, c_value
-from superopt.codegen.c_prelude import VECTOR_LANES
+from superopt.codegen.c_prelude import VECTOR_LANES, vector_op
 from superopt.loopnest import Assign, BufferAccess, IndexNumber, Literal, Load, Loop, Op, RegisterRef, Value
 from superopt.loopnest.values import value_nodes
 
 __all__ = ["vector_loop_lines"]
-
-_INFIX = ("+", "-", "*", "/")
 
 
 class _NotVector(Exception):
@@ -125,11 +123,7 @@ class _Spelling:
                 raise _NotVector
             a, b = (text if is_vec else self.broadcast(text) for text, is_vec in map(self.expr, branches))
             return f"({c_value(cond)} ? {a} : {b})", True
-        args = [self.expr(a) for a in v.args]
-        if v.op in _INFIX and len(args) == 2:
-            return f"({args[0][0]} {v.op} {args[1][0]})", True
-        if v.op == "neg":
-            return f"(-({args[0][0]}))", True
-        if v.op == "relu":  # (NaN kept, as the scalar spelling's)
-            return f"so_relu{self.lanes}({args[0][0]})", True
-        raise _NotVector
+        text = vector_op(v.op, [self.expr(a)[0] for a in v.args], self.lanes)
+        if text is None:
+            raise _NotVector
+        return text, True

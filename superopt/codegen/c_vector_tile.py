@@ -23,7 +23,7 @@ costs most where a tile's reduction is short (attention's two 64-step matmul til
 from __future__ import annotations
 
 from superopt.codegen.c_emit import c_conds, c_linear, c_ref, c_value
-from superopt.codegen.c_prelude import VECTOR_LANES
+from superopt.codegen.c_prelude import VECTOR_LANES, vector_op
 from superopt.ir.expr import Affine
 from superopt.loopnest import (
     Accumulate,
@@ -44,8 +44,6 @@ from superopt.loopnest import (
 from superopt.loopnest.block_tests import hoisted_tests, without_tests
 
 __all__ = ["vector_tile_lines"]
-
-_INFIX = ("+", "-", "*", "/")
 
 
 class _NotVector(Exception):
@@ -277,12 +275,9 @@ class _TilePrinter:
             args = [self.expr(a, col) for a in v.args]
             if not any(is_vec for _, is_vec in args):
                 return c_value(v), False
-            if v.op in _INFIX and len(args) == 2:
-                return f"({args[0][0]} {v.op} {args[1][0]})", True
-            if v.op == "neg":
-                return f"(-({args[0][0]}))", True
-            if v.op == "relu":
-                return f"so_relu{self.lanes}({args[0][0]})", True
+            text = vector_op(v.op, [a for a, _ in args], self.lanes)
+            if text is not None:
+                return text, True
         raise _NotVector
 
     def register(self, ref: RegisterRef, col: str) -> tuple[str, bool]:
