@@ -4,8 +4,9 @@ A cache entry is ``<digest>.so`` plus ``<digest>.sha256`` (the library's own has
 truncated or otherwise corrupt entry fails that check (or fails to load) and is rebuilt.
 
 A library of many kernels is compiled one translation unit a source (each with the prelude; the short sources
-share one), ``CompilerConfig.jobs``
-units at once, then linked: gcc is single-threaded. Each unit's object is cached by its own digest as
+share one), ``CompilerConfig.jobs`` units at once, then linked: gcc is single-threaded. Kernels that differ
+only in constants (a network's convolutions over different channel counts) are compiled as one body
+(:mod:`superopt.runtime.c_merge`). Each unit's object is cached by its own digest as
 ``objects/<digest>.o``, so a library that shares kernels with one built before (the same model changed in one
 layer, another model with the same layers) compiles only its new kernels.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from superopt.codegen.c_emit import PRELUDE
 from superopt.codegen.c_prelude import THREAD_CONTROL
 from superopt.phases import PhaseTimer, phase
+from superopt.runtime.c_merge import merge_sources
 from superopt.target import Target, compiler_version, host_target
 
 # the target's own flags (vector width) are added by compile_library
@@ -45,6 +47,11 @@ class CompilerConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     timeout_s: float = 120.0  # per translation unit
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)  # translation units compiled at once
+    # kernels this long or longer that differ only in constants are compiled as one body (see c_merge);
+    # None: none are. A shorter one (an element-wise kernel: one loop nest) costs gcc little, shares the
+    # first unit anyway, and loses the most from a trip count read at run time (unrolled by a constant,
+    # its loop streams faster)
+    merge_min_chars: int | None = 8000
 
 
 class CompileError(RuntimeError):
@@ -191,8 +198,12 @@ def _compile_library(sources: list[str], config: CompilerConfig | None,
         return so, None
     objects = cache / "objects"
     objects.mkdir(exist_ok=True)
-    units = [u for u, _ in object_units(sources)]
-    counts = [n for _, n in object_units(sources)]
+    # (a merged body's unit counts no source: its members' wrappers, in the first unit, count them)
+    bodies, wrapped = (([], sources) if config.merge_min_chars is None
+                       else merge_sources(sources, config.merge_min_chars))
+    grouped = object_units(wrapped) + [(PRELUDE + "\n" + body, 0) for body in bodies]
+    units = [u for u, _ in grouped]
+    counts = [n for _, n in grouped]
     paths = [objects / f"{_digest(u, config)}.o" for u in units]
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         def build(todo: list[int]) -> None:
