@@ -4,9 +4,9 @@ translation units, beside another checkout's (the before of a change).
     python benchmarks/gcc_time.py [model ...] [--baseline CHECKOUT] [--rounds 2] [--out benchmarks/results]
 
 For each model and checkout, a fresh process runs ``superopt.optimize`` with an empty kernel cache and keeps
-the translation units its library builds asked for (``compiler.object_units``); then each unit is compiled
-alone, one at a time, with the flags ``compile_library`` gives it (``CompilerConfig.flags`` and the
-target's), and the compiler processes' user + system CPU seconds are summed (``RUSAGE_CHILDREN``): on a
+the translation units its library builds asked for (``compiler.object_units`` and the merged kernels'
+bodies); then each unit is compiled alone, one at a time, with the flags ``compile_library`` gives it
+(``CompilerConfig.flags`` and the target's), and the compiler processes' user + system CPU seconds are summed (``RUSAGE_CHILDREN``): on a
 loaded machine the CPU time moves far less than the wall time. The two checkouts' unit sets are compiled in
 alternating blocks, ``--rounds`` times, and the medians are reported with their ratio.
 """
@@ -38,6 +38,7 @@ opt = OptimizeConfig(threads=2, compiler=config)
 Ceilings.measured(opt.resolved_target(), config)  # (measured once per machine: not the model's compile)
 units = {}
 plain = compiler.object_units
+merge = getattr(compiler, "merge_sources", None)  # (a checkout from before kernels were merged has none)
 
 def kept(sources):
     got = plain(sources)
@@ -45,7 +46,15 @@ def kept(sources):
         units.setdefault(unit, None)
     return got
 
+def merged(sources, *args):  # (the merged bodies are units of their own, outside object_units)
+    bodies, wrapped = merge(sources, *args)
+    for body in bodies:
+        units.setdefault(compiler.PRELUDE + "\n" + body, None)
+    return bodies, wrapped
+
 compiler.object_units = kept
+if merge is not None:
+    compiler.merge_sources = merged
 optimize(model, opt)
 flags = [*config.flags, *opt.resolved_target().compile_flags()]
 for k, unit in enumerate(units):
