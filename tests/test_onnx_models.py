@@ -1,4 +1,4 @@
-"""resnet50 and squeezenet (onnx's light models, seeded random weights) match onnxruntime."""
+"""resnet50, squeezenet and densenet121 (onnx's light models, seeded random weights) match onnxruntime."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from superopt.frontends.light_models import (  # noqa: E402
 )
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "densenet121"])  # (densenet: many kernels merged)
 def test_light_model_matches_onnxruntime(name):
     model = randomized_light_model(name, seed=0)
     feed = light_model_inputs(model, seed=0)
