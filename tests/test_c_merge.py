@@ -84,9 +84,11 @@ def test_sources_that_are_not_one_kernel_function_are_left_as_they_are():
     pack = "void p(const void *src, void *dst) { (void)src; (void)dst; }\n"
     sources = [_row_sums("a") + pack, _row_sums("b", ROWS=9) + pack, "void f(void) {}", "void f(void) {}"]
     assert merge_sources(sources) == ([], sources)
-    # (one kernel given twice under the same name is one source, not a group)
+    # (one kernel given twice is one kernel, not a group; beside another, both copies get its wrapper)
     twice = [_row_sums("a"), _row_sums("a")]
     assert merge_sources(twice) == ([], twice)
+    bodies, wrapped = merge_sources(twice + [_row_sums("b", ROWS=9)])
+    assert len(bodies) == 1 and wrapped[0] == wrapped[1] and "{5}" in wrapped[0] and "{9}" in wrapped[2]
 
 
 def test_short_kernels_stay_apart_below_the_configured_length():

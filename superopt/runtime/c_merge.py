@@ -220,14 +220,15 @@ def merge_sources(sources: list[str], min_chars: int = 0) -> tuple[list[str], li
     """Each group of two or more of ``sources`` of at least ``min_chars`` characters that differ only in
     liftable literals, compiled as one: the merged bodies, and ``sources`` in order with each member
     replaced by its wrapper."""
-    kernels = [_parse(s) if len(s) >= min_chars else None for s in sources]
-    groups: dict[str, list[int]] = {}
-    for i, kernel in enumerate(kernels):
+    distinct = list(dict.fromkeys(sources))  # (a source given twice is one kernel: both get its wrapper)
+    kernels = [_parse(s) if len(s) >= min_chars else None for s in distinct]
+    groups: dict[str, list[_Kernel]] = {}
+    for kernel in kernels:
         if kernel is not None:
-            groups.setdefault(kernel.key, []).append(i)
-    out, bodies = list(sources), []
-    for members in groups.values():
-        group = [kernels[i] for i in members]
+            groups.setdefault(kernel.key, []).append(kernel)
+    wrappers: dict[str, str] = {}
+    bodies = []
+    for group in groups.values():
         if len(group) < 2 or len({k.name for k in group}) < len(group):
             continue
         first = group[0]
@@ -243,9 +244,9 @@ def merge_sources(sources: list[str], min_chars: int = 0) -> tuple[list[str], li
         text = text.replace("so_merged_DIGEST", f"so_merged_{digest}", 1)
         bodies.append(text)
         proto = f"void so_merged_{digest}(void **args, const long long *so_lifted);"
-        for i, kernel in zip(members, group):
+        for kernel in group:
             values = ", ".join(str(kernel.values[j]) for j in varying)
-            out[i] = (f"{proto}\nvoid {kernel.name}(void **args) {{\n"
-                      f"    static const long long lifted[] = {{{values}}};\n"
-                      f"    so_merged_{digest}(args, lifted);\n}}\n")
-    return bodies, out
+            wrappers[kernel.source] = (f"{proto}\nvoid {kernel.name}(void **args) {{\n"
+                                       f"    static const long long lifted[] = {{{values}}};\n"
+                                       f"    so_merged_{digest}(args, lifted);\n}}\n")
+    return bodies, [wrappers.get(s, s) for s in sources]
