@@ -369,8 +369,8 @@ def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping
 def start_reference(graph: Graph, seed: int = 0, reference_points: int | None = REFERENCE_POINTS) -> Future:
     """The float64 reference outputs of ``graph`` and their magnitudes (:func:`verify`) on
     ``random_inputs(graph, seed)`` (on the sample of its axes that :func:`verify` checks, where the whole
-    reference would exceed ``reference_points``), computed on a thread: it runs while the C compiler does (a
-    subprocess, which leaves the interpreter free) instead of after it."""
+    reference would exceed ``reference_points``), computed on a thread: it runs while the rewrite search (one
+    core) and the C compiler (subprocesses, which leave the interpreter free) do, instead of after them."""
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_limits
@@ -378,8 +378,8 @@ def start_reference(graph: Graph, seed: int = 0, reference_points: int | None = 
     from superopt.interp.magnitude import reference_with_magnitudes
 
     def run():
-        # one BLAS thread: the C compiler's processes have the cores meanwhile, and a second BLAS thread would
-        # spin against them (the limit is the process's; the build runs no BLAS call worth a second thread)
+        # one BLAS thread: the search and the C compiler's processes have the cores meanwhile, and a second BLAS
+        # thread would spin against them (the limit is the process's; neither runs a BLAS call worth a second)
         with threadpool_limits(1, user_api="blas"):
             feed = random_inputs(graph, seed)
             sample = sample_axes(graph, reference_points, seed)
@@ -533,6 +533,9 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
     phases = phases if phases is not None else PhaseTimer()
     return_free_memory()  # (what the load freed: the protobuf, the initializers' raw bytes)
+    # the reference of the graph as imported, on a thread from here on: the rewrite search holds one core
+    # (pure Python) and leaves the other free, where later the reference would take a core from the C compiler
+    reference = start_reference(imported, config.seed, config.reference_points) if config.verify else None
     with phases.phase("rewrite"):
         graph, graph_report = search_rewrites(imported, config, phases)
         rewrites = graph_report.applied if graph_report is not None else ()
@@ -554,8 +557,6 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
             tune = tune_schedules(graph, target, config, database, model, time_s)
         schedules, hits, picked = schedule_graph(graph, target, database, model, deadline,
                                                  pick_allowance=(MODEL_PICK_S, MODEL_PICK_MIN_S))
-    # (while the build runs)
-    reference = start_reference(imported, config.seed, config.reference_points) if config.verify else None
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
         executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
