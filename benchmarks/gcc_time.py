@@ -4,11 +4,12 @@ translation units, beside another checkout's (the before of a change).
     python benchmarks/gcc_time.py [model ...] [--baseline CHECKOUT] [--rounds 2] [--out benchmarks/results]
 
 For each model and checkout, a fresh process runs ``superopt.optimize`` with an empty kernel cache and keeps
-the translation units its library builds asked for (``compiler.object_units`` and the merged kernels'
-bodies); then each unit is compiled alone, one at a time, with the flags ``compile_library`` gives it
-(``CompilerConfig.flags`` and the target's), and the compiler processes' user + system CPU seconds are summed (``RUSAGE_CHILDREN``): on a
-loaded machine the CPU time moves far less than the wall time. The two checkouts' unit sets are compiled in
-alternating blocks, ``--rounds`` times, and the medians are reported with their ratio.
+the translation units its library builds asked for (``compiler.object_units`` and the merged kernels' bodies);
+then each unit is compiled alone, one at a time, with the flags ``compile_library`` gives it
+(``CompilerConfig.flags`` and the target's), and the compiler processes' user + system CPU seconds are summed
+(``RUSAGE_CHILDREN``): on a loaded machine the CPU time moves far less than the wall time. The two checkouts'
+unit sets are compiled in alternating blocks, ``--rounds`` times, and the medians are reported with their
+ratio.
 """
 
 from __future__ import annotations
