@@ -66,6 +66,7 @@ class _Kernel:
     key: str
     slots: tuple[int, ...]  # token indices of the liftable literals
     values: tuple[int, ...]
+    comments: tuple[tuple[int, int], ...]  # their character spans in ``source``
 
 
 def _tokenize(source: str) -> list[_Token] | None:
@@ -113,7 +114,8 @@ def _parse(source: str) -> _Kernel | None:
             values.append(value)
         else:
             key.append(t.text)
-    return _Kernel(source, name, tuple(code), "\x01".join(key), tuple(slots), tuple(values))
+    comments = tuple((t.start, t.end) for t in toks if t.kind == "comment")
+    return _Kernel(source, name, tuple(code), "\x01".join(key), tuple(slots), tuple(values), comments)
 
 
 def _fixed_literals(toks: list[_Token]) -> set[int] | None:
@@ -197,21 +199,18 @@ def _definitions(toks: list[_Token]) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def _merged_body(kernel: _Kernel, lifted: dict[int, str], name: str, params: str) -> str:
-    """``kernel``'s text under ``name(params)``, the literals at ``lifted``'s token indices replaced by its
-    names, comments dropped (they describe one member)."""
-    src, out, pos = kernel.source, [], 0
-    body = next(k for k, t in enumerate(kernel.tokens) if t.text == "{")
-    out.append(f"void {name}({params}) ")
-    pos = kernel.tokens[body].start
-    skipped = sorted([(t.start, t.end, "") for t in _tokenize(src) or () if t.kind == "comment"] +
-                     [(kernel.tokens[k].start, kernel.tokens[k].end, v) for k, v in lifted.items()])
-    for start, end, text in skipped:
-        if start < pos:
-            continue
-        out.append(src[pos:start])
-        out.append(text)
-        pos = end
+def _merged_body(kernel: _Kernel, lifted: dict[int, str], head: str) -> str:
+    """``kernel``'s text from its body's opening brace on, after ``head``: the literals at ``lifted``'s token
+    indices replaced by its names, comments dropped (they describe one member)."""
+    src = kernel.source
+    pos = next(t for t in kernel.tokens if t.text == "{").end
+    out = [head]
+    edits = sorted([(start, end, "") for start, end in kernel.comments] +
+                   [(kernel.tokens[k].start, kernel.tokens[k].end, v) for k, v in lifted.items()])
+    for start, end, text in edits:
+        if start >= pos:
+            out += [src[pos:start], text]
+            pos = end
     out.append(src[pos:])
     return "".join(out)
 
@@ -235,11 +234,9 @@ def merge_sources(sources: list[str], min_chars: int = 0) -> tuple[list[str], li
         varying = [j for j in range(len(first.slots)) if len({k.values[j] for k in group}) > 1]
         ctypes = ["int" if max(k.values[j] for k in group) <= _INT_MAX else "long" for j in varying]
         lifted = {first.slots[j]: f"so_lift{n}" for n, j in enumerate(varying)}
-        text = _merged_body(first, lifted, "so_merged_DIGEST", "void **args, const long long *so_lifted")
         # the constants' declarations open the body
         decls = "".join(f"\n    const {c} so_lift{n} = ({c})so_lifted[{n}];" for n, c in enumerate(ctypes))
-        brace = text.index("{")
-        text = text[:brace + 1] + decls + text[brace + 1:]
+        text = _merged_body(first, lifted, "void so_merged_DIGEST(void **args, const long long *so_lifted) {" + decls)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         text = text.replace("so_merged_DIGEST", f"so_merged_{digest}", 1)
         bodies.append(text)
