@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import fields, replace
 
 import numpy as np
 
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
+from rewrite_rules.graph_edit import constant_locals
 from superopt.builder import GraphBuilder
 from superopt.interp import evaluate_compute
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Expr, IndexValue, substitute_dims
-from superopt.ir.graph import Constant, Graph
+from superopt.ir.graph import Constant, DeferredConstant, Graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType, is_float
 from superopt.lang.parser import infer_dtype
@@ -34,8 +35,9 @@ def _rebuild(e: Expr, fold) -> Expr:
     return replace(e, **kw) if kw else e
 
 
-def hoist_in(compute: Compute, consts: dict[str, np.ndarray]) -> tuple[Compute, dict[str, np.ndarray]] | None:
-    """Precompute the first maximal constant-only subexpression of ``compute`` as a new input."""
+def hoist_in(compute: Compute, consts: Mapping[str, Constant]) -> tuple[Compute, dict[str, Constant]] | None:
+    """Precompute the first maximal constant-only subexpression of ``compute`` as a new input (a deferred
+    constant: computed when the program is built, not for each candidate graph of the search)."""
     found: list = []
     types = compute.type_of
 
@@ -54,26 +56,25 @@ def hoist_in(compute: Compute, consts: dict[str, np.ndarray]) -> tuple[Compute, 
                 tmp = Compute(tuple(reads), (name,), (Statement(name, tuple(dims), "=", e, tuple(
                     (d, st.extent[d]) for d in dims)),), tuple((t, types[t]) for t in reads) + (
                     (name, TensorType(shape, dtype)),))
-                (value,) = evaluate_compute(tmp, {t: consts[t] for t in reads}, np.float64)
-                found.append((name, np.asarray(value).astype(TensorType(shape, dtype).np_dtype), dtype))
+                ty = TensorType(shape, dtype)
+
+                def evaluated(*arrays, tmp=tmp, reads=reads, ty=ty) -> np.ndarray:
+                    (v,) = evaluate_compute(tmp, dict(zip(reads, arrays)), np.float64)
+                    return np.asarray(v).astype(ty.np_dtype)
+
+                found.append((name, DeferredConstant(ty, f"evaluate {tmp.digest()}", [consts[t] for t in reads], evaluated)))
                 return Access(name, tuple(Affine.dim(d) for d in dims))
             return _rebuild(e, fold)
 
         new_expr = fold(st.expr)
         if found:
-            name, value, dtype = found[0]
+            name, value = found[0]
             statements = list(compute.statements)
             statements[k] = replace(st, expr=new_expr)
-            new = Compute(compute.inputs + (name,), compute.outputs, tuple(statements),
-                          compute.types + ((name, TensorType(value.shape, dtype)),))
+            new = Compute(compute.inputs + (name,), compute.outputs, tuple(statements), compute.types + ((name, value.type),))
             return new, {name: value}
     return None
 
-
-
-def _constant_locals(graph: Graph, node) -> dict[str, np.ndarray]:
-    constant = graph.constant
-    return {local: constant[g].array for local, g in zip(node.op.inputs, node.inputs) if g in constant}
 
 
 def _has_constant_subexpression(compute: Compute, consts: set[str]) -> bool:
@@ -86,13 +87,13 @@ def _has_constant_subexpression(compute: Compute, consts: set[str]) -> bool:
 
 def constant_subexpression_sites(graph: Graph) -> Iterator[Site]:
     for node in graph.nodes:
-        if not node.is_extern and _has_constant_subexpression(node.op, set(_constant_locals(graph, node))):
+        if not node.is_extern and _has_constant_subexpression(node.op, set(constant_locals(graph, node))):
             yield (node.name,)
 
 
 def hoist_constant_subexpressions(graph: Graph, site: Site) -> Graph:
     node = node_named(graph, site[0])
-    got = None if node.is_extern else hoist_in(node.op, _constant_locals(graph, node))
+    got = None if node.is_extern else hoist_in(node.op, constant_locals(graph, node))
     if got is None:
         raise RuleNotApplicable(f"node {site[0]!r} has no constant-only subexpression")
     op, ((local, value),) = got[0], got[1].items()
@@ -100,7 +101,7 @@ def hoist_constant_subexpressions(graph: Graph, site: Site) -> Graph:
     new_node = replace(node, op=op, inputs=node.inputs + (gname,))
     return replace(graph, nodes=tuple(new_node if n is node else n for n in graph.nodes),
                    types=graph.types + ((gname, op.type_of[local]),),
-                   constants=graph.constants + ((gname, Constant(value)),))
+                   constants=graph.constants + ((gname, value),))
 
 
 def _terms(e: Expr, divide: bool) -> list[tuple[Expr, bool]]:

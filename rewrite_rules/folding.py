@@ -20,7 +20,7 @@ from superopt.builder import GraphBuilder
 from superopt.interp import evaluate_compute
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, Const, Expr, IndexValue, Unary, substitute_dims
-from superopt.ir.graph import Constant, Graph, Node
+from superopt.ir.graph import Constant, DeferredConstant, Graph, Node
 from superopt.ir.statement import Statement
 
 ONE = Const(1.0)
@@ -175,12 +175,16 @@ def folded_op(op: Compute, fold: Fold) -> Compute:
     return Compute(op.inputs, op.outputs, statements, tuple((n, t) for n, t in op.types if n not in gone))
 
 
-def fold_node(graph: Graph, node: Node, k: int, used: set[str]) -> tuple[Node, dict[str, np.ndarray]] | None:
-    consts = constant_locals(graph, node)
+def fold_node(graph: Graph, node: Node, k: int, used: set[str]) -> tuple[Node, dict[str, Constant]] | None:
+    constant = graph.constant
+    consts = {local: constant[g] for local, g in zip(node.op.inputs, node.inputs) if g in constant}
     fold = find_fold(node.op, set(consts), k)
     if fold is None:
         return None
-    value = scaled_weight(node.op, fold, consts)
+    reads = sorted(({a.tensor for a in fold.scale.accesses()} | {fold.weight}) & consts.keys())
+    op = node.op
+    value = DeferredConstant(op.type_of[fold.weight], f"fold {op.digest()} {fold!r}", [consts[r] for r in reads],
+                             lambda *arrays: scaled_weight(op, fold, dict(zip(reads, arrays))))
     pos = node.op.inputs.index(fold.weight)
     gname = fresh_name(f"{node.name}_{fold.weight}_folded", used)
     inputs = node.inputs[:pos] + (gname,) + node.inputs[pos + 1:]

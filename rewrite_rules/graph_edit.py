@@ -14,13 +14,13 @@ from superopt.ir.types import TensorType
 
 
 def rebuild(graph: Graph, nodes: Sequence[Node], new_types: Mapping[str, TensorType] | None = None,
-            new_constants: Mapping[str, np.ndarray] | None = None) -> Graph:
+            new_constants: Mapping[str, np.ndarray | Constant] | None = None) -> Graph:
     """``graph`` with ``nodes`` (in topological order); types and constants kept only where still used."""
     new_types = dict(new_types or {})
     constants = dict(graph.constants)
-    constants.update({k: Constant(v) for k, v in (new_constants or {}).items()})
-    for k, c in (new_constants or {}).items():
-        new_types.setdefault(k, c.type if isinstance(c, Constant) else Constant(c).type)
+    constants.update({k: v if isinstance(v, Constant) else Constant(v) for k, v in (new_constants or {}).items()})
+    for k in new_constants or {}:
+        new_types.setdefault(k, constants[k].type)
     read = set(graph.outputs) | {i for n in nodes for i in n.inputs}
     defined = set(graph.inputs) | {o for n in nodes for o in n.outputs}
     kept_constants = tuple((k, c) for k, c in constants.items() if k in read and k not in defined)
@@ -45,10 +45,11 @@ def drop_unread_inputs(node: Node) -> Node:
     return replace(node, op=new_op, inputs=tuple(node.inputs[k] for k in keep))
 
 
-def constant_locals(graph: Graph, node: Node) -> dict[str, np.ndarray]:
-    """Local name -> value, for every input of a compute node that is a graph constant."""
+def constant_locals(graph: Graph, node: Node) -> dict[str, Constant]:
+    """Local name -> constant, for every input of a compute node that is a graph constant (its ``array`` is
+    read only where a rule needs the value: a deferred constant's read computes it)."""
     constant = graph.constant
-    return {local: constant[g].array for local, g in zip(node.op.inputs, node.inputs) if g in constant}
+    return {local: constant[g] for local, g in zip(node.op.inputs, node.inputs) if g in constant}
 
 
 def swap_nodes(graph: Graph, old: Iterable[Node], new: Node, at: Node) -> list[Node]:

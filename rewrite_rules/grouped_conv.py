@@ -22,7 +22,7 @@ import numpy as np
 from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue, map_expr
-from superopt.ir.graph import Constant, Graph, Node
+from superopt.ir.graph import DeferredConstant, Graph, Node
 from superopt.ir.prune import prune_graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
@@ -211,9 +211,12 @@ def split_grouped_conv(graph: Graph, site: Site) -> Graph:
                 continue
             ax, m = sliced[local]
             if gname in graph.constant:
-                arr = np.take(graph.constant[gname].array, range(m * k, m * (k + 1)), axis=ax)
+                src = graph.constant[gname]
+                part_shape = tuple(m if i == ax else n for i, n in enumerate(src.type.shape))
                 key = fresh_name(f"{gname}_group{k}", used_t)
-                constants[key] = Constant(np.ascontiguousarray(arr))
+                constants[key] = DeferredConstant(
+                    TensorType(part_shape, src.type.dtype), f"slice {m * k}:{m * (k + 1)} of axis {ax}", (src,),
+                    lambda a, ax=ax, lo=m * k, m=m: np.take(a, range(lo, lo + m), axis=ax))
                 types[key] = constants[key].type
                 inputs.append(key)
             else:

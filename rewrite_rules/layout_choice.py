@@ -30,7 +30,7 @@ from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue, map_expr
-from superopt.ir.graph import Constant, Extern, Graph, Node
+from superopt.ir.graph import DeferredConstant, Extern, Graph, Node
 from superopt.ir.prune import prune_graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
@@ -331,8 +331,9 @@ def block_node_in(graph: Graph, name: str, block: int, *, check: bool = True) ->
         elif local in layouts:
             key = f"{g}_nchw{block}c_{''.join(map(str, layouts[local].split))}_{''.join(map(str, layouts[local].lanes))}"
             if key not in constants:
-                arr = layouts[local].apply(graph.constant[g].array)
-                constants[key] = Constant(arr)
+                src, layout = graph.constant[g], layouts[local]
+                constants[key] = DeferredConstant(TensorType(layout.shape(src.type.shape), src.type.dtype),
+                                                  repr(layout), (src,), layout.apply)
                 types[key] = constants[key].type
                 used_t.add(key)
             new_inputs.append(key)

@@ -21,7 +21,7 @@ from rewrite_rules.graph_edit import Memo, constant_inputs, constant_locals, reb
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue
-from superopt.ir.graph import Graph, Node
+from superopt.ir.graph import DeferredConstant, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
@@ -165,9 +165,14 @@ def merge_parallel(graph: Graph, site: Site) -> Graph:
     inputs, new_consts = list(first.inputs), {}
     for k, local in enumerate(first.op.inputs):
         if local in plan[0]:
-            parts = [graph.constant[n.inputs[k]].array for n in nodes]
+            parts = [graph.constant[n.inputs[k]] for n in nodes]
+            at = plan[0][local]
+            shape = list(parts[0].type.shape)
+            shape[at] = sum(p.type.shape[at] for p in parts)
             inputs[k] = fresh_name(f"{first.inputs[k]}_merged", used)
-            new_consts[inputs[k]] = np.concatenate(parts, axis=plan[0][local])
+            new_consts[inputs[k]] = DeferredConstant(TensorType(tuple(shape), parts[0].type.dtype),
+                                                     f"concatenate on axis {at}", parts,
+                                                     lambda *a, at=at: np.concatenate(a, axis=at))
     merged_out = fresh_name(f"{first.name}_merged_out", used)
     merged = Node(fresh_name(f"{first.name}_merged", {n.name for n in graph.nodes}), op, tuple(inputs), (merged_out,))
     slices, off = [], 0

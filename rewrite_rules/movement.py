@@ -20,7 +20,7 @@ from rewrite_rules.graph_edit import constant_locals, drop_unread_inputs, rebuil
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue, map_expr
-from superopt.ir.graph import Extern, Graph, Node
+from superopt.ir.graph import DeferredConstant, Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
@@ -604,7 +604,9 @@ def split_loops_through_reshape(graph: Graph, site: Site) -> Graph:
             inputs[k] = reshape.inputs[0]
         elif local in consts and any(tensor == local for tensor, _ in axes):
             inputs[k] = fresh_name(f"{g}_split", used)
-            new_consts[inputs[k]] = consts[local].reshape(new_op.type_of[local].shape)
+            shape = new_op.type_of[local].shape
+            new_consts[inputs[k]] = DeferredConstant(new_op.type_of[local], f"reshape {shape}", (consts[local],),
+                                                     lambda a, shape=shape: a.reshape(shape))
     outputs = list(reader.outputs)
     for k, (local, g) in enumerate(zip(op.outputs, reader.outputs)):
         if any(tensor == local for tensor, _ in axes):

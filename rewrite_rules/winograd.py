@@ -36,7 +36,7 @@ from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
 from superopt.builder import GraphBuilder
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, Binary, map_expr, substitute_dims
-from superopt.ir.graph import Constant, Extern, Graph, Node
+from superopt.ir.graph import DeferredConstant, Extern, Graph, Node
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 from superopt.lang.parser import compile_op
@@ -286,7 +286,9 @@ def winograd_conv(graph: Graph, site: Site) -> Graph:
     used_t = set(types) | {nd.name for nd in graph.nodes}
     used_n = {nd.name for nd in graph.nodes}
     u_name = fresh_name(f"{m.w}_winograd", used_t)
-    constants[u_name] = Constant(transformed_weights(graph.constant[m.w].array, sc))
+    w = graph.constant[m.w]
+    u_type = TensorType((sc.patch ** 2, *w.type.shape[:2], *w.type.shape[4:]), w.type.dtype)
+    constants[u_name] = DeferredConstant(u_type, f"winograd {sc!r}", (w,), lambda a: transformed_weights(a, sc))
     types[u_name] = constants[u_name].type
     v6, v5 = fresh_name(f"{node.name}_wino_v", used_t), fresh_name(f"{node.name}_wino_vt", used_t)
     m5, m7 = fresh_name(f"{node.name}_wino_m", used_t), fresh_name(f"{node.name}_wino_mt", used_t)

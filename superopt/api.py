@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from superopt.builder import GraphBuilder
 from superopt.collector import fewer_collections
 from superopt.heap import return_free_memory
 from superopt.interp.inputs import random_inputs
-from superopt.interp.sampling import REFERENCE_POINTS, sample_axes
+from superopt.interp.sampling import REFERENCE_POINTS
 from superopt.ir.canonical import canonicalize_kernels
 from superopt.ir.graph import Graph
 from superopt.lang import compile_op
@@ -33,6 +32,7 @@ from superopt.runtime.compiler import CompilerConfig
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.schedule.graph_defaults import default_schedules
 from superopt.target import Target, host_target
+from superopt.verification import VerificationError, check_program, start_reference, verify
 
 if TYPE_CHECKING:
     from search.graph.rewrite import RewriteConfig
@@ -160,10 +160,6 @@ class OptimizeReport:
     def fallback_lines(self) -> list[str]:
         """One line per fallback node: its op, name and reason."""
         return [f"fallback: {f}" for f in self.fallbacks]
-
-
-class VerificationError(RuntimeError):
-    """Compiled code disagrees with the reference interpreter."""
 
 
 class OptimizedProgram:
@@ -323,76 +319,6 @@ def load_graph(model, example_inputs: Sequence | None = None) -> Graph:
     return import_onnx(model)
 
 
-def verify(graph: Graph, executor: GraphExecutor, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
-           rtol: float | None = None, random: bool = True, reference: Future | None = None,
-           reference_points: int | None = REFERENCE_POINTS) -> float:
-    """The largest error of the compiled outputs against the float64 reference, each element measured against
-    the magnitude of the terms it is computed from (``superopt.interp.tolerance``), on seeded random inputs
-    and, where given, on ``inputs`` (the user's own, which may be far worse conditioned). Raises
-    ``VerificationError`` naming the worst element when that error exceeds ``rtol`` (None: only on a shape or
-    NaN mismatch). ``random=False``: only on ``inputs`` (when they fit the graph). ``reference``: the reference
-    and magnitudes on the seeded random inputs, being computed (see :func:`start_reference`, given the same
-    ``reference_points``). The program always runs at full size on the full inputs; where the reference would
-    run more than ``reference_points`` iteration points, it runs on a sample of the graph's independent axes
-    and the program's outputs at those indices are checked (``superopt.interp.sampling``)."""
-    from superopt.interp.magnitude import reference_with_magnitudes
-    from superopt.interp.tolerance import check_outputs
-
-    feeds = []
-    if inputs is not None and all(n in inputs and np.shape(inputs[n]) == graph.type_of[n].shape
-                                  for n in graph.inputs):
-        feeds.append({n: np.asarray(inputs[n]).astype(graph.type_of[n].np_dtype, copy=False) for n in graph.inputs})
-    if random or not feeds:
-        feeds.insert(0, random_inputs(graph, seed))
-    else:
-        reference = None  # computed for the random inputs, which are not checked
-    sample = sample_axes(graph, reference_points, seed)
-    worst = 0.0
-    for k, feed in enumerate(feeds):
-        got = executor(feed)
-        if k == 0 and reference is not None:
-            ref, mags = reference.result()
-        elif sample is None:
-            ref, mags = reference_with_magnitudes(graph, feed)
-        else:
-            ref, mags = reference_with_magnitudes(sample.graph, sample.take_all(feed))
-        if sample is not None:
-            got = {o: sample.take(o, got[o]) for o in graph.outputs}
-        for check in check_outputs(graph.outputs, got, ref, mags, np.inf if rtol is None else rtol):
-            if not check.ok:
-                where = "" if sample is None else f" (checked on a sample: {sample.describe()})"
-                raise VerificationError(f"compiled program differs from the reference: {check.message}{where}")
-            worst = max(worst, check.error)
-    return worst
-
-
-def start_reference(graph: Graph, seed: int = 0, reference_points: int | None = REFERENCE_POINTS) -> Future:
-    """The float64 reference outputs of ``graph`` and their magnitudes (:func:`verify`) on
-    ``random_inputs(graph, seed)`` (on the sample of its axes that :func:`verify` checks, where the whole
-    reference would exceed ``reference_points``), computed on a thread: it runs while the rewrite search (one
-    core) and the C compiler (subprocesses, which leave the interpreter free) do, instead of after them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from threadpoolctl import threadpool_limits
-
-    from superopt.interp.magnitude import reference_with_magnitudes
-
-    def run():
-        # one BLAS thread: the search and the C compiler's processes have the cores meanwhile, and a second BLAS
-        # thread would spin against them (the limit is the process's; neither runs a BLAS call worth a second)
-        with threadpool_limits(1, user_api="blas"):
-            feed = random_inputs(graph, seed)
-            sample = sample_axes(graph, reference_points, seed)
-            if sample is None:
-                return reference_with_magnitudes(graph, feed)
-            return reference_with_magnitudes(sample.graph, sample.take_all(feed))
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
-    future = pool.submit(run)
-    pool.shutdown(wait=False)
-    return future
-
-
 def rewrite_graph(graph: Graph, config: OptimizeConfig | None = None) -> tuple[Graph, tuple[str, ...]]:
     """The graph passes before scheduling: prune dead code, then the rewrite rules (fusion, layout,
     algebraic), chosen by the graph search (``config.graph_search``; see :func:`search_rewrites`).
@@ -508,8 +434,10 @@ def _optimize(model, example_inputs, config: OptimizeConfig) -> OptimizedProgram
     t0 = time.perf_counter()
     with phases.phase("load"):
         imported = load_graph(model, example_inputs)
-    return _optimize_graph(imported, config, t0, verify_inputs=_positional_feed(imported, example_inputs),
-                           phases=phases)
+    feed = _positional_feed(imported, example_inputs)
+    box = [imported]
+    del imported  # (handed over: see _optimize_onnx_static; a Graph the caller passed, the caller holds anyway)
+    return _optimize_graph(box.pop(), config, t0, verify_inputs=feed, phases=phases)
 
 
 def _positional_feed(graph: Graph, example_inputs) -> dict[str, np.ndarray] | None:
@@ -535,12 +463,16 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     return_free_memory()  # (what the load freed: the protobuf, the initializers' raw bytes)
     # the reference of the graph as imported, on a thread from here on: the rewrite search holds one core
     # (pure Python) and leaves the other free, where later the reference would take a core from the C compiler
-    reference = start_reference(imported, config.seed, config.reference_points) if config.verify else None
+    reference = start_reference(imported, config.seed, verify_inputs, config.reference_points) if config.verify else None
     with phases.phase("rewrite"):
         graph, graph_report = search_rewrites(imported, config, phases)
         rewrites = graph_report.applied if graph_report is not None else ()
         graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
-    return_free_memory()  # (the candidate graphs the search dropped, their re-laid-out weights)
+    # from here the imported graph's weights are held only where still needed: by the reference's thread until
+    # it is done, and by the rewritten weights (DeferredConstant) until the build computes them, so a caller
+    # that hands the graph over (the ONNX import) does not hold the model's weights twice at the build
+    del imported
+    return_free_memory()  # (the candidate graphs the search dropped)
     t1 = time.perf_counter()
     target = config.resolved_target()
     database, tune = config.database, None
@@ -557,14 +489,14 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
             tune = tune_schedules(graph, target, config, database, model, time_s)
         schedules, hits, picked = schedule_graph(graph, target, database, model, deadline,
                                                  pick_allowance=(MODEL_PICK_S, MODEL_PICK_MIN_S))
+    return_free_memory()  # (the schedule search's and the reference's garbage, before the weights are computed)
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
         executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
     t2 = time.perf_counter()
     err = None
     if config.verify:
         with phases.phase("verify"):  # against the graph as imported, before any pass
-            err = verify(imported, executor, config.seed, verify_inputs, config.rtol, reference=reference,
-                         reference_points=config.reference_points)
+            err = check_program(executor, reference.result(), config.rtol)
         if not err <= config.rtol:
             raise VerificationError(f"compiled program differs from the reference: relative error {err:.3g} "
                                     f"> {config.rtol}")
@@ -681,9 +613,12 @@ def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Ma
     compiled = [shape_label(im.input_shapes)] if symbolic_inputs(model) else []
     names = im.input_names or im.graph.inputs
     feed = {g: arrays[o] for o, g in zip(names, im.graph.inputs) if o in arrays}
-    del model  # (the protobuf is freed here when no caller holds it: its weights are the graph's now)
-    return _optimize_graph(im.graph, config, t0, im.fallbacks, im.input_names, im.output_np_dtypes, compiled,
-                           feed or None, phases)
+    fallbacks, input_names, output_dtypes = im.fallbacks, im.input_names, im.output_np_dtypes
+    box = [im.graph]
+    # the protobuf is freed here when no caller holds it (its weights are the graph's now); the graph is handed
+    # over with no reference left here (popped from the box), so _optimize_graph can let go of its weights
+    del model, im
+    return _optimize_graph(box.pop(), config, t0, fallbacks, input_names, output_dtypes, compiled, feed or None, phases)
 
 
 def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
@@ -726,4 +661,5 @@ def optimize_op(src: str, inputs: Mapping[str, Sequence[int]], config: OptimizeC
 
 
 __all__ = ["load", "OptimizeConfig", "OptimizeReport", "OptimizedProgram", "OptimizedModel", "VerificationError", "optimize",
-           "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model", "model_knows"]
+           "optimize_op", "define_op", "load_graph", "schedule_graph", "load_cost_model", "model_knows", "verify",
+           "random_inputs"]

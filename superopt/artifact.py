@@ -209,7 +209,7 @@ class _ConstantPickler(pickle.Pickler):
         self.index: dict[int, int] = {}
 
     def persistent_id(self, obj: Any) -> Any:
-        if obj.__class__ is not Constant:
+        if not isinstance(obj, Constant):  # (a DeferredConstant too: saved as its array)
             return None
         k = self.index.get(id(obj))
         if k is None:

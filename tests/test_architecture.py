@@ -30,8 +30,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("superopt.loopnest",),
     # printers of a loop nest (C, CUDA) and the features read off it
     ("superopt.codegen",),
-    # build and run: compile, load, execute graphs; measure kernels; saved programs
-    ("superopt.runtime", "superopt.measure", "superopt.artifact"),
+    # build and run: compile, load, execute graphs; measure kernels; saved programs; check a program against the
+    # reference
+    ("superopt.runtime", "superopt.measure", "superopt.artifact", "superopt.verification"),
     # the cost model
     ("costmodel",),
     # choose: the graph search and the schedule search; the cost model's datasets, drawn through the rewrite pass

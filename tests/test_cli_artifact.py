@@ -104,7 +104,7 @@ def test_exit_codes(artifact, model_path, tmp_path, capsys, monkeypatch):
 
     import superopt.api as api
 
-    monkeypatch.setattr(api, "verify", lambda *a, **k: 1.0)
+    monkeypatch.setattr(api, "check_program", lambda *a, **k: 1.0)
     assert main(["optimize", str(model_path), "--no-cost-model", "--no-db", "--threads", "1",
                  "--no-program-cache"]) == EXIT_VERIFICATION
     assert "verification failed" in capsys.readouterr().err

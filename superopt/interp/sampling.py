@@ -117,6 +117,14 @@ def _points(graph: Graph, size: Mapping[_Key, int], cl: _Classes) -> int:
     return total
 
 
+def take_sampled(keep: Mapping[str, tuple[tuple[int, np.ndarray], ...]], name: str, array: np.ndarray) -> np.ndarray:
+    """The part of tensor ``name`` at the indices ``keep`` holds for it (an :class:`AxisSample`'s)."""
+    out = np.asarray(array)
+    for ax, idx in keep.get(name, ()):
+        out = np.take(out, idx, axis=ax)
+    return out
+
+
 @dataclass(frozen=True)
 class AxisSample:
     """The graph on sampled indices of its independent axes: ``graph`` is the sampled graph, ``keep`` the indices
@@ -127,10 +135,7 @@ class AxisSample:
 
     def take(self, name: str, array: np.ndarray) -> np.ndarray:
         """The sampled part of tensor ``name`` of the original graph."""
-        out = np.asarray(array)
-        for ax, idx in self.keep.get(name, ()):
-            out = np.take(out, idx, axis=ax)
-        return out
+        return take_sampled(self.keep, name, array)
 
     def take_all(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {n: self.take(n, a) for n, a in arrays.items()}
