@@ -625,12 +625,12 @@ def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
                    phases: PhaseTimer | None = None) -> OptimizedProgram | OptimizedModel:
     """An ONNX model: static -> one OptimizedProgram; symbolic dims -> an OptimizedModel that starts with
     the example shapes and specializes new ones on first use."""
-    from superopt.frontends.onnx_frontend import _load
-    from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
-
     t0 = time.perf_counter()
     phases = phases if phases is not None else PhaseTimer()
-    with phases.phase("load"):
+    with phases.phase("load"):  # (the first import of the onnx package, and of ml_dtypes with it, is most of a second)
+        from superopt.frontends.onnx_frontend import _load
+        from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
+
         m = _load(model)
         shapes, arrays = onnx_examples(m, example_inputs)
     if not symbolic_inputs(m):

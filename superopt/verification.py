@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from superopt.heap import return_free_memory
 from superopt.interp.inputs import random_inputs
 from superopt.interp.sampling import REFERENCE_POINTS, sample_axes, take_sampled
 from superopt.ir.graph import Graph
@@ -104,7 +105,9 @@ def start_reference(graph: Graph, seed: int = 0, inputs: Mapping[str, np.ndarray
         # one BLAS thread: the search and the C compiler's processes have the cores meanwhile, and a second BLAS
         # thread would spin against them (the limit is the process's; neither runs a BLAS call worth a second)
         with threadpool_limits(1, user_api="blas"):
-            return reference_runs(graph, seed, inputs, True, reference_points)
+            runs = reference_runs(graph, seed, inputs, True, reference_points)
+        return_free_memory()  # (its float64 tensors, freed in this thread's own malloc arena)
+        return runs
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-reference")
     future = pool.submit(run)
