@@ -176,8 +176,7 @@ def folded_op(op: Compute, fold: Fold) -> Compute:
 
 
 def fold_node(graph: Graph, node: Node, k: int, used: set[str]) -> tuple[Node, dict[str, Constant]] | None:
-    constant = graph.constant
-    consts = {local: constant[g] for local, g in zip(node.op.inputs, node.inputs) if g in constant}
+    consts = constant_locals(graph, node)
     fold = find_fold(node.op, set(consts), k)
     if fold is None:
         return None

@@ -103,7 +103,6 @@ class Constant:
     def __reduce__(self):  # unpickled through __init__, so aligned again in the new process
         return Constant, (self.array,)
 
-
     @cached_property
     def _digest(self) -> str:
         return _content_digest(self.array)
@@ -133,8 +132,9 @@ class DeferredConstant(Constant):
     one; held from the moment each candidate was built, the dropped candidates' copies were most of a
     model's peak memory during the search (on ResNet-50, 270 MB of weights beside the model's own 98 MB).
     Its type is declared, so validating a graph computes nothing. Equality and hash stay by content, as for
-    every constant (the search tells graphs reached in different orders apart by their constants'
-    digests): the digest computes the value, hashes it and lets it go. The first read of ``array``
+    every constant (the search knows a graph reached by two orders of rules, fold then re-lay out or the
+    other way round, for one by its constants' digests): the digest computes the value, hashes it and lets
+    it go. The first read of ``array``
     computes it again, keeps it, and lets go of the inputs. ``recipe`` names the computation in errors."""
 
     def __init__(self, type_: TensorType, recipe: str, inputs: Sequence[Constant],
