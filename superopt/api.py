@@ -559,8 +559,7 @@ def _optimize_onnx_cached(model, example_inputs, config: OptimizeConfig,
         with phases.phase("cache"):
             meta = {"input_names": prog.input_names,
                     "output_dtypes": None if prog.output_dtypes is None else [np.dtype(d).str for d in prog.output_dtypes]}
-            # written on a thread while the program is returned (superopt.program_cache.store_later)
-            program_cache.store_later(where, prog.executor, {"optimize": dataclasses.asdict(prog.report)}, meta)
+            program_cache.store(where, prog.executor, {"optimize": dataclasses.asdict(prog.report)}, meta)
         prog.report.phases = phases.ordered()
         prog.report.total_s = phases.total_s
     return prog

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import pickle
-import threading
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 from functools import lru_cache
@@ -225,34 +224,6 @@ def store(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta
     evict(directory.parent, keep=directory)
 
 
-_WRITING: dict[Path, threading.Thread] = {}  # entries being written by store_later, by directory
-_WRITING_LOCK = threading.Lock()
-
-
-def store_later(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta: dict[str, Any]) -> None:
-    """:func:`store` on a thread of its own, so the program is returned while its entry is written (for a model
-    with hundreds of MB of weights and packed copies, seconds of writing and checksumming). The thread is not a
-    daemon: the interpreter waits for it at exit. A :func:`fetch` of the same entry waits for it, and
-    :func:`wait_for_stores` for any."""
-    directory = Path(directory)
-    wait_for_stores(directory)
-    thread = threading.Thread(target=store, args=(directory, executor, report, meta), name="superopt-program-cache")
-    with _WRITING_LOCK:
-        _WRITING[directory] = thread
-    thread.start()
-
-
-def wait_for_stores(directory: Path | None = None) -> None:
-    """Wait until the entry at ``directory`` (None: every entry) that :func:`store_later` is writing is written."""
-    with _WRITING_LOCK:
-        threads = [t for d, t in _WRITING.items() if directory is None or d == Path(directory)]
-    for t in threads:
-        t.join()
-    with _WRITING_LOCK:
-        for d in [d for d, t in _WRITING.items() if not t.is_alive()]:
-            del _WRITING[d]
-
-
 # the programs kept under one compiler cache, in bytes: past it, the least recently used entries go
 MAX_BYTES = 4 << 30
 
@@ -284,8 +255,7 @@ def evict(root: Path, keep: Path | None = None, max_bytes: int = MAX_BYTES) -> l
 
 def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], dict[str, Any]] | None:
     """The cached program at ``directory`` (executor, report, meta), or None when there is none or it fails
-    its checksums (an entry this process is writing is waited for)."""
-    wait_for_stores(directory)
+    its checksums."""
     if not (directory / "manifest.json").exists():
         return None
     try:
@@ -308,5 +278,5 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
     return executor, report, meta
 
 
-__all__ = ["code_version", "program_key", "entry_dir", "store", "store_later", "wait_for_stores", "fetch", "evict",
-           "check_entry", "remembered_digest", "file_identity"]
+__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch", "evict", "check_entry", "remembered_digest",
+           "file_identity"]
