@@ -140,13 +140,6 @@ class AxisSample:
     def take_all(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {n: self.take(n, a) for n, a in arrays.items()}
 
-    def describe(self) -> str:
-        parts = []
-        for name in self.graph.outputs:
-            for ax, idx in self.keep.get(name, ()):
-                parts.append(f"{name} axis {ax}: {len(idx)} indices")
-        return ", ".join(parts)
-
 
 def sample_axes(graph: Graph, points: int | None = REFERENCE_POINTS, seed: int = 0) -> AxisSample | None:
     """The graph on a sample of its independent axes (module docstring) whose reference runs at most about

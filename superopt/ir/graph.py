@@ -134,8 +134,8 @@ class DeferredConstant(Constant):
     Its type is declared, so validating a graph computes nothing. Equality and hash stay by content, as for
     every constant (the search knows a graph reached by two orders of rules, fold then re-lay out or the
     other way round, for one by its constants' digests): the digest computes the value, hashes it and lets
-    it go. The first read of ``array``
-    computes it again, keeps it, and lets go of the inputs. ``recipe`` names the computation in errors."""
+    it go. The first read of ``array`` computes it again, keeps it, and lets go of the inputs. ``recipe``
+    names the computation in errors."""
 
     def __init__(self, type_: TensorType, recipe: str, inputs: Sequence[Constant],
                  compute: Callable[..., np.ndarray]) -> None:
