@@ -354,18 +354,36 @@ def test_two_panels_stay_outermost_only_where_the_threads_share_their_columns_ev
     _check_against_reference(c, [trace], kernel_cache)
 
 
-def test_a_constant_column_operand_past_half_of_l2_takes_the_panels_outermost_by_the_same_reread_rule(kernel_cache):
-    """A constant weight, packed once, between half of L2 and all of it: the streaming rows' operand evicts it, so
-    the re-read rule counts it as past the cache (the panels go outermost); a run-time operand of that size
-    keeps its panels inside the row loop."""
+def test_a_column_operand_past_half_of_l2_takes_the_panels_outermost_constant_or_not(kernel_cache):
+    """B between half of L2 and all of it: the streaming rows' operand evicts it, so the re-read rule counts it as
+    past the cache, a constant weight (packed once) at the usual gain and a run-time operand where its re-reads are
+    ``FAR_REREAD_GAIN`` times the other's (50 row blocks over B against 7 panels over A). In an L2 over twice B's
+    size the rows stay outermost."""
     from dataclasses import replace
 
     c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 400, 64), "B": (4, 64, 300)})  # A 400 KB, B 300 KB
-    target = replace(host_target(2), l2_bytes=512 << 10)
     orders = {}
-    for name, consts in {"constant B": frozenset({"B"}), "run-time B": frozenset()}.items():
-        trace = default_schedule(c, target, consts)
+    for l2 in (512 << 10, 1 << 20):
+        for name, consts in {"constant B": frozenset({"B"}), "run-time B": frozenset()}.items():
+            trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), consts)
+            order, _ = _contraction_loops(trace, "C")
+            orders[name, l2 >> 10] = [x for x in order if x in ("i_o", "j_o")]
+            _check_against_reference(c, [trace], kernel_cache)
+    assert orders == {("constant B", 512): ["j_o", "i_o"], ("run-time B", 512): ["j_o", "i_o"],
+                      ("constant B", 1024): ["i_o", "j_o"], ("run-time B", 1024): ["i_o", "j_o"]}, orders
+
+
+def test_a_column_operand_filling_most_of_l2_goes_outermost_where_rows_outermost_reread_it_far_more(kernel_cache):
+    """B (90 KB) fits a 128 KB L2 but fills more than half of it, and rows outermost would read it once per each
+    of 146 row blocks against A (458 KB) once per each of 5 panels: the rows streaming past evict it, so its
+    panels go outermost. In a 256 KB L2, where B fills less than half, the rows stay outermost."""
+    from dataclasses import replace
+
+    c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 16, 7), "B": (200, 16, 7)})
+    orders = {}
+    for name, l2 in {"B most of L2": 128 << 10, "B under half of L2": 256 << 10}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
-        orders[name] = [x for x in order if x in ("i_o", "j_o")]
+        orders[name] = [x for x in order if x in ("i", "k_o")]
         _check_against_reference(c, [trace], kernel_cache)
-    assert orders == {"constant B": ["j_o", "i_o"], "run-time B": ["i_o", "j_o"]}, orders
+    assert orders == {"B most of L2": ["k_o", "i"], "B under half of L2": ["i", "k_o"]}, orders

@@ -80,6 +80,10 @@ TILE_LOADS = 24  # vector loads at most in one unrolled block of a tile whose ev
 
 # how much less re-read traffic makes the panels go outermost against the footprint rule
 REREAD_GAIN = 2.0
+# ... and by how much less where a run-time column operand fits L2 but fills more than half of it: the row
+# operand streaming past evicts it between row blocks (C[k,j,i] += A[j,i,m,l] * B[k,m,l], a 1.4 MB B re-read by
+# 146 row blocks against a 1.5 MB A re-read by 19 panels)
+FAR_REREAD_GAIN = 4.0
 FLOAT32_BYTES = 4  # (the tile's operands: lanes are counted in float32)
 
 
@@ -449,16 +453,23 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # from memory once instead of once per row block
     panel_outer = _footprint(b, st) >= _footprint(a, st)
     row_blocks = math.prod(extents.get(d, ext.get(d, 1)) for d in outer_m) * (extents[rows_o] if rows_o else 1)
+    b_bytes, reread = FLOAT32_BYTES * _footprint(b, st), _footprint(b, st) * row_blocks
+    # (with a second row dim the panels go inside the first outer loop below, where each stays in cache across
+    # the row blocks under it: the column operand is read once per iteration of that loop, not once per block)
+    far = FAR_REREAD_GAIN * _footprint(a, st) * extents.get(col_o, 1) <= (
+        _footprint(b, st) * extents.get(outer_m[0], ext.get(outer_m[0], 1)) if rows2_i and outer_m else reread)
     if not panel_outer and col_o and row_blocks > 1 and not _batch_dims(a, b, st) \
-            and FLOAT32_BYTES * _footprint(b, st) > target.l2_bytes // (2 if consts and b.tensor in consts else 1) \
-            and REREAD_GAIN * _footprint(a, st) * extents[col_o] <= _footprint(b, st) * row_blocks:
+            and (b_bytes > target.l2_bytes // (2 if consts and b.tensor in consts else 1)
+                 or b_bytes > target.l2_bytes // 2 and far and not (consts and {a.tensor, b.tensor} & consts)) \
+            and REREAD_GAIN * _footprint(a, st) * extents[col_o] <= reread:
         # the smaller column operand, but past the cache: rows outermost read all of it once per row block,
         # panels outermost read the rows' operand once per panel; the panels go outside where that moves far
         # less (C[i,j] += A[l,i,k] * B[l,k,j], 508 x 329 over 36 x 102: 64 passes over a 4.8 MB B against 7 over
         # a 7.5 MB A, 1.67x on 2 cores of an Intel Xeon; mi,jklm->ijkl's 168 row blocks of jkl against 5 panels
         # of i, 1.23x). A constant weight counts as past the cache beyond half of it, where the streaming rows
-        # evict it (squeezenet's 2 MB classifier over 16 images: 1.14x); for run-time operands that bound
-        # measured mixed (0.89-1.55x over five contractions)
+        # evict it (squeezenet's 2 MB classifier over 16 images: 1.14x); a run-time operand too, but only where
+        # rows outermost would re-read it FAR_REREAD_GAIN times more than the panels re-read the rows' operand
+        # (the half-L2 bound alone, at the usual gain, lost on some contractions)
         panel_outer = True
     if col_o and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o) \
             and math.ceil(extents[col_o] / threads) * width * threads > BALANCED * ncol:
