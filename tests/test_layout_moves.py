@@ -387,3 +387,19 @@ def test_a_column_operand_filling_most_of_l2_goes_outermost_where_rows_outermost
         orders[name] = [x for x in order if x in ("i", "k_o")]
         _check_against_reference(c, [trace], kernel_cache)
     assert orders == {"B most of L2": ["k_o", "i"], "B under half of L2": ["i", "k_o"]}, orders
+
+
+def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(kernel_cache):
+    """B[l,m,k] as the rows' operand (rows l, reduction m) with k, its unit-stride dim, an outer loop: each k
+    reads one element of every 9 in a line, so past a 256 KB L2 each line of B (345 KB) comes from memory once
+    per k and per column panel. The default packs B into [k][l][m] (read once, written once); where B fits a
+    1 MB L2 its lines stay cached between the k and it is read in place."""
+    from dataclasses import replace
+
+    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (600, 6, 28), "B": (16, 600, 9)})
+    packed = {}
+    for name, l2 in {"B past L2": 256 << 10, "B in L2": 1 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "B"]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert packed == {"B past L2": [(2, 0, 1)], "B in L2": []}, packed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, flat_offset, product_accesses
@@ -74,6 +74,9 @@ def _is_window(acc: Access) -> bool:
 
 BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
+# times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
+# before the default packs it: the copy reads it once and writes it once
+ROW_REFETCH = 8
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
 TILE_LOADS = 24  # vector loads at most in one unrolled block of a tile whose every FMA loads its column vector
 
@@ -165,6 +168,25 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
         cols.sort(key=lambda i: n_dims.index(b.index[i].dims[0]))
     red.sort(key=lambda i: min(reduce_order.index(v) for v in b.index[i].vars()))
     return rest, red, cols
+
+
+def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None], st: Statement,
+                    types: Mapping[str, TensorType] | None, target: Target) -> int:
+    """How many times each cache line of row operand ``a`` comes from memory per column panel, read unpacked:
+    where its unit-stride dim is an outer loop (neither a row dim of the tile nor a reduction) and the operand is past
+    L2, each iteration of that loop reads the elements of every line that are its own and the line is gone by the
+    next one (``B[l,m,k]`` with rows l, reduction m and k outside: each line of the 5 MB operand fetched once per
+    k, nine times). 1 where the lines are used whole or stay cached."""
+    if flat is None or types is None or a.tensor not in types:
+        return 1
+    itemsize = types[a.tensor].np_dtype.itemsize
+    if itemsize * _footprint(a, st) <= target.l2_bytes:
+        return 1
+    unit = [d for d in st.extent if abs(flat.coeff(d)) == 1]
+    if not unit or unit[0] in rows or unit[0] in st.reduce_dims or st.extent[unit[0]] < 2:
+        return 1
+    line = target.cache_line_bytes // itemsize
+    return min(st.extent[unit[0]], line)
 
 
 def spread(n: int, threads: int) -> float:
@@ -595,7 +617,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         line_per_step = flat_a is not None \
             and abs(flat_a.coeff(reduce_order[-1])) * types[a.tensor].np_dtype.itemsize >= target.cache_line_bytes
         passes = extents.get(col_o, 1) if col_o else 1
-        if kn.get(f"{s}.pack_rows", scores is not None and line_per_step and passes >= ROW_PACK_PASSES,
+        refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target)
+        if kn.get(f"{s}.pack_rows", scores is not None and (line_per_step and passes >= ROW_PACK_PASSES
+                                                            or refetched > 1 and refetched * passes >= ROW_REFETCH),
                   (False, True)):
             prims.append(Pack(a.tensor, a_perm))
     # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
