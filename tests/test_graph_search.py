@@ -454,6 +454,27 @@ def test_finish_descent_applies_the_first_descent_even_when_costing_the_start_sp
     assert not cut.applied and cut.stop_reason == STOP_TIME  # without it the budget stops the search at once
 
 
+def test_the_second_phase_order_from_the_start_runs_whole_only_where_the_first_descent_left_budget(monkeypatch):
+    """The start is descended in both phase orders (simplifications first, then fusion first), each whole so
+    that the search is never worse than a greedy pass in either order; but where the first descent spent the
+    budget (a large graph), the second is cut by it like any other move instead of doubling the time."""
+    import search.graph.search as gs
+
+    calls = []
+    batch = gs._Explorer.batch
+
+    def recorded(self, state, passes, cut=True, fusion_first=False):
+        calls.append((fusion_first, cut))
+        return batch(self, state, passes, cut=cut, fusion_first=fusion_first)
+
+    monkeypatch.setattr(gs._Explorer, "batch", recorded)
+    g = small_cnn()
+    for budget in (1e-9, 60.0):
+        calls.clear()
+        _, rep = search_graph(g, cost(), GraphSearchConfig(budget_s=budget, max_expansions=1, finish_descent=True))
+        assert rep.applied and calls[:2] == [(False, False), (True, budget < 1)], (budget, calls)
+
+
 def test_a_descent_matched_against_its_own_rules_finds_what_matching_every_rule_found(monkeypatch):
     """A batch descent never applies an exploration move, so its graphs are matched against the other rules
     only: the same moves, in the same order, with the same keys and estimates, and the same search result
@@ -463,7 +484,7 @@ def test_a_descent_matched_against_its_own_rules_finds_what_matching_every_rule_
 
     g = small_cnn(channels=16)  # (channels in blocks of 8 and 16: the layout exploration's moves match)
     rules = gs.default_rules()
-    config = GraphSearchConfig(budget_s=1e-6, finish_descent=True)  # (the start's two descents, whatever the time)
+    config = GraphSearchConfig(budget_s=1e-6, finish_descent=True)  # (the start's first descent, whatever the time)
     best, report = search_graph(g, cost(), config, rules)
     assert report.applied
 
