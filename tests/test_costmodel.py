@@ -208,6 +208,19 @@ def test_evolution_in_the_model_returns_best_scored_first_and_skips_excluded():
     assert out[0].score >= max(oracle.predict(sampled))
 
 
+def test_a_pick_under_way_at_the_deadline_stops_breeding_and_picks_among_what_it_scored():
+    """The picks' allowance is kept inside a pick too: at its deadline a pick breeds no more candidates (a
+    pick lowers and featurizes a hundred or more, seconds for a large kernel) and chooses among those scored."""
+    import time
+
+    c = sgemm(96, 160, 64)
+    consts = frozenset({"B"})
+    free = pick_schedule(c, TARGET, _Oracle(), constant_inputs=consts, population=64, generations=2)
+    late = pick_schedule(c, TARGET, _Oracle(), constant_inputs=consts, population=64, generations=2,
+                         deadline=time.perf_counter())
+    assert free.candidates > 8 and late.candidates <= 1 and late.is_default, (free.candidates, late.candidates)
+
+
 def test_zero_measurement_pick_keeps_the_default_unless_the_model_prefers_another():
     c = sgemm(96, 160, 64)
     consts = frozenset({"B"})

@@ -42,7 +42,8 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
 
     ``seeds`` start the population (with mutations of them and ``fresh`` random samples); traces in
     ``exclude`` (already measured) are never returned. ``deadline`` (``time.perf_counter()``): no breeding
-    after it; the points bred by then are scored and returned. Returns every legal new point, best first."""
+    after it, and no scoring past the chunk under way (:data:`SCORE_CHUNK`); the points scored by then are
+    returned. Returns every legal new point scored, best first."""
     pool: dict[tuple[Primitive, ...], Point] = {}  # trace -> point (traces are hashable records)
     tried: set[Point] = set()  # breeding proposes the same point again and again: resolve each once
 
@@ -68,16 +69,23 @@ def evolve(space: ScheduleSpace, model: CostModel, make: Callable[[tuple[Primiti
     scores: dict[tuple[Primitive, ...], float] = {}
     for gen in range(generations + 1):
         new = [t for t in pool if t not in scores]
-        if new:
-            s = np.asarray(model.predict([make(t) for t in new]), dtype=float)
-            scores.update(zip(new, s.tolist()))
+        for k in range(0, len(new), SCORE_CHUNK):  # (the seeds' chunk whatever the time)
+            if k and late():
+                break
+            chunk = new[k:k + SCORE_CHUNK]
+            scores.update(zip(chunk, np.asarray(model.predict([make(t) for t in chunk]), dtype=float).tolist()))
         if gen == generations or late():
             break
         ranked = sorted(scores, key=lambda t: -scores[t])[: max(4, population // 16)]
         size = len(pool) + population // 2
         _breed(space, rng, [pool[t] for t in ranked] + seeds, add, population // 2,
                lambda s=size: len(pool) >= s or late(), fresh / 2, lambda: len(pool))
-    return sorted((Scored(pool[t], t, scores[t]) for t in pool), key=lambda s: -s.score)
+    return sorted((Scored(pool[t], t, scores[t]) for t in pool if t in scores), key=lambda s: -s.score)
+
+
+# points scored by the model at once: at a deadline the scoring stops between chunks (featurizing a point lowers
+# its loop nest, milliseconds each)
+SCORE_CHUNK = 32
 
 
 # consecutive proposals that add nothing after which breeding stops: the space (a copy or an elementwise
@@ -152,7 +160,7 @@ def tile_chains(compute: Compute, trace: Sequence[Primitive], target: Target) ->
 
 def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constant_inputs: frozenset[str],
                   population: int = 512, generations: int = 2, margin: float = PICK_MARGIN, seed: int = 0,
-                  keep_partition: bool = True) -> ModelPick:
+                  keep_partition: bool = True, deadline: float | None = None) -> ModelPick:
     """The model's choice among the default and the model's top candidates, measuring nothing.
 
     The default wins unless the model scores a candidate above it by more than ``margin`` (score
@@ -169,7 +177,10 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
     A candidate whose register tile holds fewer independent FMA chains than the default's, and fewer
     than the core needs (:attr:`Target.fma_chains`), is not picked: each of its FMAs waits for the one
     before it, which the model has not learned (a depthwise conv's row of 56 columns in 4 accumulators
-    against the default's 8 x 32 tile)."""
+    against the default's 8 x 32 tile).
+
+    ``deadline`` (``time.perf_counter()``): no breeding after it (:func:`evolve`); the pick is made among the
+    candidates scored by then."""
     space = ScheduleSpace(compute, target, constant_inputs)
     default = space.default_point()
     default_trace = space.trace(default)
@@ -180,7 +191,8 @@ def pick_schedule(compute: Compute, target: Target, model: CostModel, *, constan
         return Candidate(compute, trace, target, frozenset(constant_inputs))
 
     rng = random.Random(seed)
-    scored = evolve(space, model, make, rng, [default], population=population, generations=generations)
+    scored = evolve(space, model, make, rng, [default], population=population, generations=generations,
+                    deadline=deadline)
     if keep_partition and target.kind == "cpu":
         split = thread_partition(default_trace)
         scored = [x for x in scored if thread_partition(x.trace) == split]
@@ -236,8 +248,8 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
     """The model schedule pass (zero measurements): node name -> the model's pick, for every compute
     node not in ``skip`` (served by the database). Equal kernels (same workload and constants) are
     picked once; after ``deadline`` (a ``time.perf_counter()`` value) no new kernel is picked (those nodes are
-    left out: the caller gives them the default), so with a deadline the kernels of most work are picked
-    first. Returns the schedules and each node's :class:`ModelPick`."""
+    left out: the caller gives them the default) and the pick under way stops breeding, so with a deadline the
+    kernels of most work are picked first. Returns the schedules and each node's :class:`ModelPick`."""
     from superopt.runtime.kernel import kernel_work
     from superopt.schedule.graph_defaults import constant_inputs
 
@@ -257,7 +269,7 @@ def schedules_from_model(graph, target: Target, model: CostModel, *, skip: Itera
             if deadline is not None and time.perf_counter() > deadline:
                 continue
             cache[key] = pick_schedule(n.op, target, model, constant_inputs=consts, population=population,
-                                       generations=generations, margin=margin, seed=seed)
+                                       generations=generations, margin=margin, seed=seed, deadline=deadline)
         picks[n.name] = cache[key]
         out[n.name] = list(cache[key].trace)
     return out, picks
