@@ -189,6 +189,14 @@ def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None]
     return min(st.extent[unit[0]], line)
 
 
+def _shared_lanes(ncol: int, width: int, lanes: int, threads: int) -> float:
+    """:func:`lane_score` of ``ncol`` columns in panels ``width`` wide, over the :func:`spread` of the panels
+    among the threads where the last panel is partial (a loop with a tail is fused with no other, so the
+    threads share the panels alone; whole panels are fused with the next loop where that shares better)."""
+    share = spread(math.ceil(ncol / width), threads) if ncol % width else 1.0
+    return lane_score(ncol, width, 1, lanes) / share
+
+
 def spread(n: int, threads: int) -> float:
     """How far the busiest thread's share of ``n`` parallel iterations exceeds an even one (1.0: even)."""
     return math.ceil(n / threads) * threads / n
@@ -400,11 +408,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 2 * VECTOR
     if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
         width = layout.width  # (the position-chosen columns keep a width of whole vectors)
-    if not window and width == 4 * VECTOR and ncol > width and (not fused or 3 * VECTOR % ext[n_dims[-1]] == 0) \
-            and lane_score(ncol, 3 * VECTOR, 1, VECTOR) > lane_score(ncol, width, 1, VECTOR) + 0.05:
+    if not window and (width == 4 * VECTOR or layout is not None and width == 3 * VECTOR) and ncol > 4 * VECTOR:
         # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x on
-        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x
-        width = 3 * VECTOR
+        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x. Where the columns
+        # were chosen by contiguity (plain run-time operands), counted over the threads' shares of the panels,
+        # which the parallel loop then walks: 227 columns as 4 x 64 (89%, two panels a thread) rather than 5 x 48
+        # (95%, but three panels on one thread and two on the other), 1.13x on 2 cores
+        other = 7 * VECTOR - width
+        share = threads if layout is not None else 1
+        if other % VECTOR == 0 and (not fused or other % ext[n_dims[-1]] == 0) \
+                and _shared_lanes(ncol, other, VECTOR, share) > _shared_lanes(ncol, width, VECTOR, share) + 0.05:
+            width = other
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
                    + ([ncol] if ncol < 8 * VECTOR else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
