@@ -115,3 +115,19 @@ def test_errors_point_at_the_offending_token(src, shapes, message, column):
     assert f"column {column})" in text
     caret_line = text.splitlines()[-1]
     assert caret_line.index("^") - 2 == column - 1
+
+
+def test_a_repeated_compile_is_parsed_once_and_an_error_is_raised_every_time():
+    """The rewrite rules build the same ops again and again: an equal call returns the same (immutable) Compute
+    without parsing it again; a call that fails fails each time, naming the cause."""
+    from superopt.lang import parser
+
+    src = "C[i,j] += A[i,k] * B[k,j]"
+    first = compile_op(src, {"A": (3, 4), "B": [4, 5]})
+    hits = parser._compile_op.cache_info().hits
+    again = compile_op(src, {"A": (3, 4), "B": (4, 5)})
+    assert again is first and parser._compile_op.cache_info().hits == hits + 1
+    assert compile_op(src, {"A": (3, 4), "B": (4, 6)}).type_of["C"].shape == (3, 6)  # (another shape: another op)
+    for _ in range(2):
+        with pytest.raises(OpLangError, match="unknown tensor 'B'"):
+            compile_op(src, {"A": (3, 4)})

@@ -20,6 +20,7 @@ are those absent from the output. Extents come from operand shapes, explicit bin
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -444,6 +445,23 @@ def compile_op(
     cannot be inferred; ``padding`` gives the value read outside a tensor's bounds. Outputs default
     to the tensors written but never read by a later statement.
     """
+    # (parsed once per distinct call: the rewrite rules build the same ops again and again, a Winograd
+    # transform per conv of each shape in every candidate graph, and a Compute is immutable)
+    key = (src, tuple((n, t if isinstance(t, TensorType) else tuple(t)) for n, t in (inputs or {}).items()),
+           tuple((extents or {}).items()), tuple((padding or {}).items()),
+           None if outputs is None else tuple(outputs), dtype)
+    try:
+        hash(key)
+    except TypeError:  # (a value that is no number: the parse names what is wrong with it)
+        return _compile_op.__wrapped__(*key)
+    return _compile_op(*key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_op(src: str, inputs: tuple[tuple[str, TensorType | tuple[int, ...]], ...],
+                extents: tuple[tuple[str, int], ...], padding: tuple[tuple[str, float], ...],
+                outputs: tuple[str, ...] | None, dtype: str) -> Compute:
+    inputs, extents, padding = dict(inputs), dict(extents), dict(padding)
     prog = _Parser(src).program()
     types: dict[str, TensorType] = {}
     declared_inputs: list[str] = []
