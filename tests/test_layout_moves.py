@@ -418,3 +418,21 @@ def test_the_panel_width_counts_the_threads_shares_of_the_panels_the_parallel_lo
         assert [p.loop for p in trace if isinstance(p, Parallel)] == ["i_o"], trace
         _check_against_reference(c, [trace], kernel_cache)
     assert widths == {1: [48], 2: [64]}, widths
+
+
+def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_keeps_them_outermost(kernel_cache):
+    """137 columns of a B past a 128 KB L2: 3 panels of 48 are too few for two threads to share (the last one
+    partial), which would put the panels inside the row loops, each block of rows reading all of B from memory
+    again. The default takes 5 panels of 32 and keeps them outermost; where B fits a 1 MB L2, 3 of 48 with the
+    rows outermost."""
+    from dataclasses import replace
+
+    c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 200, 64), "B": (4, 64, 137)})  # B 140 KB
+    got = {}
+    for name, l2 in {"B past L2": 128 << 10, "B in L2": 1 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        order, _ = _contraction_loops(trace, "C")
+        got[name] = ([p.factor for p in trace if isinstance(p, Split) and p.loop == "j"],
+                     [x for x in order if x in ("i_o", "j_o")])
+        _check_against_reference(c, [trace], kernel_cache)
+    assert got == {"B past L2": ([32], ["j_o", "i_o"]), "B in L2": ([48], ["i_o", "j_o"])}, got
