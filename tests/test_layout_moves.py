@@ -436,3 +436,20 @@ def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_ke
                      [x for x in order if x in ("i_o", "j_o")])
         _check_against_reference(c, [trace], kernel_cache)
     assert got == {"B past L2": ([32], ["j_o", "i_o"]), "B in L2": ([48], ["i_o", "j_o"])}, got
+
+
+def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
+    """A[o,i,m,n,j,p] as the rows' operand (rows j, reductions o, m, n, p): each reduction step reads 8 rows x 6
+    p, three cache lines, then jumps 2 KB, a walk the prefetchers follow poorly, and each of 6 column panels
+    reads it so. Past a 1 MB L2 (A is 1.5 MB) the default packs A so each row's reductions are one run; where it
+    fits a 4 MB L2 it is read in place."""
+    from dataclasses import replace
+
+    c = compile_op("C[j,k,l,i] += A[o,i,m,n,j,p] * B[k,o,n,l,p,m]",
+                   {"A": (2, 21, 3, 6, 86, 6), "B": (67, 2, 6, 4, 6, 3)})
+    packed = {}
+    for name, l2 in {"A past L2": 1 << 20, "A in L2": 4 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "A"]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert packed == {"A past L2": [(1, 4, 0, 2, 3, 5)], "A in L2": []}, packed

@@ -77,6 +77,7 @@ ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
 # before the default packs it: the copy reads it once and writes it once
 ROW_REFETCH = 8
+SHORT_RUN_LINES = 4  # cache lines a row operand's contiguous run spans at least, unpacked (_short_runs)
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
 TILE_LOADS = 24  # vector loads at most in one unrolled block of a tile whose every FMA loads its column vector
 
@@ -195,6 +196,30 @@ def _shared_lanes(ncol: int, width: int, lanes: int, threads: int) -> float:
     threads share the panels alone; whole panels are fused with the next loop where that shares better)."""
     share = spread(math.ceil(ncol / width), threads) if ncol % width else 1.0
     return lane_score(ncol, width, 1, lanes) / share
+
+
+def _short_runs(a: Access, flat: Affine | None, row: str | None, reduce_order: Sequence[str], st: Statement,
+                types: Mapping[str, TensorType] | None, target: Target) -> bool:
+    """Whether row operand ``a``, past L2, is read unpacked in short contiguous runs: its innermost reductions
+    (with the tile's rows, where they continue the run) span fewer than ``SHORT_RUN_LINES`` cache lines before
+    the next reduction step jumps elsewhere (``A[o,i,m,n,j,p]`` with rows j and reductions ..., n, p: 8 rows x
+    6 p, three lines, then a jump of 2 KB), a walk the prefetchers follow poorly."""
+    if flat is None or types is None or a.tensor not in types or not reduce_order:
+        return False
+    itemsize = types[a.tensor].np_dtype.itemsize
+    if itemsize * _footprint(a, st) <= target.l2_bytes:
+        return False
+    inner = reduce_order[-1]
+    if abs(flat.coeff(inner)) != 1:
+        return False
+    run = 1
+    for r in reversed(reduce_order):  # (the reduction loops inside out, while each continues the run)
+        if abs(flat.coeff(r)) != run:
+            break
+        run *= st.extent[r]
+    if row is not None and abs(flat.coeff(row)) == run:
+        run *= min(st.extent[row], 8)
+    return run * itemsize < SHORT_RUN_LINES * target.cache_line_bytes
 
 
 def spread(n: int, threads: int) -> float:
@@ -640,8 +665,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
             and abs(flat_a.coeff(reduce_order[-1])) * types[a.tensor].np_dtype.itemsize >= target.cache_line_bytes
         passes = extents.get(col_o, 1) if col_o else 1
         refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target)
+        short = _short_runs(a, flat_a, row, reduce_order, st, types, target)
         if kn.get(f"{s}.pack_rows", scores is not None and (line_per_step and passes >= ROW_PACK_PASSES
-                                                            or refetched > 1 and refetched * passes >= ROW_REFETCH),
+                                                            or refetched > 1 and refetched * passes >= ROW_REFETCH
+                                                            or short and passes >= ROW_PACK_PASSES),
                   (False, True)):
             prims.append(Pack(a.tensor, a_perm))
     # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
