@@ -172,12 +172,14 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
 
 
 def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None], st: Statement,
-                    types: Mapping[str, TensorType] | None, target: Target) -> int:
+                    types: Mapping[str, TensorType] | None, target: Target, b: Access | None = None,
+                    outer: Sequence[str] = ()) -> int:
     """How many times each cache line of row operand ``a`` comes from memory per column panel, read unpacked:
     where its unit-stride dim is an outer loop (neither a row dim of the tile nor a reduction) and the operand is past
     L2, each iteration of that loop reads the elements of every line that are its own and the line is gone by the
     next one (``B[l,m,k]`` with rows l, reduction m and k outside: each line of the 5 MB operand fetched once per
-    k, nine times). 1 where the lines are used whole or stay cached."""
+    k, nine times). 1 where the lines are used whole or stay cached (``outer``: the loops outside the tile, outermost
+    first, by the dims they walk; ``b``: the column operand, read between two iterations of that loop too)."""
     if flat is None or types is None or a.tensor not in types:
         return 1
     itemsize = types[a.tensor].np_dtype.itemsize
@@ -186,16 +188,16 @@ def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None]
     unit = [d for d in st.extent if abs(flat.coeff(d)) == 1]
     if not unit or unit[0] in rows or unit[0] in st.reduce_dims or st.extent[unit[0]] < 2:
         return 1
+    if unit[0] in outer:
+        # what is read between two iterations of that loop, the lines of ``a`` it touches (every element of them
+        # across that dim) and ``b``'s slice: where that stays in cache, so do the lines the next iteration reads
+        # again (that loop just outside the reductions, over a slice of each operand)
+        at = list(outer).index(unit[0])
+        moved = _slice(a, st, list(outer[:at])) + (_slice(b, st, list(outer[:at + 1])) if b is not None else 0.0)
+        if itemsize * moved <= target.l2_bytes // 2:
+            return 1
     line = target.cache_line_bytes // itemsize
     return min(st.extent[unit[0]], line)
-
-
-def _shared_lanes(ncol: int, width: int, lanes: int, threads: int) -> float:
-    """:func:`lane_score` of ``ncol`` columns in panels ``width`` wide, over the :func:`spread` of the panels
-    among the threads where the last panel is partial (a loop with a tail is fused with no other, so the
-    threads share the panels alone; whole panels are fused with the next loop where that shares better)."""
-    share = spread(math.ceil(ncol / width), threads) if ncol % width else 1.0
-    return lane_score(ncol, width, 1, lanes) / share
 
 
 def _short_runs(a: Access, flat: Affine | None, row: str | None, reduce_order: Sequence[str], st: Statement,
@@ -433,17 +435,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 2 * VECTOR
     if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
         width = layout.width  # (the position-chosen columns keep a width of whole vectors)
-    if not window and (width == 4 * VECTOR or layout is not None and width == 3 * VECTOR) and ncol > 4 * VECTOR:
+    if not window and width == 4 * VECTOR and ncol > width and (not fused or 3 * VECTOR % ext[n_dims[-1]] == 0) \
+            and lane_score(ncol, 3 * VECTOR, 1, VECTOR) > lane_score(ncol, width, 1, VECTOR) + 0.05:
         # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x on
-        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x. Where the columns
-        # were chosen by contiguity (plain run-time operands), counted over the threads' shares of the panels,
-        # which the parallel loop then walks: 227 columns as 4 x 64 (89%, two panels a thread) rather than 5 x 48
-        # (95%, but three panels on one thread and two on the other), 1.13x on 2 cores
-        other = 7 * VECTOR - width
-        share = threads if layout is not None else 1
-        if other % VECTOR == 0 and (not fused or other % ext[n_dims[-1]] == 0) \
-                and _shared_lanes(ncol, other, VECTOR, share) > _shared_lanes(ncol, width, VECTOR, share) + 0.05:
-            width = other
+        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x
+        width = 3 * VECTOR
     if layout is not None and ncol % width and math.ceil(ncol / width) < 2 * threads \
             and FLOAT32_BYTES * _footprint(b, st) > target.l2_bytes:
         # a column operand past L2 in too few panels for the threads to share evenly, the last one partial: the
@@ -525,8 +521,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     b_bytes, reread = FLOAT32_BYTES * _footprint(b, st), _footprint(b, st) * row_blocks
     # (with a second row dim the panels go inside the first outer loop below, where each stays in cache across
     # the row blocks under it: the column operand is read once per iteration of that loop, not once per block)
+    # (and only where what the rows re-read of it under one iteration of the outer loops is past half of L2 too: a
+    # column operand indexed by an outer loop has a slice per iteration, read again by the row blocks under it
+    # while it is cached)
     far = FAR_REREAD_GAIN * _footprint(a, st) * extents.get(col_o, 1) <= (
-        _footprint(b, st) * extents.get(outer_m[0], ext.get(outer_m[0], 1)) if rows2_i and outer_m else reread)
+        _footprint(b, st) * extents.get(outer_m[0], ext.get(outer_m[0], 1)) if rows2_i and outer_m else reread) \
+        and FLOAT32_BYTES * _slice(b, st, outer_m) > target.l2_bytes // 2
     if not panel_outer and col_o and row_blocks > 1 and not _batch_dims(a, b, st) \
             and (b_bytes > target.l2_bytes // (2 if consts and b.tensor in consts else 1)
                  or b_bytes > target.l2_bytes // 2 and far and not (consts and {a.tensor, b.tensor} & consts)) \
@@ -664,7 +664,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         line_per_step = flat_a is not None \
             and abs(flat_a.coeff(reduce_order[-1])) * types[a.tensor].np_dtype.itemsize >= target.cache_line_bytes
         passes = extents.get(col_o, 1) if col_o else 1
-        refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target)
+        refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target, b,
+                                    order_dims)
         short = _short_runs(a, flat_a, row, reduce_order, st, types, target)
         if kn.get(f"{s}.pack_rows", scores is not None and (line_per_step and passes >= ROW_PACK_PASSES
                                                             or refetched > 1 and refetched * passes >= ROW_REFETCH
