@@ -7,8 +7,8 @@ The rewrite phase is what ``superopt.optimize`` charges to ``rewrite``: prune, t
 choice, the Winograd convs, the canonical kernels. Each measurement runs in a fresh process (``--child``):
 the model is imported, the machine's ceilings read from a cache measured once, then the phase runs and its
 process CPU seconds are taken (the machine may be shared: CPU seconds, the systems alternating within each
-round, medians over rounds). ``--budget``: the graph search's seconds; the default, 1e-6, leaves the two
-descents from the start graph (which complete whatever the budget), so the graph is the same on a loaded
+round, medians over rounds). ``--budget``: the graph search's seconds; the default, 1e-6, leaves the first
+descent from the start graph (which completes whatever the budget), so the graph is the same on a loaded
 machine as on an idle one and the two checkouts can be compared graph for graph; 1.0 is the pipeline's
 setting, where a faster search explores further. A graph is compared by its rename-invariant digest and by
 the sorted digests of its kernels. Writes ``NAME.md`` and ``NAME.json`` to ``--out``.

@@ -1,0 +1,146 @@
+"""The default contraction schedules of this checkout against another's, on seeded random contractions the
+rules were not written from: which schedules change, and how fast each changed one runs against the other.
+
+    python benchmarks/contraction_defaults.py --baseline CHECKOUT [--seed 7] [--random 40] [--threads 2]
+                                              [--rounds 7] [--out benchmarks/results] [--name contraction_defaults]
+
+A rule of the default schedule is written from the cases at hand; this checks it where it was not. Each
+checkout's default schedules of the same random contractions (``benchmarks/contraction_cases.py``,
+``random_contractions(--random, --seed)``) are taken in a fresh process with that checkout on the path; the
+contractions whose schedules differ are built here, both schedules as one kernel each on the same seeded
+inputs, checked against each other, and timed in alternating blocks (``superopt.measure.timing``, medians).
+Reports each changed case's speed-up (the baseline's time over this checkout's), their geomean, and the wins
+and losses beyond ``--tie`` apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (run in a fresh process with a checkout on the path: argv = seed, count, output file)
+_CHILD = r"""
+import json, sys
+import superopt
+from benchmarks.contraction_cases import random_contractions
+from superopt.schedule.default import default_schedule
+from superopt.schedule.primitives import trace_to_json
+from superopt.target import host_target
+
+seed, count, out, threads = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+target = host_target(threads)
+cases = {}
+for case in random_contractions(count, seed, max_bytes=16 << 20):
+    c = superopt.op(case.text, threads=threads, verify=False).compute(case.shapes)
+    cases[case.name] = {"text": case.text, "shapes": [list(s) for s in case.shapes],
+                        "trace": trace_to_json(default_schedule(c, target, frozenset()))}
+json.dump(cases, open(out, "w"))
+"""
+
+
+def default_traces(code: Path, seed: int, count: int, threads: int, out: Path) -> dict:
+    """``code``'s default schedule of each random contraction: name -> text, shapes, trace (JSON)."""
+    subprocess.run([sys.executable, "-c", _CHILD, str(seed), str(count), str(out), str(threads)], cwd=code,
+                   check=True, env=dict(os.environ, PYTHONPATH=str(code)))
+    return json.loads(out.read_text())
+
+
+def time_pair(text: str, shapes: list[list[int]], traces: dict[str, str], threads: int, rounds: int) -> dict:
+    """Both schedules of one contraction built as one kernel each, checked against each other and timed in
+    alternating blocks: medians in seconds and the largest difference relative to the largest output."""
+    import numpy as np
+
+    import superopt
+    from superopt.builder import GraphBuilder
+    from superopt.measure.timing import TimingConfig, time_alternating
+    from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+    from superopt.schedule.primitives import trace_from_json
+
+    c = superopt.op(text, threads=threads, verify=False).compute([tuple(s) for s in shapes])
+    b = GraphBuilder("contraction")
+    ins = [b.input(n, c.type_of[n].shape, c.type_of[n].dtype) for n in c.inputs]
+    graph = b.build(b.add_compute(c, ins, "k", out_names=list(c.outputs)))
+    node = next(n for n in graph.nodes if not n.is_extern).name
+    rng = np.random.default_rng(0)
+    feed = {g: rng.standard_normal(c.type_of[n].shape).astype(np.float32) for g, n in zip(graph.inputs, c.inputs)}
+    runs, outs = {}, {}
+    for which, trace in traces.items():
+        ex = GraphExecutor(graph, {node: list(trace_from_json(trace))}, ExecutorConfig(threads))
+        outs[which] = np.asarray(next(iter(ex(feed).values())))
+        runs[which] = lambda ex=ex: ex(feed)
+    ref = outs["baseline"]
+    err = float(np.abs(outs["this"] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+    timed = time_alternating(runs, TimingConfig(warmup_calls=2, rounds=rounds, min_sample_s=0.1, settle_calls=1))
+    return {"baseline_s": timed["baseline"].median_s, "this_s": timed["this"].median_s, "max_rel_diff": err}
+
+
+def render(result: dict) -> str:
+    lines = ["# Default contraction schedules against another checkout's, on random contractions", "",
+             f"CPU: {result['cpu']}; {result['threads']} threads. `random_contractions({result['random']}, "
+             f"{result['seed']})` of `benchmarks/contraction_cases.py`; the default schedules of this checkout and "
+             f"of {result['baseline_name']}, each contraction whose schedule differs timed as one kernel each, in "
+             f"{result['rounds']} alternating rounds of blocks (medians). Speed-up: the baseline's time over this "
+             "checkout's.", "",
+             f"{len(result['changed'])} of {result['random']} schedules differ.", "",
+             "| case | contraction | baseline ms | this ms | speed-up |", "|---|---|---:|---:|---:|"]
+    for name, r in result["changed"].items():
+        lines.append(f"| {name} | `{r['text']}` {' x '.join('x'.join(map(str, s)) for s in r['shapes'])} "
+                     f"| {r['baseline_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | {r['speedup']:.2f}x |")
+    s = result["summary"]
+    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
+              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair agreed "
+              f"within {s['max_rel_diff']:.1e} of the largest output."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", required=True, help="the checkout whose default schedules are the before")
+    ap.add_argument("--baseline-name", default="the --baseline checkout", help="what the before is, for the table")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--random", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--name", default="contraction_defaults")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    import tempfile
+
+    from benchmarks.machine import cpu_model, write_result
+
+    baseline = Path(args.baseline).resolve()
+    with tempfile.TemporaryDirectory(prefix="superopt-defaults-") as tmp:
+        before = default_traces(baseline, args.seed, args.random, args.threads, Path(tmp) / "before.json")
+        after = default_traces(REPO, args.seed, args.random, args.threads, Path(tmp) / "after.json")
+    result: dict = {"cpu": cpu_model(), "threads": args.threads, "seed": args.seed, "random": args.random,
+                    "rounds": args.rounds, "tie": args.tie, "baseline_name": args.baseline_name,
+                    "changed": {}}
+    for name, case in after.items():
+        if before[name]["trace"] == case["trace"]:
+            continue
+        r = time_pair(case["text"], case["shapes"], {"baseline": before[name]["trace"], "this": case["trace"]},
+                      args.threads, args.rounds)
+        r |= {"text": case["text"], "shapes": case["shapes"], "speedup": r["baseline_s"] / r["this_s"]}
+        result["changed"][name] = r
+        print(f"{name:12s} {case['text']:48s} {r['speedup']:.2f}x", flush=True)
+    ups = [r["speedup"] for r in result["changed"].values()]
+    result["summary"] = {
+        "geomean": math.exp(sum(math.log(u) for u in ups) / len(ups)) if ups else 1.0,
+        "wins": sum(u > 1 + args.tie for u in ups), "losses": sum(u < 1 - args.tie for u in ups),
+        "ties": sum(abs(u - 1) <= args.tie for u in ups),
+        "max_rel_diff": max((r["max_rel_diff"] for r in result["changed"].values()), default=0.0)}
+    write_result(args.out, args.name, result, render(result))
+    print(render(result))
+
+
+if __name__ == "__main__":
+    main()
