@@ -178,3 +178,28 @@ def test_the_memory_bound_filter_selects_the_transpositions_and_sums_only():
     both = bench.select(argparse.Namespace(quick=False, seed=bench.DEFAULT_SEED, random=3, cases="gemm,transpose_kji",
                                            memory_bound=True))
     assert [c.name for c in both] == ["transpose_kji"]
+
+
+def test_the_default_schedules_comparison_times_two_schedules_of_one_contraction_that_agree(kernel_cache):
+    """benchmarks/contraction_defaults.py builds both checkouts' schedules of a contraction as one kernel each on
+    the same inputs: two different schedules (here the default and one with its register tile and packs left
+    out) must give the same output, each timed."""
+    import superopt
+    from benchmarks.contraction_defaults import render, time_pair
+    from superopt.schedule.default import default_schedule
+    from superopt.schedule.primitives import Pack, Parallel, trace_to_json
+    from superopt.target import host_target
+
+    text, shapes = "C[i,j] += A[k,i] * B[j,k]", [[40, 33], [50, 40]]
+    c = superopt.op(text, threads=2, verify=False).compute([tuple(s) for s in shapes])
+    default = default_schedule(c, host_target(2), frozenset())
+    plain = [Parallel("C", "i")]  # (the statement's loop order, parallel over rows: no tile, no pack)
+    assert any(isinstance(p, Pack) for p in default)
+    r = time_pair(text, shapes, {"baseline": trace_to_json(plain), "this": trace_to_json(default)}, 2, 1)
+    assert r["baseline_s"] > 0 and r["this_s"] > 0 and r["max_rel_diff"] < 1e-5, r
+    speedup = r["baseline_s"] / r["this_s"]
+    table = render({"cpu": "x", "threads": 2, "seed": 7, "random": 1, "rounds": 1, "tie": 0.03,
+                    "baseline_name": "before", "changed": {"c0": r | {"text": text, "shapes": shapes, "speedup": speedup}},
+                    "summary": {"geomean": speedup, "wins": int(speedup > 1.03), "losses": int(speedup < 0.97),
+                                "ties": int(abs(speedup - 1) <= 0.03), "max_rel_diff": r["max_rel_diff"]}})
+    assert "1 of 1 schedules differ" in table and f"{speedup:.2f}x" in table
