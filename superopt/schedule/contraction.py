@@ -171,6 +171,16 @@ def pack_roles(b: Access, n_dims: Sequence[str], reduce_order: Sequence[str], st
     return rest, red, cols
 
 
+def _past_l2(a: Access, flat: Affine | None, st: Statement, types: Mapping[str, TensorType] | None,
+             target: Target) -> int | None:
+    """The element size of row operand ``a`` where what the statement reads of it is past L2 (and its layout is
+    known: ``flat``, its flat offset), else None."""
+    if flat is None or types is None or a.tensor not in types:
+        return None
+    itemsize = types[a.tensor].np_dtype.itemsize
+    return itemsize if itemsize * _footprint(a, st) > target.l2_bytes else None
+
+
 def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None], st: Statement,
                     types: Mapping[str, TensorType] | None, target: Target, b: Access | None = None,
                     outer: Sequence[str] = ()) -> int:
@@ -180,10 +190,8 @@ def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None]
     next one (``B[l,m,k]`` with rows l, reduction m and k outside: each line of the 5 MB operand fetched once per
     k, nine times). 1 where the lines are used whole or stay cached (``outer``: the loops outside the tile, outermost
     first, by the dims they walk; ``b``: the column operand, read between two iterations of that loop too)."""
-    if flat is None or types is None or a.tensor not in types:
-        return 1
-    itemsize = types[a.tensor].np_dtype.itemsize
-    if itemsize * _footprint(a, st) <= target.l2_bytes:
+    itemsize = _past_l2(a, flat, st, types, target)
+    if itemsize is None:
         return 1
     unit = [d for d in st.extent if abs(flat.coeff(d)) == 1]
     if not unit or unit[0] in rows or unit[0] in st.reduce_dims or st.extent[unit[0]] < 2:
@@ -206,10 +214,8 @@ def _short_runs(a: Access, flat: Affine | None, row: str | None, reduce_order: S
     (with the tile's rows, where they continue the run) span fewer than ``SHORT_RUN_LINES`` cache lines before
     the next reduction step jumps elsewhere (``A[o,i,m,n,j,p]`` with rows j and reductions ..., n, p: 8 rows x
     6 p, three lines, then a jump of 2 KB), a walk the prefetchers follow poorly."""
-    if flat is None or types is None or a.tensor not in types or not reduce_order:
-        return False
-    itemsize = types[a.tensor].np_dtype.itemsize
-    if itemsize * _footprint(a, st) <= target.l2_bytes:
+    itemsize = _past_l2(a, flat, st, types, target)
+    if itemsize is None or not reduce_order:
         return False
     inner = reduce_order[-1]
     if abs(flat.coeff(inner)) != 1:
