@@ -5,9 +5,11 @@ Layout of an artifact directory::
     manifest.json      format version, inputs and outputs, target, and the sha256 of every other file
     program.pkl        the optimized graph (its constants stand for entries of constants.bin), the compiler
                        config and the target
-    constants.bin      the graph's constants, raw (superopt.runtime.array_file), mapped when loaded
+    constants.bin      the graph's constants, raw (superopt.runtime.array_file), mapped when loaded; not a
+                       constant that the kernels read only packed: packed.bin holds each of its elements
     packed.bin         the constant inputs the kernels read packed, in the packed layout: not packed again
-    arrays.json        where each array of constants.bin and packed.bin lies
+    arrays.json        where each array of constants.bin and packed.bin lies, and the layout each constant
+                       held only packed is unpacked from where it is read (the reference, a graph dump)
     schedules.json     compute node -> its schedule trace (the JSON of superopt.schedule.primitives)
     kernels/           the shared libraries (<digest>.so, .sha256, .c), laid out as a compile cache
     report.json        the optimizer's report (when there is one)
@@ -18,8 +20,10 @@ the compile cache, so on the machine (and compiler) that saved the artifact noth
 elsewhere the kernels are rebuilt from the graph and traces into that directory.
 
 ``program.pkl`` is a Python pickle: load artifacts you trust (as with ``torch.load``). The weights are mapped
-read-only, never copied: a loaded program's constants are views of ``constants.bin``, and the pages of a
-weight that only its packed copy is read from are never read from disk.
+read-only, never copied: a loaded program's constants are views of ``constants.bin``. A weight that the
+kernels read only packed is written once, packed (a model's weights are written to disk once, not twice: on
+VGG-19, 0.5 GB less to write on every cold compile); the loaded graph holds it as a constant computed from
+its packed copy where it is read, which a run never does.
 
 Saving is atomic: the files are written to a temporary sibling directory that is renamed into place
 at the end, so an interrupted save leaves no directory that looks complete.
@@ -39,14 +43,17 @@ from typing import Any
 
 import numpy as np
 
-from superopt.ir.graph import Constant, Graph
+from superopt.ir.graph import Constant, DeferredConstant, Graph
+from superopt.ir.types import TensorType
 from superopt.runtime.array_file import map_arrays, write_arrays
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
+from superopt.schedule.kernel_plan import PackLayout
 from superopt.schedule.primitives import trace_from_json, trace_to_json
 from superopt.target import Target
 
-FORMAT = "superopt-artifact/2"
-_READS = (FORMAT, "superopt-artifact/1")  # (version 1: the constants inside program.pkl, packed when loaded)
+FORMAT = "superopt-artifact/3"
+# (version 2: every constant in constants.bin; version 1: the constants inside program.pkl, packed when loaded)
+_READS = (FORMAT, "superopt-artifact/2", "superopt-artifact/1")
 
 
 class ArtifactError(ValueError):
@@ -89,15 +96,17 @@ def save_executor(executor: GraphExecutor, out: str | Path, report: dict[str, An
                 if src.exists():
                     shutil.copy2(src, kernels / src.name)
         compiler = executor.config.compiler
+        packed = executor.packed_constants()
         constants: list[np.ndarray] = []
         with open(tmp / "program.pkl", "wb") as f:
-            _ConstantPickler(f, constants).dump({"graph": graph, "compiler": compiler, "target": executor.target})
-        packed = executor.packed_constants()
+            pickler = _ConstantPickler(f, constants, _held_packed(executor, list(packed)))
+            pickler.dump({"graph": graph, "compiler": compiler, "target": executor.target})
         known: dict[str, str] = {}  # file -> sha256, computed as it was written
         constant_index, known["constants.bin"] = write_arrays(tmp / "constants.bin", constants)
         packed_index, known["packed.bin"] = write_arrays(tmp / "packed.bin", list(packed.values()))
         arrays = {"constants": constant_index,
-                  "packed": [[node, local, e] for (node, local), e in zip(packed, packed_index, strict=True)]}
+                  "packed": [[node, local, e] for (node, local), e in zip(packed, packed_index, strict=True)],
+                  "unpacked": pickler.unpacked}
         (tmp / "arrays.json").write_text(json.dumps(arrays))
         del constants
         (tmp / "schedules.json").write_text(json.dumps(
@@ -179,18 +188,42 @@ def load_executor(path: str | Path, threads: int | None = None) -> tuple[GraphEx
     return executor, report
 
 
+def _held_packed(executor: GraphExecutor, packed: list[tuple[str, str]]) -> dict[int, tuple[int, PackLayout, str]]:
+    """id(constant) -> (its packed copy's index in ``packed``, the layout, the dtype), for each constant the
+    executor reads only packed (under every name that holds it)."""
+    g, only = executor.graph, executor.packed_only
+    names: dict[int, list[str]] = {}
+    for name, c in g.constants:
+        names.setdefault(id(c), []).append(name)
+    out = {}
+    for name, c in g.constants:
+        if name in only and all(n in only for n in names[id(c)]):
+            node, local = only[name]
+            kern = executor.kernels[executor.node_kernel[node]]
+            out[id(c)] = (packed.index((node, local)), kern.source.packs[local], c.type.dtype)
+    return out
+
+
+def _unpacked(view: np.ndarray, layout: PackLayout, dtype: str) -> Constant:
+    """The constant that was packed into ``view`` (a map of packed.bin), computed from it where it is read."""
+    return DeferredConstant(TensorType(tuple(layout.src_shape), dtype), "a weight held packed in packed.bin", (),
+                            lambda: layout.unpack_array(view))
+
+
 def read_program(root: Path) -> tuple[dict[str, Any], dict[str, list], dict[tuple[str, str], np.ndarray]]:
     """The pickled program (graph, compiler, target; its constants mapped from ``constants.bin``), the schedules
     and the packed constants of the artifact at ``root`` (its files checked by the caller)."""
     try:
         arrays = json.loads((root / "arrays.json").read_text()) if (root / "arrays.json").exists() else None
         mapped = map_arrays(root / "constants.bin", arrays["constants"]) if arrays else []
-        with open(root / "program.pkl", "rb") as f:
-            program = _ConstantUnpickler(f, mapped).load()
-        packed = {}
+        packed, views = {}, []
         if arrays:
             views = map_arrays(root / "packed.bin", [e for _, _, e in arrays["packed"]])
             packed = {(node, local): v for (node, local, _), v in zip(arrays["packed"], views, strict=True)}
+        unpacked = [_unpacked(views[j], PackLayout(tuple(perm), split, factor, tuple(shape)), dtype)
+                    for j, perm, split, factor, shape, dtype in (arrays or {}).get("unpacked", [])]
+        with open(root / "program.pkl", "rb") as f:
+            program = _ConstantUnpickler(f, mapped, unpacked).load()
         schedules = {name: trace_from_json(json.dumps(t))
                      for name, t in json.loads((root / "schedules.json").read_text()).items()}
         if not isinstance(program.get("graph"), Graph):
@@ -203,14 +236,24 @@ def read_program(root: Path) -> tuple[dict[str, Any], dict[str, list], dict[tupl
 class _ConstantPickler(pickle.Pickler):
     """Pickles each distinct constant as its index in ``arrays`` (appended here), its array left out."""
 
-    def __init__(self, f, arrays: list[np.ndarray]) -> None:
+    def __init__(self, f, arrays: list[np.ndarray], held_packed: dict[int, tuple[int, PackLayout, str]]) -> None:
         super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
         self.arrays = arrays
         self.index: dict[int, int] = {}
+        self.held_packed = held_packed  # (see _held_packed: saved as a reference to its packed copy)
+        self.unpacked: list[list] = []  # [packed index, perm, split axis, factor, shape, dtype] per such constant
+        self.unpacked_index: dict[int, int] = {}
 
     def persistent_id(self, obj: Any) -> Any:
         if not isinstance(obj, Constant):  # (a DeferredConstant too: saved as its array)
             return None
+        if id(obj) in self.held_packed:
+            k = self.unpacked_index.get(id(obj))
+            if k is None:
+                j, lay, dtype = self.held_packed[id(obj)]
+                k = self.unpacked_index[id(obj)] = len(self.unpacked)
+                self.unpacked.append([j, list(lay.perm), lay.split_axis, lay.factor, list(lay.src_shape), dtype])
+            return ("unpacked", k)
         k = self.index.get(id(obj))
         if k is None:
             k = self.index[id(obj)] = len(self.arrays)
@@ -219,13 +262,16 @@ class _ConstantPickler(pickle.Pickler):
 
 
 class _ConstantUnpickler(pickle.Unpickler):
-    def __init__(self, f, arrays: list[np.ndarray]) -> None:
+    def __init__(self, f, arrays: list[np.ndarray], unpacked: list[Constant]) -> None:
         super().__init__(f)
         self.arrays = arrays
+        self.unpacked = unpacked
         self.made: dict[int, Constant] = {}
 
     def persistent_load(self, pid: Any) -> Any:
         kind, k = pid
+        if kind == "unpacked" and 0 <= k < len(self.unpacked):
+            return self.unpacked[k]
         if kind != "constant" or not 0 <= k < len(self.arrays):
             raise pickle.UnpicklingError(f"unknown reference {pid!r}")
         if k not in self.made:

@@ -98,3 +98,51 @@ def test_unwritable_parent_is_a_clear_error(saved, tmp_path):
     blocker.write_text("not a directory")  # fails for root too (chmod would not stop root)
     with pytest.raises(ArtifactError, match="cannot write to"):
         save_executor(prog.executor, blocker / "out")
+
+
+def _conv_gemm_model() -> tuple[bytes, dict[str, np.ndarray]]:
+    """A conv and a Gemm over constant weights (the default schedules read both packed)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((20, 32 * 14 * 14)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["y"], ["r"]),
+         helper.make_node("Flatten", ["r"], ["f"]), helper.make_node("Gemm", ["f", "w2"], ["z"], transB=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 20])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString(), {"w": w, "w2": w2}
+
+
+def test_weights_read_only_packed_are_saved_once_and_unpacked_where_read(tmp_path):
+    from superopt.api import optimize
+    from superopt.ir.graph import DeferredConstant
+    from superopt.interp.reference import evaluate
+
+    model, weights = _conv_gemm_model()
+    prog = optimize(model, OptimizeConfig(threads=1, cost_model=None))
+    ex = prog.executor
+    assert set(ex.packed_only) == {"w", "w2"}
+    for name, (node, local) in ex.packed_only.items():  # the layout's numpy form is what the kernel's pack wrote
+        layout = ex.kernels[ex.node_kernel[node]].source.packs[local]
+        packed = ex.packed_constants()[(node, local)]
+        np.testing.assert_array_equal(packed, layout.pack_array(weights[name]))
+        np.testing.assert_array_equal(layout.unpack_array(packed), weights[name])
+    out = save_executor(ex, tmp_path / "art")
+    # the weights are on disk once: in packed.bin, not again in constants.bin
+    assert (out / "constants.bin").stat().st_size < 1024
+    assert (out / "packed.bin").stat().st_size >= sum(w.nbytes for w in weights.values())
+
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    loaded, _ = load_executor(out)
+    held = dict(loaded.graph.constants)
+    assert all(isinstance(held[n], DeferredConstant) for n in weights)
+    z = loaded.graph.outputs[0]
+    np.testing.assert_array_equal(loaded(feed)[z], prog(**feed)[0])
+    assert not any(held[n].computed for n in weights)  # a run reads the packed copies only
+    for name, w in weights.items():  # read, each is the weight it was packed from
+        np.testing.assert_array_equal(held[name].array, w)
+    np.testing.assert_allclose(evaluate(loaded.graph, feed)[z], prog(**feed)[0], rtol=1e-4, atol=1e-4)

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from superopt.api import OptimizeConfig, optimize
+from superopt.ir.graph import DeferredConstant
 from superopt.program_cache import program_key
 from superopt.runtime.compiler import CompilerConfig
 
@@ -50,6 +51,9 @@ def test_a_second_optimize_only_loads_the_verified_program(setup, monkeypatch):
     assert abs(sum(rep.phases.values()) - rep.total_s) <= 0.1 * rep.total_s
     np.testing.assert_allclose(warm(x)[0], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+    # the weight its kernel reads packed is stored once, packed, and a warm run never unpacks it
+    held = [c for name, c in warm.graph.constants if name in warm.executor.packed_only]
+    assert held and all(isinstance(c, DeferredConstant) and not c.computed for c in held)
 
 
 def test_what_decides_the_program_is_in_the_key(setup, tmp_path):

@@ -283,6 +283,7 @@ class GraphExecutor:
                             pre.dtype != np.dtype(n.op.type_of[local].np_dtype) or pre.ctypes.data % ALIGN:
                         pre = kern.pack(local, graph.constant[g].array)
                     self._packed[(n.name, local)] = pre
+        self.packed_only = self._packed_only()
         self._calls = {n.name: self._prepare_call(n) for n in self.compiled}
         self.memory.buffers += self._kernel_buffers()
         self._lib = lib
@@ -299,6 +300,23 @@ class GraphExecutor:
         # would overwrite each other's: calls from several threads (a control-flow body that the verifier's
         # reference thread and the program both run, or a user's threads) take turns
         self._lock = threading.RLock()
+
+    def _packed_only(self) -> dict[str, tuple[str, str]]:
+        """Constant tensor -> the (node, input) of one packed copy of it, for each constant that no run reads
+        but through its packed copies: every reader is a compiled kernel that reads it packed, and it is no
+        graph output and no other tensor's storage (a reshape's). Such a constant's own array is read only
+        where the graph is interpreted (the reference) or saved."""
+        g = self.graph
+        readers: dict[str, list[tuple[str, str] | None]] = {}
+        compiled = {n.name for n in self.compiled}
+        for n in g.nodes:
+            for i, t in enumerate(n.inputs):
+                if t in g.constant:
+                    key = (n.name, n.op.inputs[i]) if n.name in compiled else None
+                    readers.setdefault(t, []).append(key if key in self._packed else None)
+        viewed = {r for t, r in self.root.items() if r != t}
+        return {t: keys[0] for t, keys in readers.items()  # type: ignore[misc]
+                if None not in keys and t not in g.outputs and t not in viewed}
 
     def packed_constants(self) -> dict[tuple[str, str], np.ndarray]:
         """(node, the kernel's input name) -> that constant input packed in the layout the kernel reads (what
@@ -389,7 +407,8 @@ class GraphExecutor:
         with self._lock:
             env = self._input_env(inputs)
             for name, c in g.constants:
-                env[name] = c.array
+                if name not in self.packed_only:  # (read through its packed copy: never computed here)
+                    env[name] = c.array
             for n in g.nodes:
                 t0 = time.perf_counter() if times is not None else 0.0
                 self._run_node(n, env)
@@ -503,6 +522,8 @@ class GraphExecutor:
         g, out = self.graph, {}
         for name, t in g.type_of.items():
             root = self.root.get(name, name)
+            if name in self.packed_only:
+                continue  # (a loaded program's copy of it may be deferred: reading it would unpack it)
             if name in g.constant:
                 out[name] = g.constant[name].array
             elif root in g.constant:

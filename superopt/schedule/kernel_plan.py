@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Affine
 from superopt.ir.statement import Statement
@@ -126,6 +128,29 @@ class PackLayout:
             return s
         a = self.split_axis
         return [("div", s[a], self.factor), *s[:a], ("mod", s[a], self.factor), *s[a + 1:]]
+
+    def pack_array(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (of ``src_shape``) in this layout, the last panel's missing part zeros: the numpy statement of
+        what a kernel's pack routine writes."""
+        y = np.transpose(x, self.perm)
+        if self.split_axis < 0:
+            return np.ascontiguousarray(y)
+        a, shape = self.split_axis, self.shape
+        pad = [(0, 0)] * y.ndim
+        pad[a] = (0, shape[0] * self.factor - y.shape[a])
+        y = np.pad(y, pad).reshape(*y.shape[:a], shape[0], self.factor, *y.shape[a + 1:])
+        return np.ascontiguousarray(np.moveaxis(y, a, 0))
+
+    def unpack_array(self, packed: np.ndarray) -> np.ndarray:
+        """The array of ``src_shape`` that :meth:`pack_array` (or the kernel's pack) made ``packed`` from:
+        every element is in the packed copy, so a weight read only packed need not be kept beside it."""
+        y = packed
+        if self.split_axis >= 0:
+            a = self.split_axis
+            n = self.src_shape[self.perm[a]]
+            y = np.moveaxis(y, 0, a)
+            y = y.reshape(*y.shape[:a], y.shape[a] * y.shape[a + 1], *y.shape[a + 2:])[(slice(None),) * a + (slice(0, n),)]
+        return np.ascontiguousarray(np.transpose(y, np.argsort(self.perm)))
 
 
 @dataclass
