@@ -46,6 +46,9 @@ class OptimizeConfig:
     # a reference larger than this many iteration points runs on a sample of the graph's independent axes, the
     # program's outputs at those indices checked (superopt.interp.sampling); None: always the whole reference
     reference_points: int | None = REFERENCE_POINTS
+    # the reference computed in a forked child at the lowest priority (Linux; superopt.verification's
+    # ForkedReference), where it takes no core from the C compiler; False: on a thread of this process
+    reference_process: bool = True
     seed: int = 0
     fuse: bool = True  # apply the graph rewrite rules (operator fusion, layout) before scheduling
     rules: tuple[str, ...] | None = None  # names of the rewrite rules to apply; None: every registered rule
@@ -461,15 +464,17 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
     phases = phases if phases is not None else PhaseTimer()
     return_free_memory()  # (what the load freed: the protobuf, the initializers' raw bytes)
-    # the reference of the graph as imported, on a thread from here on: the rewrite search holds one core
-    # (pure Python) and leaves the other free, where later the reference would take a core from the C compiler
-    reference = start_reference(imported, config.seed, verify_inputs, config.reference_points) if config.verify else None
+    # the reference of the graph as imported, computed from here on beside the pipeline: the rewrite search
+    # holds one core (pure Python) and leaves the other free, where later the reference would take a core from
+    # the C compiler
+    reference = start_reference(imported, config.seed, verify_inputs, config.reference_points,
+                                config.reference_process) if config.verify else None
     with phases.phase("rewrite"):
         graph, graph_report = search_rewrites(imported, config, phases)
         rewrites = graph_report.applied if graph_report is not None else ()
         graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     # from here the imported graph's weights are held only where still needed: by the reference's thread until
-    # it is done, and by the rewritten weights (DeferredConstant) until the build computes them, so a caller
+    # it is done (a forked reference has its own copy-on-write view of them), and by the rewritten weights (DeferredConstant) until the build computes them, so a caller
     # that hands the graph over (the ONNX import) does not hold the model's weights twice at the build
     del imported
     return_free_memory()  # (the candidate graphs the search dropped)

@@ -2,13 +2,20 @@
 
 The reference side (:func:`reference_runs`) needs the graph as imported, with its weights; the check
 (:func:`check_program`) needs only what the reference side kept: the feeds, the expected outputs and their
-magnitudes, and the indices a sampled reference covers. So the reference can run on a thread from the
-start of compilation (:func:`start_reference`) and the imported graph, whose weights are as large as the
-compiled program's, can be let go of before the program's own weights are computed.
+magnitudes, and the indices a sampled reference covers. So the reference can run beside compilation from
+its start (:func:`start_reference`: in a forked child at the lowest priority, or on a thread) and the imported
+graph, whose weights are as large as the compiled program's, can be let go of before the program's own
+weights are computed.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import signal
+import sys
+import threading
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -92,11 +99,104 @@ def verify(graph: Graph, program: Callable[[dict[str, np.ndarray]], Mapping[str,
     return check_program(program, reference_runs(graph, seed, inputs, random, reference_points), rtol)
 
 
+class ForkedReference:
+    """:func:`reference_runs` in a forked child process at the lowest CPU priority; :meth:`result` waits for it
+    and raises what it raised.
+
+    On a thread, the reference shares the interpreter lock with the pipeline: each of its Python steps waits
+    for the rewrite search's turn, and while it holds the lock the C compiler's next jobs wait to be launched;
+    at the same priority it also takes cores from the compiler's processes. A child shares no lock, and at the
+    lowest priority it runs on whatever core the pipeline leaves idle: beside the rewrite search (one core),
+    the last units of a compile, the build. The child has the graph as it was at the fork (copy-on-write: its
+    weights are not copied), so the pipeline need not keep the imported graph alive for it."""
+
+    def __init__(self, graph: Graph, seed: int, inputs: Mapping[str, np.ndarray] | None,
+                 reference_points: int | None) -> None:
+        read, write = os.pipe()
+        with warnings.catch_warnings():
+            # (Python 3.12 warns of any fork beside other threads: the child runs the numpy reference alone,
+            # takes no lock another thread could hold across the fork but malloc's, which glibc resets)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            _reference_child(write, graph, seed, inputs, reference_points)  # (never returns)
+        os.close(write)
+        self.pid = pid
+        self._chunks: list[bytes] = []
+        # (drained as it is written, a pipe holds 64 KiB; the thread holds no reference to self, so a dropped
+        # handle is collected and its child stopped)
+        self._reader = threading.Thread(target=_drain, args=(read, pid, self._chunks), daemon=True,
+                                        name="superopt-reference")
+        self._reader.start()
+
+    def result(self) -> ReferenceRuns:
+        self._reader.join()
+        if not self._chunks:
+            raise VerificationError("the reference's process ended without a result (killed?)")
+        kind, value = pickle.loads(b"".join(self._chunks))
+        if kind == "error":
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        """Stop the child, if it still runs (the pipeline failed before it needed the reference)."""
+        if self._reader.is_alive():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __del__(self) -> None:
+        try:
+            self.cancel()
+        except Exception:  # noqa: BLE001 - (at interpreter exit the modules it needs may be gone)
+            pass
+
+
+def _drain(fd: int, pid: int, chunks: list[bytes]) -> None:
+    with os.fdopen(fd, "rb") as f:
+        while block := f.read(1 << 20):
+            chunks.append(block)
+    os.waitpid(pid, 0)
+
+
+def _reference_child(write: int, graph: Graph, seed: int, inputs: Mapping[str, np.ndarray] | None,
+                     reference_points: int | None) -> None:
+    """The forked child: the reference, pickled to ``write``; exits without the parent's exit handlers."""
+    code = 1
+    try:
+        os.nice(19)
+        from threadpoolctl import threadpool_limits
+
+        try:
+            with threadpool_limits(1, user_api="blas"):  # (a second BLAS thread would spin beside the compiler)
+                answer: tuple = ("ok", reference_runs(graph, seed, inputs, True, reference_points))
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException as err:  # noqa: BLE001 - raised again in the parent by result()
+            try:
+                data = pickle.dumps(("error", err), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - an exception that does not pickle: its text
+                data = pickle.dumps(("error", VerificationError(f"the reference failed: {type(err).__name__}: {err}")))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write, view):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
 def start_reference(graph: Graph, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
-                    reference_points: int | None = REFERENCE_POINTS) -> Future[ReferenceRuns]:
-    """:func:`reference_runs` of ``graph`` computed on a thread: it runs while the rewrite search (one core)
-    and the C compiler (subprocesses, which leave the interpreter free) do, instead of after them. The
-    thread lets go of ``graph`` when it is done."""
+                    reference_points: int | None = REFERENCE_POINTS,
+                    process: bool = True) -> Future[ReferenceRuns] | ForkedReference:
+    """:func:`reference_runs` of ``graph``, computed while the rewrite search (one core) and the C compiler
+    (subprocesses) run, instead of after them: in a forked child (:class:`ForkedReference`) where ``process``
+    and the platform forks (Linux), else on a thread, which lets go of ``graph`` when it is done."""
+    if process and sys.platform.startswith("linux"):
+        try:
+            return ForkedReference(graph, seed, inputs, reference_points)
+        except OSError:  # (no process to spare: the thread)
+            pass
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_limits
