@@ -178,8 +178,8 @@ def measure(system: str, path: Path, cache: Path, threads: int, code: Path = REP
     if p.returncode != 0:
         return {"system": system, "error": (stderr.strip().splitlines() or ["failed"])[-1][:300]}
     out = json.loads(stdout.strip().splitlines()[-1])
-    if peak_kb:
-        out["peak_with_children_mb"] = peak_kb / 1024.0
+    # (at least the process's own peak, which sampling can miss: a short-lived process may end between samples)
+    out["peak_with_children_mb"] = max(peak_kb / 1024.0, out.get("peak_rss_mb") or 0.0)
     return out
 
 
