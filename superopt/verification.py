@@ -186,13 +186,33 @@ def _reference_child(write: int, graph: Graph, seed: int, inputs: Mapping[str, n
         os._exit(code)
 
 
+# the extern kind whose reference runs another runtime's session (superopt.frontends.onnx_fallback.KIND):
+# a session made before a fork keeps thread pools the child does not have
+FOREIGN_EXTERN = "onnx_node"
+
+
+def runs_foreign_code(graph: Graph) -> bool:
+    """Whether the reference of ``graph`` (its control-flow bodies included) calls into another runtime, which a
+    forked child cannot be trusted to run: an ONNX fallback node's onnxruntime session."""
+    for n in graph.nodes:
+        if n.is_extern:
+            if n.op.kind == FOREIGN_EXTERN:
+                return True
+            for _, v in n.op.attrs:
+                body = getattr(v, "graph", None)
+                if isinstance(body, Graph) and runs_foreign_code(body):
+                    return True
+    return False
+
+
 def start_reference(graph: Graph, seed: int = 0, inputs: Mapping[str, np.ndarray] | None = None,
                     reference_points: int | None = REFERENCE_POINTS,
                     process: bool = True) -> Future[ReferenceRuns] | ForkedReference:
     """:func:`reference_runs` of ``graph``, computed while the rewrite search (one core) and the C compiler
-    (subprocesses) run, instead of after them: in a forked child (:class:`ForkedReference`) where ``process``
-    and the platform forks (Linux), else on a thread, which lets go of ``graph`` when it is done."""
-    if process and sys.platform.startswith("linux"):
+    (subprocesses) run, instead of after them: in a forked child (:class:`ForkedReference`) where ``process``,
+    the platform forks (Linux) and the reference is numpy's alone (:func:`runs_foreign_code`), else on a
+    thread, which lets go of ``graph`` when it is done."""
+    if process and sys.platform.startswith("linux") and not runs_foreign_code(graph):
         try:
             return ForkedReference(graph, seed, inputs, reference_points)
         except OSError:  # (no process to spare: the thread)

@@ -60,3 +60,26 @@ def test_a_killed_child_is_a_verification_error_and_a_dropped_handle_stops_its_c
         time.sleep(0.05)
     else:
         pytest.fail("the dropped reference's child still runs")
+
+
+def test_a_reference_that_calls_onnxruntime_runs_on_a_thread(monkeypatch):
+    from onnx import TensorProto, helper
+
+    from superopt.frontends.onnx_fallback import KIND
+    from superopt.frontends.onnx_frontend import import_onnx_model
+    from superopt.frontends.onnx_ops import CONVERTERS
+    from superopt.verification import FOREIGN_EXTERN, runs_foreign_code
+
+    assert FOREIGN_EXTERN == KIND
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    # Det without its native lowering: an onnx_node extern, run by an onnxruntime session (cached per process)
+    monkeypatch.delitem(CONVERTERS, "Det", raising=False)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["y"])], "g", [x], [y])
+    imported = import_onnx_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), strict=False).graph
+    assert runs_foreign_code(imported) and not runs_foreign_code(define_op(SRC, SHAPES))
+    ref = start_reference(imported, process=True)
+    assert not isinstance(ref, ForkedReference)
+    runs = ref.result()
+    x = runs.feeds[0][imported.inputs[0]].astype(np.float64)
+    np.testing.assert_allclose(runs.expected[0][0][imported.outputs[0]], np.linalg.det(np.maximum(x, 0)), rtol=1e-4)
