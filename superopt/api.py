@@ -474,8 +474,9 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
         rewrites = graph_report.applied if graph_report is not None else ()
         graph = canonicalize_kernels(graph)  # canonicalize: database keys and traces use canonical names
     # from here the imported graph's weights are held only where still needed: by the reference's thread until
-    # it is done (a forked reference has its own copy-on-write view of them), and by the rewritten weights (DeferredConstant) until the build computes them, so a caller
-    # that hands the graph over (the ONNX import) does not hold the model's weights twice at the build
+    # it is done (a forked reference has its own copy-on-write view of them), and by the rewritten weights
+    # (DeferredConstant) until the build computes them, so a caller that hands the graph over (the ONNX import)
+    # does not hold the model's weights twice at the build
     del imported
     return_free_memory()  # (the candidate graphs the search dropped)
     t1 = time.perf_counter()

@@ -186,8 +186,8 @@ def _reference_child(write: int, graph: Graph, seed: int, inputs: Mapping[str, n
         os._exit(code)
 
 
-# the extern kind whose reference runs another runtime's session (superopt.frontends.onnx_fallback.KIND):
-# a session made before a fork keeps thread pools the child does not have
+# the extern kind whose reference runs an onnxruntime session (superopt.frontends.onnx_fallback.KIND): an
+# onnxruntime session made before a fork has thread pools that a forked child lacks
 FOREIGN_EXTERN = "onnx_node"
 
 

@@ -119,8 +119,8 @@ def _conv_gemm_model() -> tuple[bytes, dict[str, np.ndarray]]:
 
 def test_weights_read_only_packed_are_saved_once_and_unpacked_where_read(tmp_path):
     from superopt.api import optimize
-    from superopt.ir.graph import DeferredConstant
     from superopt.interp.reference import evaluate
+    from superopt.ir.graph import DeferredConstant
 
     model, weights = _conv_gemm_model()
     prog = optimize(model, OptimizeConfig(threads=1, cost_model=None))
