@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -458,10 +458,12 @@ def _positional_feed(graph: Graph, example_inputs) -> dict[str, np.ndarray] | No
 def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallbacks: Sequence = (),
                     input_names: Sequence[str] | None = None, output_dtypes: Sequence[np.dtype] | None = None,
                     shapes: Sequence[str] = (), verify_inputs: Mapping[str, np.ndarray] | None = None,
-                    phases: PhaseTimer | None = None) -> OptimizedProgram:
+                    phases: PhaseTimer | None = None,
+                    on_built: Callable[[GraphExecutor], None] | None = None) -> OptimizedProgram:
     """The passes after load: rewrite -> canonicalize -> schedule -> build -> verify (on seeded random inputs
     and on ``verify_inputs``, the user's own, where given). ``t0``: when the pipeline started
-    (``time.perf_counter()``); ``phases``: the timer the load was charged to."""
+    (``time.perf_counter()``); ``phases``: the timer the load was charged to; ``on_built``: called with the
+    executor once built, before the verification (the program cache starts writing its entry there)."""
     phases = phases if phases is not None else PhaseTimer()
     return_free_memory()  # (what the load freed: the protobuf, the initializers' raw bytes)
     # the reference of the graph as imported, computed from here on beside the pipeline: the rewrite search
@@ -498,6 +500,8 @@ def _optimize_graph(imported: Graph, config: OptimizeConfig, t0: float, fallback
     return_free_memory()  # (the schedule search's and the reference's garbage, before the weights are computed)
     with phases.phase("build"):  # (code generation and the C compiler are charged to their own phases)
         executor = GraphExecutor(graph, schedules, ExecutorConfig(target.threads, config.compiler, target), phases)
+    if on_built is not None:
+        on_built(executor)
     t2 = time.perf_counter()
     err = None
     if config.verify:
@@ -557,17 +561,29 @@ def _optimize_onnx_cached(model, example_inputs, config: OptimizeConfig,
             dtypes = meta.get("output_dtypes")
             return OptimizedProgram(executor.graph, executor, report, meta.get("input_names"),
                                     None if dtypes is None else [np.dtype(d) for d in dtypes])
-    prog = _optimize_onnx(model, example_inputs, config, phases)
+    # the entry's large files are written while the verification waits for the reference (a large model's
+    # weights take seconds to write), and put in place only once the program passed it
+    staged: list[program_cache.Staged] = []
+    try:
+        prog = _optimize_onnx(model, example_inputs, config, phases,
+                              None if where is None else lambda ex: staged.append(program_cache.stage(where, ex)))
+    except BaseException:
+        for entry in staged:
+            entry.discard()
+        raise
     # (verified: a failure raised); a program with ONNX fallback nodes is not kept (its report names them)
-    if where is not None and isinstance(prog, OptimizedProgram) and not prog.report.fallbacks:
+    if staged and isinstance(prog, OptimizedProgram) and not prog.report.fallbacks:
         import dataclasses
 
         with phases.phase("cache"):
             meta = {"input_names": prog.input_names,
                     "output_dtypes": None if prog.output_dtypes is None else [np.dtype(d).str for d in prog.output_dtypes]}
-            program_cache.store(where, prog.executor, {"optimize": dataclasses.asdict(prog.report)}, meta)
+            program_cache.commit(staged[0], {"optimize": dataclasses.asdict(prog.report)}, meta)
         prog.report.phases = phases.ordered()
         prog.report.total_s = phases.total_s
+    else:
+        for entry in staged:
+            entry.discard()
     return prog
 
 
@@ -604,8 +620,8 @@ def onnx_examples(model, example_inputs) -> tuple[dict[str, tuple[int, ...]], di
 
 
 def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, np.ndarray],
-                          config: OptimizeConfig, phases: PhaseTimer | None = None,
-                          t0: float | None = None) -> OptimizedProgram:
+                          config: OptimizeConfig, phases: PhaseTimer | None = None, t0: float | None = None,
+                          on_built: Callable[[GraphExecutor], None] | None = None) -> OptimizedProgram:
     """Import an ONNX model at the given input shapes (fallback nodes unless ``config.strict``) and optimize it."""
     from superopt.frontends.onnx_fallback import set_threads
     from superopt.frontends.onnx_frontend import import_onnx_model
@@ -624,13 +640,15 @@ def _optimize_onnx_static(model, shapes: Mapping[str, Sequence[int]], arrays: Ma
     # the protobuf is freed here when no caller holds it (its weights are the graph's now); the graph is handed
     # over with no reference left here (popped from the box), so _optimize_graph can let go of its weights
     del model, im
-    return _optimize_graph(box.pop(), config, t0, fallbacks, input_names, output_dtypes, compiled, feed or None, phases)
+    return _optimize_graph(box.pop(), config, t0, fallbacks, input_names, output_dtypes, compiled, feed or None, phases,
+                           on_built)
 
 
-def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
-                   phases: PhaseTimer | None = None) -> OptimizedProgram | OptimizedModel:
+def _optimize_onnx(model, example_inputs, config: OptimizeConfig, phases: PhaseTimer | None = None,
+                   on_built: Callable[[GraphExecutor], None] | None = None) -> OptimizedProgram | OptimizedModel:
     """An ONNX model: static -> one OptimizedProgram; symbolic dims -> an OptimizedModel that starts with
-    the example shapes and specializes new ones on first use."""
+    the example shapes and specializes new ones on first use. ``on_built``: see :func:`_optimize_graph` (static
+    models only)."""
     t0 = time.perf_counter()
     phases = phases if phases is not None else PhaseTimer()
     with phases.phase("load"):  # (the first import of the onnx package, and of ml_dtypes with it, is most of a second)
@@ -642,7 +660,7 @@ def _optimize_onnx(model, example_inputs, config: OptimizeConfig,
     if not symbolic_inputs(m):
         box = [m]
         del m  # handed over without a reference left here, so the import can free the protobuf
-        return _optimize_onnx_static(box.pop(), shapes, arrays, config, phases, t0)
+        return _optimize_onnx_static(box.pop(), shapes, arrays, config, phases, t0, on_built)
     full = resolve_shapes(m, shapes)  # a clear error when the shapes are missing
     prog = _optimize_onnx_static(m, full, arrays, config, phases, t0)
     from superopt.frontends.onnx_shapes import declared_inputs

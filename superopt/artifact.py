@@ -77,6 +77,62 @@ def save_executor(executor: GraphExecutor, out: str | Path, report: dict[str, An
     """Write ``executor`` (graph, schedules, compiled kernels) as an artifact directory at ``out``.
 
     ``extra_files``: more files to put in (relative name -> bytes), covered by the manifest too."""
+    return stage_executor(executor, out, overwrite).commit(report, extra_files)
+
+
+class StagedArtifact:
+    """An artifact whose large files are written, in a temporary sibling of ``out``, and not yet in place:
+    :meth:`commit` adds the report and the manifest and renames it to ``out``; :meth:`discard` removes it.
+    The program cache stages a program while its verification runs and commits it once it passed."""
+
+    def __init__(self, executor: GraphExecutor, out: Path, tmp: Path, known: dict[str, str]) -> None:
+        self.executor, self.out, self.tmp, self.known = executor, out, tmp, known
+
+    def commit(self, report: dict[str, Any] | None = None, extra_files: dict[str, bytes] | None = None) -> Path:
+        tmp, out, graph, executor = self.tmp, self.out, self.executor.graph, self.executor
+        try:
+            if report is not None:
+                (tmp / "report.json").write_text(json.dumps(report, indent=1, default=str))
+            for name, data in (extra_files or {}).items():
+                p = tmp / name
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+            files = {}
+            for p in sorted(tmp.rglob("*")):
+                if p.is_file():
+                    name = str(p.relative_to(tmp))
+                    files[name] = self.known[name] if name in self.known else _sha(p)
+            manifest = {
+                "format": FORMAT,
+                "inputs": [[n, list(graph.type_of[n].shape), graph.type_of[n].dtype] for n in graph.inputs],
+                "outputs": [[n, list(graph.type_of[n].shape), graph.type_of[n].dtype] for n in graph.outputs],
+                "target": executor.target.key() if hasattr(executor.target, "key") else str(executor.target),
+                "files": files,
+            }
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            for p in tmp.rglob("*"):
+                os.chmod(p, 0o755 if p.is_dir() else 0o644)
+            os.chmod(tmp, 0o755)
+            if out.exists():
+                old = out.with_name(f".{out.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                out.rename(old)
+                tmp.rename(out)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(out)
+        except BaseException:
+            self.discard()
+            raise
+        return out
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def stage_executor(executor: GraphExecutor, out: str | Path, overwrite: bool = True) -> StagedArtifact:
+    """The large files of ``executor``'s artifact (kernels, graph, weights, schedules) written in a temporary
+    sibling directory of ``out`` (see :class:`StagedArtifact`)."""
     out = Path(out)
     if out.exists() and not overwrite:
         raise ArtifactError(f"{out} already exists")
@@ -111,40 +167,10 @@ def save_executor(executor: GraphExecutor, out: str | Path, report: dict[str, An
         del constants
         (tmp / "schedules.json").write_text(json.dumps(
             {name: json.loads(trace_to_json(t)) for name, t in sorted(executor.traces.items())}, indent=1))
-        if report is not None:
-            (tmp / "report.json").write_text(json.dumps(report, indent=1, default=str))
-        for name, data in (extra_files or {}).items():
-            p = tmp / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        files = {}
-        for p in sorted(tmp.rglob("*")):
-            if p.is_file():
-                name = str(p.relative_to(tmp))
-                files[name] = known[name] if name in known else _sha(p)
-        manifest = {
-            "format": FORMAT,
-            "inputs": [[n, list(graph.type_of[n].shape), graph.type_of[n].dtype] for n in graph.inputs],
-            "outputs": [[n, list(graph.type_of[n].shape), graph.type_of[n].dtype] for n in graph.outputs],
-            "target": executor.target.key() if hasattr(executor.target, "key") else str(executor.target),
-            "files": files,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-        for p in tmp.rglob("*"):
-            os.chmod(p, 0o755 if p.is_dir() else 0o644)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+    return StagedArtifact(executor, out, tmp, known)
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -279,4 +305,5 @@ class _ConstantUnpickler(pickle.Unpickler):
         return self.made[k]
 
 
-__all__ = ["ArtifactError", "FORMAT", "save_executor", "load_executor", "read_manifest", "read_program"]
+__all__ = ["ArtifactError", "FORMAT", "save_executor", "stage_executor", "StagedArtifact", "load_executor", "read_manifest",
+           "read_program"]

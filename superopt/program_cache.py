@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from superopt.artifact import ArtifactError, read_manifest, read_program, save_executor
+from superopt.artifact import ArtifactError, StagedArtifact, read_manifest, read_program, stage_executor
 from superopt.runtime.executor import ExecutorConfig, GraphExecutor
 from superopt.target import compiler_version
 
@@ -209,11 +209,48 @@ def entry_dir(cache_dir: Path, key: str) -> Path:
 def store(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write a verified program as a cache entry (atomically, replacing any older one); a cache that cannot
     be written (a full disk, no permission) is no error: the program is just not kept."""
-    sources = [k.source for k in executor.kernels]
+    commit(stage(directory, executor), report, meta)
+
+
+class Staged:
+    """A cache entry being written on a thread (:func:`stage`), for :func:`commit` once the program is verified
+    or :meth:`discard` if it is not: a large model's weights are written while its reference finishes."""
+
+    def __init__(self, directory: Path, executor: GraphExecutor) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.directory = directory
+        self.sources = [k.source for k in executor.kernels]
+        pool = ThreadPoolExecutor(1, thread_name_prefix="superopt-cache")
+        self.future = pool.submit(stage_executor, executor, directory)
+        pool.shutdown(wait=False)
+
+    def staged(self) -> StagedArtifact | None:
+        try:
+            return self.future.result()
+        except (ArtifactError, OSError):
+            return None  # (a cache that cannot be written: the program is just not kept)
+
+    def discard(self) -> None:
+        done = self.staged()
+        if done is not None:
+            done.discard()
+
+
+def stage(directory: Path, executor: GraphExecutor) -> Staged:
+    """Start writing ``executor`` as the cache entry at ``directory`` (see :class:`Staged`)."""
+    return Staged(directory, executor)
+
+
+def commit(staged: Staged, report: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Put a staged entry in place with the verified program's report (atomically, replacing any older one)."""
+    directory = staged.directory
+    done = staged.staged()
+    if done is None:
+        return
     try:
-        save_executor(executor, directory, report=report,
-                      extra_files={"program.json": json.dumps(meta).encode(),
-                                   "sources.pkl": pickle.dumps(sources, protocol=pickle.HIGHEST_PROTOCOL)})
+        done.commit(report, extra_files={"program.json": json.dumps(meta).encode(),
+                                         "sources.pkl": pickle.dumps(staged.sources, protocol=pickle.HIGHEST_PROTOCOL)})
     except (ArtifactError, OSError):
         return
     try:  # (written just now: what was checksummed is what is on disk)
@@ -278,5 +315,5 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
     return executor, report, meta
 
 
-__all__ = ["code_version", "program_key", "entry_dir", "store", "fetch", "evict", "check_entry", "remembered_digest",
-           "file_identity"]
+__all__ = ["code_version", "program_key", "entry_dir", "store", "stage", "commit", "Staged", "fetch", "evict",
+           "check_entry", "remembered_digest", "file_identity"]

@@ -1,6 +1,8 @@
 """The program cache: a second optimize of the same ONNX model only loads its verified program; anything that
 decides the program (model bytes, config, a corrupt entry) makes a miss that compiles and verifies again."""
 
+import threading
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -83,6 +85,28 @@ def test_a_corrupt_entry_is_compiled_and_verified_again(setup):
     assert "program cache" not in again.report.stop_reason and again.report.max_error is not None
     np.testing.assert_allclose(again(x)[0], want, rtol=1e-4, atol=1e-5)
     assert "program cache" in optimize(str(path), cfg).report.stop_reason  # the entry was written anew
+
+
+def test_a_program_that_fails_verification_leaves_no_entry(setup, monkeypatch):
+    # the entry is written while the verification runs: a failed one leaves nothing behind, not even a part
+    path, cfg, _, _ = setup
+    import superopt.api as api
+    from superopt.verification import VerificationError
+
+    def fails(*a, **k):
+        raise VerificationError("compiled program differs from the reference: relative error 1 > 0.001")
+
+    monkeypatch.setattr(api, "check_program", fails)
+    with pytest.raises(VerificationError):
+        optimize(str(path), cfg)
+    for t in threading.enumerate():  # (a writer still running would leave its part after the check below)
+        if t.name.startswith("superopt-cache"):
+            t.join()
+    programs = cfg.compiler.cache_dir / "programs"
+    assert not programs.exists() or not any(programs.iterdir())
+    monkeypatch.undo()
+    assert "program cache" not in optimize(str(path), cfg).report.stop_reason
+    assert "program cache" in optimize(str(path), cfg).report.stop_reason
 
 
 def test_no_program_cache_compiles_every_time(setup):
