@@ -6,8 +6,10 @@ neither lowers nor compiles. It lives under ``<compiler cache_dir>/programs/<key
 that decides the program: the model file's bytes, the example inputs, the whole ``OptimizeConfig`` (target and
 compiler flags included), the C compiler's version, the tuning database's bytes, and the source and data
 files of superopt, search, costmodel and rewrite_rules (a changed rule or printer keys a new entry, never a
-stale program). A program is stored only after it passed verification; the checksums make a corrupt or
-edited entry a miss (it is compiled again and replaced), never a wrong program.
+stale program). A program is stored only after it passed verification: its large files are written (staged,
+:func:`stage`) while the verification waits for its reference, and put in place with its report
+(:func:`commit`) once it passed, or removed. The checksums make a corrupt or edited entry a miss (it is
+compiled again and replaced), never a wrong program.
 
 A hit only loads, and loading reads no weight byte it does not need: the weights are mapped
 (superopt.runtime.array_file) with their packed copies, and the checksums of a model file and of an entry's
