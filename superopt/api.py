@@ -651,7 +651,7 @@ def _optimize_onnx(model, example_inputs, config: OptimizeConfig, phases: PhaseT
     models only)."""
     t0 = time.perf_counter()
     phases = phases if phases is not None else PhaseTimer()
-    with phases.phase("load"):  # (the first import of the onnx package, and of ml_dtypes with it, is most of a second)
+    with phases.phase("load"):  # (the first import of the onnx package is charged here)
         from superopt.frontends.onnx_frontend import _load
         from superopt.frontends.onnx_shapes import resolve_shapes, symbolic_inputs
 
