@@ -21,9 +21,9 @@ elsewhere the kernels are rebuilt from the graph and traces into that directory.
 
 ``program.pkl`` is a Python pickle: load artifacts you trust (as with ``torch.load``). The weights are mapped
 read-only, never copied: a loaded program's constants are views of ``constants.bin``. A weight that the
-kernels read only packed is written once, packed (a model's weights are written to disk once, not twice: on
-VGG-19, 0.5 GB less to write on every cold compile); the loaded graph holds it as a constant computed from
-its packed copy where it is read, which a run never does.
+kernels read only packed is written once, packed (a large model's weights are written to disk once, not
+twice); the loaded graph holds it as a constant computed from its packed copy where it is read, which a run
+never does.
 
 Saving is atomic: the files are written to a temporary sibling directory that is renamed into place
 at the end, so an interrupted save leaves no directory that looks complete.

@@ -208,12 +208,6 @@ def entry_dir(cache_dir: Path, key: str) -> Path:
     return Path(cache_dir) / "programs" / key
 
 
-def store(directory: Path, executor: GraphExecutor, report: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Write a verified program as a cache entry (atomically, replacing any older one); a cache that cannot
-    be written (a full disk, no permission) is no error: the program is just not kept."""
-    commit(stage(directory, executor), report, meta)
-
-
 class Staged:
     """A cache entry being written on a thread (:func:`stage`), for :func:`commit` once the program is verified
     or :meth:`discard` if it is not: a large model's weights are written while its reference finishes."""
@@ -245,7 +239,8 @@ def stage(directory: Path, executor: GraphExecutor) -> Staged:
 
 
 def commit(staged: Staged, report: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Put a staged entry in place with the verified program's report (atomically, replacing any older one)."""
+    """Put a staged entry in place with the verified program's report (atomically, replacing any older one); a
+    cache that cannot be written (a full disk, no permission) is no error: the program is just not kept."""
     directory = staged.directory
     done = staged.staged()
     if done is None:
@@ -317,5 +312,5 @@ def fetch(directory: Path, phases=None) -> tuple[GraphExecutor, dict[str, Any], 
     return executor, report, meta
 
 
-__all__ = ["code_version", "program_key", "entry_dir", "store", "stage", "commit", "Staged", "fetch", "evict",
+__all__ = ["code_version", "program_key", "entry_dir", "stage", "commit", "Staged", "fetch", "evict",
            "check_entry", "remembered_digest", "file_identity"]
