@@ -236,9 +236,8 @@ def render(result: dict) -> str:
              f"onnxruntime: `InferenceSession`; OpenVINO: `compile_model`. Peak RSS: load + compile + {RUNS} runs, of "
              f"the process; its largest child process (superopt's reference, computed in a forked child, or a C "
              f"compiler) apart, the pages it shares with the parent (the weights, copy-on-write) counted in both; "
-             f"and, sampled every 0.2 s from outside, the peak of the process's resident set plus its children's private "
-             f"pages "
-             f"(each page counted once). "
+             f"and, sampled every 0.2 s from outside, the peak of the process's resident set plus its children's "
+             f"private pages (each page counted once). "
              f"This machine's ceilings (the rewrite search's roofline, measured once per machine) took "
              f"{result['ceilings_s']:.1f} s and are not in the cold times.", "",
              "| model | superopt cold (s) | warm (s) | onnxruntime (s) | OpenVINO (s) | kernels (compiled cold) | "
