@@ -154,6 +154,17 @@ class ForkedReference:
             pass
 
 
+def _runs_on_one_blas_thread(graph: Graph, seed: int, inputs: Mapping[str, np.ndarray] | None,
+                             reference_points: int | None) -> ReferenceRuns:
+    """:func:`reference_runs` (random inputs and the user's) with one BLAS thread: the search and the C
+    compiler's processes have the cores meanwhile, and a second BLAS thread would spin against them (the limit
+    is the process's; the reference runs no BLAS call worth a second)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        return reference_runs(graph, seed, inputs, True, reference_points)
+
+
 def _drain(fd: int, pid: int, chunks: list[bytes]) -> None:
     with os.fdopen(fd, "rb") as f:
         while block := f.read(1 << 20):
@@ -167,11 +178,8 @@ def _reference_child(write: int, graph: Graph, seed: int, inputs: Mapping[str, n
     code = 1
     try:
         os.nice(19)
-        from threadpoolctl import threadpool_limits
-
         try:
-            with threadpool_limits(1, user_api="blas"):  # (a second BLAS thread would spin beside the compiler)
-                answer: tuple = ("ok", reference_runs(graph, seed, inputs, True, reference_points))
+            answer: tuple = ("ok", _runs_on_one_blas_thread(graph, seed, inputs, reference_points))
             data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException as err:  # noqa: BLE001 - raised again in the parent by result()
             try:
@@ -219,13 +227,8 @@ def start_reference(graph: Graph, seed: int = 0, inputs: Mapping[str, np.ndarray
             pass
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
     def run() -> ReferenceRuns:
-        # one BLAS thread: the search and the C compiler's processes have the cores meanwhile, and a second BLAS
-        # thread would spin against them (the limit is the process's; neither runs a BLAS call worth a second)
-        with threadpool_limits(1, user_api="blas"):
-            runs = reference_runs(graph, seed, inputs, True, reference_points)
+        runs = _runs_on_one_blas_thread(graph, seed, inputs, reference_points)
         return_free_memory()  # (its float64 tensors, freed in this thread's own malloc arena)
         return runs
 
