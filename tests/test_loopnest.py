@@ -440,3 +440,52 @@ def test_the_last_tile_under_a_column_tail_gets_constant_trip_counts_in_the_full
     A, B = rng.standard_normal((m, 24), np.float32), rng.standard_normal((24, n), np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(A, B)
     np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
+
+
+def _accumulating_loops(body) -> list[Loop]:
+    """The loops around an accumulation, in every copy of a peeled loop but the last tile's."""
+    out = []
+    for n in body:
+        if isinstance(n, PeeledLoop):
+            out += _accumulating_loops((n.loop,)) + _accumulating_loops(n.general) + _accumulating_loops(n.middle or ())
+        elif isinstance(n, Loop):
+            inner = _accumulating_loops(n.body)
+            if inner or any(isinstance(c, Accumulate) for c in n.body):
+                out += [n] + inner
+        elif isinstance(n, (StageNest, Scope)):
+            out += _accumulating_loops(n.body)
+    return out
+
+
+@pytest.mark.parametrize("k,m,n", [(100, 13, 40), (96, 12, 64), (70, 6, 32)])
+def test_a_tiled_reduction_keeps_register_tiles_in_its_last_block(k, m, n, kernel_cache):
+    """The reduction in blocks of 32 (``k_i < k - 32*k_o`` in the last block): the block loop is peeled, its
+    full blocks run 32 steps and its last block the constant ``k % 32``, so every block's full tiles are vector
+    register tiles; the column tail of a zero-filled panel bounds only the stores. Where 32 divides ``k`` there
+    is nothing to peel. Exact against numpy."""
+    import numpy as np
+
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op(MATMUL, {"A": (m, k), "B": (k, n)})
+    trace = [Split("C", "k", 32), Split("C", "i", 6), Split("C", "j", 32),
+             Reorder("C", ("j_o", "k_o", "i_o", "k_i", "i_i", "j_i")), CacheWrite("C", "k_i"), Unroll("C", "i_i"),
+             Vectorize("C", "j_i"), Pack("B", (0, 1), 1, 32)]
+    nest = build_loopnest(lower(c, trace, avx512_target(1)))
+    blocks = [p for p in _peeled(nest) if p.loop.var == "k_o"]
+    if k % 32 == 0:
+        assert blocks == []
+    else:
+        (p,) = blocks
+        assert p.split == k // 32 and not p.outer_full
+        steps = [{lp.extent for lp in (v.node for v in walk(replace_body(nest, replace(p.loop, body=body))))
+                  if isinstance(lp, Loop) and lp.var == "k_i" and not lp.tail} for body in (p.loop.body, p.general)]
+        assert steps == [{32}, {k % 32}], outline(nest)
+        bounded = [t for lp in _accumulating_loops(nest.body) for t in lp.tail if t.offset.vars() & {"k_o", "j_o"}]
+        assert not bounded, outline(nest)
+    code = emit_c(nest).code
+    assert "float acc[" not in code.split("the last tile")[0], "a full tile of some block is not in registers"
+    rng = np.random.default_rng(k + m + n)
+    A, B = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache)(A, B)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-4)

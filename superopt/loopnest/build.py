@@ -336,6 +336,8 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
             shape = self.types[a.tensor].shape
             lay = self.plan.packs.get(a.tensor)
             for axis, (lin, n) in enumerate(zip(lins, shape)):
+                if var not in lin.vars():
+                    continue  # (bounded by its own loops' tails, which stay: a tiled reduction's last block)
                 if lay is not None and lay.split_axis >= 0 and lay.perm[lay.split_axis] == axis:
                     n = math.ceil(n / lay.factor) * lay.factor  # the packed copy is zero-filled to here
                 lo, hi = lin.bounds(self.extents)

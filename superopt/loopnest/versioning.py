@@ -17,6 +17,12 @@ panel. Where such tails bound only write-back loops (the accumulation runs over 
 the panel gets a middle copy: the tiles with this loop's own tails dropped and the enclosing ones kept, so
 its register tiles still have constant rows and a constant accumulation, and only their stores are bounded.
 
+A tail on a reduction inside the tile whose offset is an enclosing loop's variable (the last block of a tiled
+reduction, ``k_i < K - 96*k_o``) bounds the accumulation itself, so no copy of the tiles below that loop could
+drop it. That loop is peeled first, from the outside: its full blocks run the body with the tail dropped, and its
+last block the body with the tail a constant (``K mod 96`` steps), each then peeled as above. Without it every
+tile of the last block is a float array bounded at run time.
+
 ``full`` is the number of leading iterations for which every tail of the tile is inactive (a
 constant, or 0 when a tail on an outer loop's variable is active for this block). A condition
 inside the loop (``if (full) ... else ...``) would be simpler, but gcc then no longer unrolls the
@@ -60,7 +66,7 @@ def _tile_tails(n: Node, inner: set[str], found: dict[Tail, None]) -> None:
         _tile_tails(c, inner, found)
 
 
-def _accumulating_tails(n: Node, found: set[TailLimit]) -> bool:
+def _accumulating_tails(n: Node, found: dict[Tail, None]) -> bool:
     """Whether ``n`` accumulates; adds to ``found`` the tails of the loops around an accumulation."""
     if isinstance(n, Accumulate):
         return True
@@ -68,11 +74,11 @@ def _accumulating_tails(n: Node, found: set[TailLimit]) -> bool:
     for c in _children(n):
         acc = _accumulating_tails(c, found) or acc
     if acc and isinstance(n, Loop):
-        found.update(n.tail)
+        found.update({(n.extent, t): None for t in n.tail})
     return acc
 
 
-def _tiles_accumulating_tails(body: tuple[Node, ...], found: set[TailLimit]) -> set[TailLimit]:
+def _tiles_accumulating_tails(body: tuple[Node, ...], found: dict[Tail, None]) -> dict[Tail, None]:
     for c in body:
         if _is_tile(c):
             _accumulating_tails(c, found)
@@ -162,7 +168,7 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         # takes it) instead of run-time bounds
         general = tuple(_resolve_tails(c, lp.var, split, {t for _, t in own}) for c in lp.body)
     middle = None
-    if rest and not {t for _, t in rest} & _tiles_accumulating_tails(lp.body, set()):
+    if rest and not {t for _, t in rest} & {t for _, t in _tiles_accumulating_tails(lp.body, {})}:
         # (the enclosing loops' tails bound only the stores: tiles of this loop's full iterations stay constant)
         own_tails = {t for _, t in own}
         middle = tuple(_strip_tiles(c, own_tails) for c in lp.body)
@@ -177,7 +183,26 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
     return PeeledLoop(fast, general, split, tuple(rest), middle, last)
 
 
+def _peel_reduction_block(lp: Loop) -> tuple[Node, ...] | None:
+    """``lp``'s body for its full blocks and for its last one, when ``lp`` blocks a reduction inside its tiles:
+    the accumulation's tails that depend on ``lp`` only, dropped, then constants (None otherwise)."""
+    if lp.kind != "serial" or not lp.reduce or lp.tail:
+        return None
+    own = [(e, t) for e, t in _tiles_accumulating_tails(lp.body, {}) if set(t.offset.vars()) == {lp.var}]
+    split = _full_iterations(lp, own) if own else None
+    if split is None or split != lp.extent - 1:
+        return None
+    tails = {t for _, t in own}
+    return (PeeledLoop(replace(lp, body=tuple(_strip(c, tails) for c in lp.body)),
+                       tuple(_resolve_tails(c, lp.var, split, tails) for c in lp.body), split),)
+
+
 def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:
+    if isinstance(n, Loop) and (blocks := _peel_reduction_block(n)) is not None:
+        pl = blocks[0]
+        assert isinstance(pl, PeeledLoop)
+        return replace(pl, loop=replace(pl.loop, body=tuple(_walk(c, outer + (n,)) for c in pl.loop.body)),
+                       general=tuple(_walk(c, outer + (n,)) for c in pl.general))
     if isinstance(n, Loop):
         n = replace(n, body=tuple(_walk(c, outer + (n,)) for c in n.body))
         return _peel(n, outer)
