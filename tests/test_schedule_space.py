@@ -231,3 +231,36 @@ def test_a_fused_contiguous_loop_splits_by_any_factor_and_matches_the_reference(
         args = [rng.standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
         (ref,) = evaluate_compute(c, args, np.float64)
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+def test_search_points_keep_the_register_tile_inside_the_register_file():
+    """Seven rows and a second row dim (``C[k,j,i] += A[j,i,m,l] * B[k,m,l]``): a tile of all 7 rows x 4 of the
+    second x 3 vectors (84 accumulators) spills, and gcc takes seconds over it. The rows' domain shrinks with
+    the second row dim, a point that combines values no resolve offered together is rejected, and every point
+    the search can reach holds its tile and a row of the column operand in 32 registers."""
+    from superopt.loopnest import Alloc, build_loopnest, walk
+    from superopt.schedule.plan import lower
+
+    c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 54, 7), "B": (898, 54, 7)})
+    target = avx512_target(2)
+    space = ScheduleSpace(c, target)
+    sketch = space.default_point().sketch
+    seven = {"C.swap": True, "C.row_dim": 0}  # (rows along j, 7 of them)
+    _, _, alone = space.resolve(Point.of(sketch, seven))
+    _, _, with_four = space.resolve(Point.of(sketch, seven | {"C.rows2": 4}))
+    assert 4 in alone["C.rows"] and 4 not in with_four["C.rows"] and 128 not in with_four["C.width"]
+    with pytest.raises(ScheduleError, match="outside their domains"):
+        space.trace(Point.of(sketch, seven | {"C.rows2": 4, "C.rows": 4, "C.width": 48}))
+    rng = random.Random(0)
+    points = [space.sample(rng, sketch) for _ in range(40)] + [Point.of(sketch, seven | {"C.rows2": r})
+                                                               for r in (2, 3, 4)]
+    points += [space.mutate(p, rng, 2) for p in points] + [space.crossover(a, b, rng) for a, b in zip(points, points[1:])]
+    tiles = []
+    for p in points:
+        try:
+            trace = space.trace(p)
+        except ScheduleError:
+            continue
+        nest = build_loopnest(lower(c, trace, target))
+        tiles += [v.node.size // 16 for v in walk(nest) if isinstance(v.node, Alloc) and v.node.kind == "register_tile"]
+    assert len(tiles) > 20 and max(tiles) <= target.vector_registers - 2, sorted(tiles)

@@ -454,8 +454,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # (137 columns over 4 MB: 5 panels of 32 rather than 3 of 48, 1.4x on 2 cores of an Intel Xeon)
         width = next((w * VECTOR for w in (3, 2) if w * VECTOR < width and math.ceil(ncol / (w * VECTOR)) >= 2 * threads
                       and (not fused or w * VECTOR % ext[n_dims[-1]] == 0)), width)
-    width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)]
-                   + ([ncol] if ncol < 8 * VECTOR else []))
+    # the search's tiles fit the register file with the column vectors and a broadcast (rows2 x rows x vectors of
+    # accumulators): past it gcc spills inside the reduction, and spends seconds allocating registers for
+    # the unrolled tile (28 rows x 3 vectors: 10 s of one core for one kernel), which a tuning budget of
+    # seconds cannot afford
+    width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)
+                                         and _fits_registers(rows2, w, target)]
+                   + ([ncol] if ncol < 8 * VECTOR and _fits_registers(rows2, math.ceil(ncol / VECTOR), target) else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
             types is not None and contiguous_dims(st, types, *n_dims)):
         width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
@@ -506,7 +511,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
             rows = min(rows, max(1, TILE_LOADS // loads))
         factor = extents[row] if extents[row] <= rows else rows if extents[row] >= 4 * rows \
             else _row_block(extents[row], rows)
-        factor = kn.get(f"{s}.rows", factor, [r for r in range(1, rows + 1 if strided else 17) if r <= extents[row]])
+        vecs = math.ceil(min(width, ncol) / VECTOR)
+        while factor > 1 and not _fits_registers(factor * rows2, vecs, target):
+            factor -= 1  # (a second row dim the search chose: a tile of all 7 rows x 4 x 3 vectors would spill)
+        factor = kn.get(f"{s}.rows", factor, [r for r in range(1, rows + 1 if strided else 17) if r <= extents[row]
+                                              and _fits_registers(r * rows2, vecs, target)])
         if extents[row] > factor:
             prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
@@ -711,6 +720,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         elif perm != tuple(range(len(axes))):
             prims.append(Pack(b.tensor, perm))
     return prims
+
+
+def _fits_registers(rows: int, vectors: int, target: Target) -> bool:
+    """Whether a register tile of ``rows`` x ``vectors`` accumulators leaves room in the register file for a
+    row of the column operand and a broadcast."""
+    return rows * vectors + vectors + 1 <= target.vector_registers
 
 
 def is_contraction(st: Statement) -> bool:

@@ -118,7 +118,12 @@ class ScheduleSpace:
         got = self._traces.get(point)
         if got is None:
             try:
-                got = self.resolve(point)[0]
+                got, used, domains = self.resolve(point)
+                # a knob's domain depends on the others (rows on a second row dim, which the register file
+                # bounds): a mutation or crossover may combine values no single resolve offered
+                outside = [f"{k}={v!r}" for k, v in used.items() if v not in domains.get(k, (v,))]
+                if outside:
+                    raise ScheduleError(f"knobs outside their domains with the others: {', '.join(outside)}")
                 check(self.compute, got, self.target)
             except ScheduleError as e:
                 got = e
