@@ -183,24 +183,37 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
     return PeeledLoop(fast, general, split, tuple(rest), middle, last)
 
 
-def _peel_reduction_block(lp: Loop) -> tuple[Node, ...] | None:
-    """``lp``'s body for its full blocks and for its last one, when ``lp`` blocks a reduction inside its tiles:
-    the accumulation's tails that depend on ``lp`` only, dropped, then constants (None otherwise)."""
-    if lp.kind != "serial" or not lp.reduce or lp.tail:
+def _tile_loop_inside(body: tuple[Node, ...]) -> bool:
+    """Whether a loop in ``body`` (under scopes) walks register tiles: ``body``'s loop is not the tiles' own."""
+    for c in body:
+        if isinstance(c, Loop) and _holds_tile(c.body):
+            return True
+        if isinstance(c, (StageNest, Scope)) and not _is_tile(c) and _tile_loop_inside(c.body):
+            return True
+    return False
+
+
+def _holds_tile(body: tuple[Node, ...]) -> bool:
+    return any(_is_tile(c) or isinstance(c, (Loop, StageNest, Scope)) and _holds_tile(c.body) for c in body)
+
+
+def _peel_from_outside(lp: Loop) -> PeeledLoop | None:
+    """``lp`` run as its full iterations and its last one, when it walks the tiles through a loop inside it (a
+    block of the reduction, a panel of columns outside the rows): the tiles' tails that depend on ``lp`` only,
+    dropped, then constants. Peeled after the loop inside it (see _peel), such a tail would stay a run-time
+    bound in every tile; None where there is nothing to peel."""
+    if lp.kind != "serial" or lp.tail or not _tile_loop_inside(lp.body):
         return None
-    own = [(e, t) for e, t in _tiles_accumulating_tails(lp.body, {}) if set(t.offset.vars()) == {lp.var}]
-    split = _full_iterations(lp, own) if own else None
+    tails = {t for _, t in _tiles_accumulating_tails(lp.body, {}) if set(t.offset.vars()) == {lp.var}}
+    split = _full_iterations(lp, [(e, t) for e, t in _tiles_tails(lp.body) if t in tails]) if tails else None
     if split is None or split != lp.extent - 1:
         return None
-    tails = {t for _, t in own}
-    return (PeeledLoop(replace(lp, body=tuple(_strip(c, tails) for c in lp.body)),
-                       tuple(_resolve_tails(c, lp.var, split, tails) for c in lp.body), split),)
+    return PeeledLoop(replace(lp, body=tuple(_strip_tiles(c, tails) for c in lp.body)),
+                      tuple(_resolve_tails(c, lp.var, split, tails) for c in lp.body), split)
 
 
 def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:
-    if isinstance(n, Loop) and (blocks := _peel_reduction_block(n)) is not None:
-        pl = blocks[0]
-        assert isinstance(pl, PeeledLoop)
+    if isinstance(n, Loop) and (pl := _peel_from_outside(n)) is not None:
         return replace(pl, loop=replace(pl.loop, body=tuple(_walk(c, outer + (n,)) for c in pl.loop.body)),
                        general=tuple(_walk(c, outer + (n,)) for c in pl.general))
     if isinstance(n, Loop):

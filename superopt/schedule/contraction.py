@@ -649,12 +649,18 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if windowed and ext[red_in] <= UNROLL_REDUCTION and kn.get(f"{s}.unroll_red", True, (True, False)):
         prims.append(Unroll(s, red_in))
     prims.append(Vectorize(s, col_i))
-    if outer and not outer[0].startswith(f"{r0}_o") and (keep is None or walks[outer[0]] <= keep):
+    # the parallel loop: the outermost, or one inside it, the loops outside it then run in turn, each iteration
+    # with all the threads (panels of a column operand one after the other, the threads sharing each one's rows)
+    first = 0
+    if keep is None and len(outer) > 1:
+        starts = [i for i in range(min(len(outer), 3)) if not outer[i].startswith(f"{r0}_o")]
+        first = kn.get(f"{s}.par_pos", 0, tuple(starts) or (0,))
+    if outer and not outer[first].startswith(f"{r0}_o") and (keep is None or walks[outer[first]] <= keep):
         # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
         tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None,
                   f"{rows2_dim}_o" if rows2_i and ext[rows2_dim] % rows2 else None}
-        chain = [outer[0]]
-        for lp in outer[1:]:
+        chain = [outer[first]]
+        for lp in outer[first + 1:]:
             if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o" or keep is not None and not walks[lp] <= keep:
                 break
             chain.append(lp)

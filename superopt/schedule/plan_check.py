@@ -34,9 +34,11 @@ def check_plan(plan: KernelPlan) -> None:
         _check_cache_at(s)
         names = [lp.name for lp in s.loops]
         for i, lp in enumerate(s.loops):
-            if lp.parallel and (i != 0 or s.attach is not None):
-                raise ScheduleError(f"Parallel({s.name}, {lp.name}): only the outermost loop of a root stage "
-                                    "can run in parallel")
+            if lp.parallel and (s.attach is not None or any(o.parallel or o.unroll or o.vector or o.bind
+                                                             for o in s.loops[:i])):
+                # (serial loops may enclose it: each of their iterations forks the threads once)
+                raise ScheduleError(f"Parallel({s.name}, {lp.name}): only a loop of a root stage with serial loops "
+                                    "outside it can run in parallel")
             if lp.unroll and lp.extent > MAX_UNROLL:
                 raise ScheduleError(f"Unroll({s.name}, {lp.name}): extent {lp.extent} is too large to unroll "
                                     f"(max {MAX_UNROLL})")

@@ -56,7 +56,7 @@ def check(compute: Compute, trace: Sequence[Primitive], target: Target) -> None:
 # knob roles that change the loop structure rather than a size (``k_tile`` is structural as on/off)
 STRUCTURAL_ROLES = frozenset({"rows_outer", "swap", "col_dims", "red_order", "panel_outer", "pack", "row_window", "vectorize",
                               "inline", "k_pos", "unroll", "fold", "in_place", "next_row", "panel_pos",
-                              "rows2_dim", "row_dim", "pack_panels"})
+                              "rows2_dim", "row_dim", "pack_panels", "par_pos"})
 
 
 class ScheduleSpace:
@@ -155,7 +155,7 @@ class ScheduleSpace:
 
     def sample(self, rng: random.Random, sketch: str | None = None) -> Point:
         """A random knob assignment of ``sketch`` (random sketch if None). Structural knobs decide
-        which other knobs exist, so assignment repeats until the set of knobs is stable."""
+        which other knobs exist and their domains, so assignment repeats until the set of knobs is stable."""
         sketch = sketch or rng.choice(self.sketches)
         chosen: dict[str, Any] = {}
         for _ in range(4):
@@ -163,7 +163,8 @@ class ScheduleSpace:
                 _, used, domains = self.resolve(Point.of(sketch, chosen))
             except ScheduleError:
                 break
-            new = [k for k in domains if k not in chosen]
+            # (and those whose value left their domain: a domain depends on the other knobs' values)
+            new = [k for k in domains if k not in chosen or chosen[k] not in domains[k]]
             if not new:
                 break
             for k in new:
