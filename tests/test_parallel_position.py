@@ -47,13 +47,39 @@ def test_a_parallel_loop_under_a_loop_that_is_not_serial_is_rejected(trace, why)
         lower(c, trace, host_target(2))
 
 
-def test_the_search_space_moves_the_parallel_loop_inward_and_the_default_keeps_it_outermost():
-    """``par_pos`` 1 parallelizes the loop inside the outermost one; the default's 0 keeps the outermost."""
+def _parallel_position(trace) -> int:
+    order = [p for p in trace if isinstance(p, Reorder)][-1].order
+    (par,) = [p for p in trace if isinstance(p, Parallel)]
+    return order.index(par.loop)
+
+
+def test_uneven_panels_run_in_turn_with_the_threads_sharing_their_rows(kernel_cache):
+    """300 columns in 5 panels of 64 (the last of 44: the two threads would share them 3 to 2, and a partial
+    panel cannot fuse with the rows): the default runs the panels in turn and the threads share each one's 23 row
+    blocks; ``par_pos`` 0 puts the panels back in parallel. Both match the reference."""
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+
     c = compile_op("C[j,i] += A[k,i] * B[k,j]", {"A": (256, 300), "B": (256, 137)})
+    target = host_target(2)
+    space = ScheduleSpace(c, target, frozenset())
+    default, used, domains = space.resolve(space.default_point())
+    assert used["C.par_pos"] == 1 and set(domains["C.par_pos"]) == {0, 1} and _parallel_position(default) == 1
+    outermost = space.trace(Point.of(space.default_point().sketch, {"C.par_pos": 0}))
+    assert _parallel_position(outermost) == 0
+    args = [np.random.default_rng(2).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip((default, outermost), build_kernels([(c, default), (c, outermost)], kernel_cache, 2)):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+def test_panels_stay_parallel_where_the_threads_would_split_short_output_rows():
+    """15 uneven panels of k, then j: j is the output's contiguous dim, 57 floats a row, so threads sharing j would
+    write the same cache lines at their shares' edges in every row (1.1x on 2 threads over 1): the panels stay
+    the parallel loop."""
+    c = compile_op("C[i,k,j] += A[i,j,l] * B[k,l]", {"A": (54, 57, 567), "B": (915, 567)})
     space = ScheduleSpace(c, host_target(2), frozenset())
-    _, used, domains = space.resolve(space.default_point())
-    assert used["C.par_pos"] == 0 and domains["C.par_pos"] == (0, 1)
-    for pos in (0, 1):
-        trace = space.trace(Point.of(space.default_point().sketch, {"C.par_pos": pos}))
-        order = [p for p in trace if isinstance(p, Reorder)][-1].order
-        assert [p.loop for p in trace if isinstance(p, Parallel)] == [order[pos]], trace
+    trace, used, domains = space.resolve(space.default_point())
+    order = [p for p in trace if isinstance(p, Reorder)][-1].order
+    assert order[:2] == ("k_o", "j") and used["C.par_pos"] == 0 and 1 in domains["C.par_pos"]
+    assert _parallel_position(trace) == 0

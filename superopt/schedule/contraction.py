@@ -72,6 +72,8 @@ def _is_window(acc: Access) -> bool:
     return any(ix.dims and not ix.is_plain_dim for ix in acc.index)
 
 
+# cache lines of an output row each thread writes at least, where the threads split the rows' contiguous dim
+SHARED_ROW_LINES = 8
 BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
@@ -654,7 +656,17 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     first = 0
     if keep is None and len(outer) > 1:
         starts = [i for i in range(min(len(outer), 3)) if not outer[i].startswith(f"{r0}_o")]
-        first = kn.get(f"{s}.par_pos", 0, tuple(starts) or (0,))
+        # panels outermost that the threads would share unevenly (a last partial panel cannot fuse with the rows
+        # to even them out): one after the other, the threads sharing each one's row blocks (137 columns over
+        # 4 MB as 5 panels of 32 against 16 MB of rows: 1.09x on 2 cores of an Intel Xeon). Not where that
+        # splits the output's rows into short shares: the threads write the same cache lines at their shares'
+        # edges in every row (57-float rows split by j: 1.1x on 2 threads over 1)
+        inner_dim = st.out_dims[-1]
+        short_rows = inner_dim in walks.get(outer[1], {outer[1]}) \
+            and ext[inner_dim] * FLOAT32_BYTES < threads * SHARED_ROW_LINES * target.cache_line_bytes
+        uneven = outer[0] == col_o and ncol % width and spread(extents[col_o], threads) > BALANCED \
+            and 1 in starts and spread(extents[outer[1]], threads) <= BALANCED and not short_rows
+        first = kn.get(f"{s}.par_pos", 1 if uneven else 0, tuple(starts) or (0,))
     if outer and not outer[first].startswith(f"{r0}_o") and (keep is None or walks[outer[first]] <= keep):
         # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
         tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None,
