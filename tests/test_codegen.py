@@ -80,7 +80,7 @@ def test_default_schedules_match_interpreter(kernel_cache):
     ([Parallel("C", "k")], "reduction loop cannot run in parallel"),
     ([Vectorize("C", "i")], "must be innermost"),
     ([Reorder("C", ("i", "k", "j")), Fuse("C", "i", "k")], "cannot fuse a reduction loop with a spatial loop"),
-    ([Reorder("C", ("j", "i")), Parallel("C", "i")], "outermost loop"),
+    ([Parallel("C", "i"), Parallel("C", "j")], "serial loops outside it"),
     ([Unroll("C", "i")], "too large to unroll"),
     ([Inline("C")], "only elementwise"),
     ([Pack("C", (0, 1))], "only kernel inputs"),

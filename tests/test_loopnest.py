@@ -460,7 +460,7 @@ def _accumulating_loops(body) -> list[Loop]:
 @pytest.mark.parametrize("k,m,n", [(100, 13, 40), (96, 12, 64), (70, 6, 32)])
 def test_a_tiled_reduction_keeps_register_tiles_in_its_last_block(k, m, n, kernel_cache):
     """The reduction in blocks of 32 (``k_i < k - 32*k_o`` in the last block): the block loop is peeled, its
-    full blocks run 32 steps and its last block the constant ``k % 32``, so every block's full tiles are vector
+    full blocks take 32 steps each and its last block the constant ``k % 32``, so every block's full tiles are vector
     register tiles; the column tail of a zero-filled panel bounds only the stores. Where 32 divides ``k`` there
     is nothing to peel. Exact against numpy."""
     import numpy as np
