@@ -205,6 +205,18 @@ def test_a_reduction_over_leading_axes_accumulates_rows_in_column_blocks(text, s
     _run(c, [trace], kernel_cache)
 
 
+@pytest.mark.parametrize("shape,block", [((3000, 1000), 500), ((600, 512), 256), ((300, 90), 45), ((300, 95), 19)])
+def test_columns_that_share_out_evenly_take_one_block_per_thread(shape, block, kernel_cache):
+    """Only the columns are kept: where they divide by the threads, each thread streams one contiguous part of
+    every row (2 blocks of 500, not 4 of 250); 95 columns do not divide by 2 and keep blocks that divide them, as
+    many as twice the threads or more (5 of 19). Exact against the reference."""
+    c = compile_op("B[j] += A[i,j]", {"A": shape})
+    trace = default_schedule(c, host_target(2), frozenset())
+    assert [p.factor for p in trace if isinstance(p, Split)] == [block]
+    assert next(p.loop for p in trace if isinstance(p, Parallel)) == "j_o"
+    _run(c, [trace], kernel_cache)
+
+
 def test_small_kernels_and_constant_weights_keep_the_position_chosen_columns():
     """A move may pack the other operand on every call: not for a kernel of a few thousand multiply-adds, and
     never away from a constant weight (packed once, for free, as the column operand)."""
