@@ -17,11 +17,12 @@ panel. Where such tails bound only write-back loops (the accumulation runs over 
 the panel gets a middle copy: the tiles with this loop's own tails dropped and the enclosing ones kept, so
 its register tiles still have constant rows and a constant accumulation, and only their stores are bounded.
 
-A tail on a reduction inside the tile whose offset is an enclosing loop's variable (the last block of a tiled
-reduction, ``k_i < K - 96*k_o``) bounds the accumulation itself, so no copy of the tiles below that loop could
-drop it. That loop is peeled first, from the outside: its full blocks run the body with the tail dropped, and its
-last block the body with the tail a constant (``K mod 96`` steps), each then peeled as above. Without it every
-tile of the last block is a float array bounded at run time.
+A tail that bounds the accumulation itself, on the variable of a serial loop that walks the tiles through a
+loop inside it (the last block of a tiled reduction, ``k_i < K - 96*k_o``; the last panel of an unpacked column
+operand, its panels in turn outside the rows), leaves no copy of the tiles below that loop free of it. That
+loop is peeled first, from the outside: its full iterations run the body with the tail dropped, and its last
+the body with the tail a constant (``K mod 96`` steps), each then peeled as above. Without it every tile of
+that last iteration is a float array bounded at run time.
 
 ``full`` is the number of leading iterations for which every tail of the tile is inactive (a
 constant, or 0 when a tail on an outer loop's variable is active for this block). A condition

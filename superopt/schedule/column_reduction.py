@@ -49,9 +49,8 @@ def column_reduction_schedule(st: Statement, target: Target, knobs: KnobRecorder
         block = ext[last]
     elif spread == 1 and ext[last] % threads == 0 and ext[last] // threads >= lanes:
         # the columns alone share out evenly: one block per thread, each streaming one contiguous part of every
-        # row (a float array in L1 where it is past the registers) rather than two parts of half the length
-        # (3000 x 1000 as 2 blocks of 500: 1.27x over 4 of 250 on 2 cores of an Intel Xeon; 1.04-1.23x over
-        # 800-6000 rows of 512-4096 columns)
+        # row (a float array in L1 where it is past the registers) rather than two parts of half the length,
+        # which the hardware prefetchers follow less well
         block = ext[last] // threads
     elif even:
         block = next((b for b in even if b % lanes == 0), even[0])

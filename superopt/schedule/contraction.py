@@ -458,8 +458,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                       and (not fused or w * VECTOR % ext[n_dims[-1]] == 0)), width)
     # the search's tiles fit the register file with the column vectors and a broadcast (rows2 x rows x vectors of
     # accumulators): past it gcc spills inside the reduction, and spends seconds allocating registers for
-    # the unrolled tile (28 rows x 3 vectors: 10 s of one core for one kernel), which a tuning budget of
-    # seconds cannot afford
+    # the unrolled tile, which a tuning budget of seconds cannot afford
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)
                                          and _fits_registers(rows2, w, target)]
                    + ([ncol] if ncol < 8 * VECTOR and _fits_registers(rows2, math.ceil(ncol / VECTOR), target) else []))
@@ -657,10 +656,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if keep is None and len(outer) > 1:
         starts = [i for i in range(min(len(outer), 3)) if not outer[i].startswith(f"{r0}_o")]
         # panels outermost that the threads would share unevenly (a last partial panel cannot fuse with the rows
-        # to even them out): one after the other, the threads sharing each one's row blocks (137 columns over
-        # 4 MB as 5 panels of 32 against 16 MB of rows: 1.09x on 2 cores of an Intel Xeon). Not where that
-        # splits the output's rows into short shares: the threads write the same cache lines at their shares'
-        # edges in every row (57-float rows split by j: 1.1x on 2 threads over 1)
+        # to even them out): one after the other, the threads sharing each one's row blocks. Not where that
+        # splits the output's rows into short shares: the threads would write the same cache lines at their
+        # shares' edges in every row, and wait on each other for them
         inner_dim = st.out_dims[-1]
         short_rows = inner_dim in walks.get(outer[1], {outer[1]}) \
             and ext[inner_dim] * FLOAT32_BYTES < threads * SHARED_ROW_LINES * target.cache_line_bytes
