@@ -460,8 +460,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # accumulators): past it gcc spills inside the reduction, and spends seconds allocating registers for
     # the unrolled tile, which a tuning budget of seconds cannot afford
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)
-                                         and _fits_registers(rows2, w, target)]
-                   + ([ncol] if ncol < 8 * VECTOR and _fits_registers(rows2, math.ceil(ncol / VECTOR), target) else []))
+                                         and rows2 <= _register_rows(w, target)]
+                   + ([ncol] if ncol < 8 * VECTOR and rows2 <= _register_rows(math.ceil(ncol / VECTOR), target) else []))
     if fused and ncol > width and width % ext[n_dims[-1]] and not (
             types is not None and contiguous_dims(st, types, *n_dims)):
         width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
@@ -488,7 +488,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
             vecs = max(1, math.ceil(width / VECTOR))
-            rows = max(4, min(rows, (target.vector_registers - vecs - 1) // vecs))
+            rows = max(4, min(rows, _register_rows(vecs, target)))
         # (the full tiles are peeled from the last one, loopnest.versioning: a tail costs one slower tile,
         # so only short row loops pick a tile size that divides them better)
         # a column operand read with a stride along the vector and at each row (a stride-2 depthwise conv's
@@ -513,10 +513,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         factor = extents[row] if extents[row] <= rows else rows if extents[row] >= 4 * rows \
             else _row_block(extents[row], rows)
         vecs = math.ceil(min(width, ncol) / VECTOR)
-        while factor > 1 and not _fits_registers(factor * rows2, vecs, target):
+        while factor > 1 and factor * rows2 > _register_rows(vecs, target):
             factor -= 1  # (a second row dim the search chose: a tile of all 7 rows x 4 x 3 vectors would spill)
         factor = kn.get(f"{s}.rows", factor, [r for r in range(1, rows + 1 if strided else 17) if r <= extents[row]
-                                              and _fits_registers(r * rows2, vecs, target)])
+                                              and r * rows2 <= _register_rows(vecs, target)])
         if extents[row] > factor:
             prims.append(Split(s, row, factor))
             rows_o, row_i = f"{row}_o", f"{row}_i"
@@ -738,10 +738,10 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     return prims
 
 
-def _fits_registers(rows: int, vectors: int, target: Target) -> bool:
-    """Whether a register tile of ``rows`` x ``vectors`` accumulators leaves room in the register file for a
-    row of the column operand and a broadcast."""
-    return rows * vectors + vectors + 1 <= target.vector_registers
+def _register_rows(vectors: int, target: Target) -> int:
+    """The most rows of a register tile ``vectors`` wide that leave room in the register file for a row of the
+    column operand and a broadcast."""
+    return (target.vector_registers - vectors - 1) // vectors
 
 
 def is_contraction(st: Statement) -> bool:
