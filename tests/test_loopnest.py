@@ -392,7 +392,8 @@ def test_a_batch_of_one_is_never_the_parallel_loop_and_its_tiles_are_still_peele
 def test_the_last_register_tile_gets_constant_trip_counts_when_it_is_the_only_rest(m, n, kernel_cache):
     """Rows in tiles of 4: the rest of the peeled row loop is one tile (``i_o == m // 4``), so its row loop
     runs the constant ``m % 4`` rows, with no run-time bound left in the printed C; where a column tail of an
-    outer loop decides how many full tiles there are (``n`` not a multiple of 32), the rest keeps its tails.
+    outer loop decides how many full tiles there are (``n`` not a multiple of 32), the rest keeps that tail, on its
+    stores only, and its rows are still the constant ``m % 4``.
     Exact against numpy either way."""
     import numpy as np
 
@@ -407,6 +408,11 @@ def test_the_last_register_tile_gets_constant_trip_counts_when_it_is_the_only_re
                   if isinstance(v.node, Loop)]
     if p.outer_full:
         assert any(lp.tail for lp in rest_loops), "the rest lost a tail that depends on the column block"
+        # the last rows of the last (zero-filled) panel: constant rows, the column tail bounding only the stores,
+        # so a vector register tile and no accumulator array in memory
+        assert {lp.extent for lp in rest_loops if lp.var == "i_i"} == {m % 4}
+        assert all(t.offset.vars() == {"j_o"} for lp in rest_loops for t in lp.tail), outline(nest)
+        assert "float acc[" not in emit_c(nest).code
     else:
         assert all(lp.tail == () for lp in rest_loops), outline(nest)
         assert {lp.extent for lp in rest_loops if lp.var == "i_i"} == {m % 4}

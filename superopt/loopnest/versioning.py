@@ -173,6 +173,11 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         # (the enclosing loops' tails bound only the stores: tiles of this loop's full iterations stay constant)
         own_tails = {t for _, t in own}
         middle = tuple(_strip_tiles(c, own_tails) for c in lp.body)
+        if split == lp.extent - 1 and not lp.tail:
+            # after the middle copy ``general`` runs one tile, at ``var = split``: its own tails are constants
+            # there, and only the enclosing ones stay run-time bounds on its stores (the last rows of the last
+            # panel of columns: a register tile, not a float array bounded at run time)
+            general = tuple(_resolve_tails(c, lp.var, split, own_tails) for c in lp.body)
     last = None
     if rest and split == lp.extent - 1 and not lp.tail:
         # where the enclosing loops' tails are inactive (every panel of columns but the last), the one tile left

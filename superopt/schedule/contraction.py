@@ -689,12 +689,21 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # (one core: A[j,n,m,i] at stride 18 over 11 panels 1.09x, A[n,j,i] at stride 483 over 5 panels 1.18x;
     # over 2 panels the copy costs more than it saves, 0.71-0.91x). The search may pack any row operand
     order_dims = [d for lp in outer for d in sorted(walks.get(lp, {lp}))]
-    a_perm = row_pack_perm(a, row, reduce_order, order_dims, st) if pack and a.tensor in inputs else None
+    # (a fused column loop split across its inner dim is made linear over every tensor's own layout: no operand of
+    # the stage may then be packed)
+    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    a_perm = row_pack_perm(a, row, reduce_order, order_dims, st) if pack and a.tensor in inputs and not linear \
+        else None
     if a_perm is not None:
         flat_a = flat_offset(a.index, types[a.tensor].shape) if types is not None and a.tensor in types else None
         line_per_step = flat_a is not None \
             and abs(flat_a.coeff(reduce_order[-1])) * types[a.tensor].np_dtype.itemsize >= target.cache_line_bytes
         passes = extents.get(col_o, 1) if col_o else 1
+        if line_per_step and row is not None and abs(flat_a.coeff(row)) == 1 and extents[row] > factor:
+            # a tile of fewer rows than a line holds, along the operand's unit stride: each line it reads is read
+            # again by the tiles beside it, a pass each (27 rows in tiles of 7: a line of 16 by 3 tiles)
+            passes *= math.ceil(min(target.cache_line_bytes // types[a.tensor].np_dtype.itemsize, extents[row])
+                                / factor)
         refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target, b,
                                     order_dims)
         short = _short_runs(a, flat_a, row, reduce_order, st, types, target)
@@ -703,10 +712,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                                             or short and passes >= ROW_PACK_PASSES),
                   (False, True)):
             prims.append(Pack(a.tensor, a_perm))
-    # pack the column operand so the vector loop reads it contiguously (not a fused loop split across its inner
-    # dim: lowering makes it linear, over every tensor's own layout, which the unit_run columns already read
-    # with unit stride)
-    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    # pack the column operand so the vector loop reads it contiguously (not a linear fused loop: the unit_run
+    # columns already read every tensor's own layout with unit stride)
     roles = pack_roles(b, n_dims, reduce_order, st) if pack and b.tensor in inputs and not linear else None
     if roles is not None:
         rest, red, cols = roles
