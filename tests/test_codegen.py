@@ -281,9 +281,10 @@ def test_epilogue_after_reduction_blocks_needs_a_cpu_target_and_one_buffer_type(
         lower(mixed, trace)
 
 
-def test_default_schedule_packs_weights_but_not_small_run_time_operands():
+def test_default_schedule_packs_weights_but_not_small_run_time_operands(kernel_cache):
     small = compile_op(MATMUL, {"A": (64, 48), "B": (48, 256)})  # (more columns than one register tile)
     big = compile_op(MATMUL, {"A": (64, 1024), "B": (1024, 1024)})
+    reread = compile_op(MATMUL, {"A": (1200, 48), "B": (48, 256)})  # 200 blocks of 6 rows read every panel
 
     def packs(c, consts):
         return [p.stage for p in default_schedule(c, host_target(2), consts) if isinstance(p, Pack)]
@@ -291,6 +292,13 @@ def test_default_schedule_packs_weights_but_not_small_run_time_operands():
     assert packs(small, frozenset({"B"})) == ["B"]  # a weight: packed once, ahead of time
     assert packs(small, frozenset()) == []  # a run-time B already [k, j]: a per-call copy would not pay
     assert packs(big, frozenset()) == ["B"]  # 4 MiB of strided panels: the copy pays for itself
+    assert packs(reread, frozenset()) == ["B"]  # re-read by 200 row blocks: whole aligned lines pay for the copy
+    from superopt.runtime.kernel import build_kernel
+
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((1200, 48), np.float32), rng.standard_normal((48, 256), np.float32)
+    (got,) = build_kernel(reread, default_schedule(reread, host_target(2), frozenset()), kernel_cache, 2)(A, B)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-4)
 
 
 def test_vectorizable_erf_is_accurate(kernel_cache):

@@ -75,6 +75,7 @@ def _is_window(acc: Access) -> bool:
 # cache lines of an output row each thread writes at least, where the threads split the rows' contiguous dim
 SHARED_ROW_LINES = 8
 BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
+PACK_REREADS = 32  # row blocks at least that read a cache-resident run-time column operand before the default packs it
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
 # before the default packs it: the copy reads it once and writes it once
@@ -720,9 +721,11 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         axes = b.index
         perm = tuple(rest + red + cols)
         worth = not (perm == tuple(range(len(axes))) and consts is not None and b.tensor not in consts
-                     and 4 * _footprint(b, st) <= target.l2_bytes)
-        # (a cache-resident run-time operand already laid out [.., reduction, columns]: a per-call copy
-        # costs more than it saves; a large one is still packed: its strided panels thrash the TLB)
+                     and 4 * _footprint(b, st) <= target.l2_bytes and row_blocks < PACK_REREADS)
+        # (a cache-resident run-time operand already laid out [.., reduction, columns], read by few row blocks: a
+        # per-call copy costs more than it saves; a large one is still packed: its strided panels thrash the TLB;
+        # and so is one that many row blocks read again: each reads every step's columns from lines that are
+        # not the tile's own, where a packed panel is whole, aligned lines)
         if not kn.get(f"{s}.pack", worth, (True, False)):
             return prims
         shape = types[b.tensor].shape if types is not None else None
