@@ -1,22 +1,22 @@
 """The default contraction schedules of this checkout against another's, on seeded random contractions the
-rules were not written from: which schedules change, and how fast each changed one runs against the other.
+rules were not written from: which kernels change, and how fast each changed one runs against the other.
 
     python benchmarks/contraction_defaults.py --baseline CHECKOUT [--seed 7] [--random 40] [--threads 2]
                                               [--rounds 7] [--out benchmarks/results] [--name contraction_defaults]
 
 A rule of the default schedule is written from the cases at hand; this checks it where it was not. Each
-checkout's default schedules of the same random contractions (``benchmarks/contraction_cases.py``,
-``random_contractions(--random, --seed)``) are taken in a fresh process with that checkout on the path; the
-contractions whose schedules differ are built here, both schedules as one kernel each on the same seeded
-inputs, checked against each other, and timed in alternating blocks (``superopt.measure.timing``, medians).
-Reports each changed case's speed-up (the baseline's time over this checkout's), their geomean, and the wins
-and losses beyond ``--tie`` apart.
+checkout compiles the same random contractions (``benchmarks/contraction_cases.py``,
+``random_contractions(--random, --seed)``) as a user does (``superopt.op``: the graph passes, then the default
+schedules), in a fresh process with that checkout on the path, and hands back each op's program: its graph (a
+layout move such as merged output dims reshapes a kernel's compute) and its kernels' schedules. The contractions
+whose kernels differ are run here, both programs on the same seeded inputs, checked against each other, and timed
+in alternating blocks (``superopt.measure.timing``, medians). Reports each changed case's speed-up (the
+baseline's time over this checkout's), their geomean, and the wins and losses beyond ``--tie`` apart.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -25,70 +25,73 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# (run in a fresh process with a checkout on the path: argv = seed, count, output file)
+# (run in a fresh process with a checkout on the path: argv = seed, count, output file, threads)
 _CHILD = r"""
-import json, sys
+import pickle, sys
+import numpy as np
 import superopt
 from benchmarks.contraction_cases import random_contractions
-from superopt.schedule.default import default_schedule
 from superopt.schedule.primitives import trace_to_json
-from superopt.target import host_target
 
 seed, count, out, threads = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-target = host_target(threads)
 cases = {}
 for case in random_contractions(count, seed, max_bytes=16 << 20):
-    c = superopt.op(case.text, threads=threads, verify=False).compute(case.shapes)
-    cases[case.name] = {"text": case.text, "shapes": [list(s) for s in case.shapes],
-                        "trace": trace_to_json(default_schedule(c, target, frozenset()))}
-json.dump(cases, open(out, "w"))
+    prog = superopt.op(case.text, threads=threads, verify=False).program(*[np.zeros(s, np.float32)
+                                                                          for s in case.shapes])
+    cases[case.name] = {"text": case.text, "shapes": [list(s) for s in case.shapes], "graph": prog.executor.graph,
+                        "traces": {n: trace_to_json(t) for n, t in sorted(prog.executor.traces.items())}}
+pickle.dump(cases, open(out, "wb"))
 """
 
 
-def default_traces(code: Path, seed: int, count: int, threads: int, out: Path) -> dict:
-    """``code``'s default schedule of each random contraction: name -> text, shapes, trace (JSON)."""
+def default_kernels(code: Path, seed: int, count: int, threads: int, out: Path) -> dict:
+    """``code``'s program of each random contraction: name -> text, shapes, graph, traces (node -> JSON)."""
+    import pickle
+
     subprocess.run([sys.executable, "-c", _CHILD, str(seed), str(count), str(out), str(threads)], cwd=code,
                    check=True, env=dict(os.environ, PYTHONPATH=str(code)))
-    return json.loads(out.read_text())
+    with open(out, "rb") as f:
+        return pickle.load(f)
 
 
-def time_pair(text: str, shapes: list[list[int]], traces: dict[str, str], threads: int, rounds: int) -> dict:
-    """Both schedules of one contraction built as one kernel each, checked against each other and timed in
-    alternating blocks: medians in seconds and the largest difference relative to the largest output."""
+def time_pair(shapes: list[list[int]], programs: dict[str, tuple], threads: int, rounds: int) -> dict:
+    """Both programs (which -> graph, node -> trace JSON) run on the same seeded inputs of the op's ``shapes``,
+    checked against each other and timed in alternating blocks: medians in seconds and the largest difference
+    relative to the largest output."""
     import numpy as np
 
-    import superopt
-    from superopt.builder import GraphBuilder
     from superopt.measure.timing import TimingConfig, time_alternating
     from superopt.runtime.executor import ExecutorConfig, GraphExecutor
     from superopt.schedule.primitives import trace_from_json
 
-    c = superopt.op(text, threads=threads, verify=False).compute([tuple(s) for s in shapes])
-    b = GraphBuilder("contraction")
-    ins = [b.input(n, c.type_of[n].shape, c.type_of[n].dtype) for n in c.inputs]
-    graph = b.build(b.add_compute(c, ins, "k", out_names=list(c.outputs)))
-    node = next(n for n in graph.nodes if not n.is_extern).name
     rng = np.random.default_rng(0)
-    feed = {g: rng.standard_normal(c.type_of[n].shape).astype(np.float32) for g, n in zip(graph.inputs, c.inputs)}
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     runs, outs = {}, {}
-    for which, trace in traces.items():
-        ex = GraphExecutor(graph, {node: list(trace_from_json(trace))}, ExecutorConfig(threads))
+    for which, (graph, traces) in programs.items():
+        feed = dict(zip(graph.inputs, arrays, strict=True))
+        ex = GraphExecutor(graph, {n: list(trace_from_json(t)) for n, t in traces.items()}, ExecutorConfig(threads))
         outs[which] = np.asarray(next(iter(ex(feed).values())))
-        runs[which] = lambda ex=ex: ex(feed)
+        runs[which] = lambda ex=ex, feed=feed: ex(feed)
     ref = outs["baseline"]
     err = float(np.abs(outs["this"] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
     timed = time_alternating(runs, TimingConfig(warmup_calls=2, rounds=rounds, min_sample_s=0.1, settle_calls=1))
     return {"baseline_s": timed["baseline"].median_s, "this_s": timed["this"].median_s, "max_rel_diff": err}
 
 
+def _kernels(case: dict) -> list[tuple[str, str]]:
+    """A program's kernels as its computes and schedules, in the order of its nodes (names aside)."""
+    return [(n.op.digest(), case["traces"][n.name]) for n in case["graph"].nodes if n.name in case["traces"]]
+
+
 def render(result: dict) -> str:
     lines = ["# Default contraction schedules against another checkout's, on random contractions", "",
              f"CPU: {result['cpu']}; {result['threads']} threads. `random_contractions({result['random']}, "
-             f"{result['seed']})` of `benchmarks/contraction_cases.py`; the default schedules of this checkout and "
-             f"of {result['baseline_name']}, each contraction whose schedule differs timed as one kernel each, in "
+             f"{result['seed']})` of `benchmarks/contraction_cases.py`, each compiled as `superopt.op` does by this checkout "
+             f"and by {result['baseline_name']}; each contraction whose kernel (compute or schedule) differs timed as "
+             "one program each, in "
              f"{result['rounds']} alternating rounds of blocks (medians). Speed-up: the baseline's time over this "
              "checkout's.", "",
-             f"{len(result['changed'])} of {result['random']} schedules differ.", "",
+             f"{len(result['changed'])} of {result['random']} kernels differ.", "",
              "| case | contraction | baseline ms | this ms | speed-up |", "|---|---|---:|---:|---:|"]
     for name, r in result["changed"].items():
         lines.append(f"| {name} | `{r['text']}` {' x '.join('x'.join(map(str, s)) for s in r['shapes'])} "
@@ -119,16 +122,17 @@ def main() -> None:
 
     baseline = Path(args.baseline).resolve()
     with tempfile.TemporaryDirectory(prefix="superopt-defaults-") as tmp:
-        before = default_traces(baseline, args.seed, args.random, args.threads, Path(tmp) / "before.json")
-        after = default_traces(REPO, args.seed, args.random, args.threads, Path(tmp) / "after.json")
+        before = default_kernels(baseline, args.seed, args.random, args.threads, Path(tmp) / "before.pickle")
+        after = default_kernels(REPO, args.seed, args.random, args.threads, Path(tmp) / "after.pickle")
     result: dict = {"cpu": cpu_model(), "threads": args.threads, "seed": args.seed, "random": args.random,
                     "rounds": args.rounds, "tie": args.tie, "baseline_name": args.baseline_name,
                     "changed": {}}
     for name, case in after.items():
-        if before[name]["trace"] == case["trace"]:
+        old = before[name]
+        if _kernels(old) == _kernels(case):
             continue
-        r = time_pair(case["text"], case["shapes"], {"baseline": before[name]["trace"], "this": case["trace"]},
-                      args.threads, args.rounds)
+        r = time_pair(case["shapes"], {"baseline": (old["graph"], old["traces"]),
+                                       "this": (case["graph"], case["traces"])}, args.threads, args.rounds)
         r |= {"text": case["text"], "shapes": case["shapes"], "speedup": r["baseline_s"] / r["this_s"]}
         result["changed"][name] = r
         print(f"{name:12s} {case['text']:48s} {r['speedup']:.2f}x", flush=True)

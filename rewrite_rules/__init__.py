@@ -100,6 +100,7 @@ def node_named(graph: Graph, name: str):
 def _registry() -> list[Rule]:
     from rewrite_rules import (
         algebraic,
+        dim_merge,
         folding,
         fusion,
         grouped_conv,
@@ -115,7 +116,7 @@ def _registry() -> list[Rule]:
     )
 
     return [*algebraic.RULES, *fusion.RULES, *layout.RULES, *folding.RULES, *merging.RULES, *movement.RULES,
-            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *reshape_fusion.RULES,
+            *layout_choice.RULES, *grouped_conv.RULES, *pixel_merge.RULES, *dim_merge.RULES, *reshape_fusion.RULES,
             *vertical_fusion.RULES, *winograd.RULES, *moments.RULES]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rewrite_rules import EXPLORATION_FAMILIES
+from rewrite_rules.dim_merge import MERGE_DIMS, merge_dims_where
 from rewrite_rules.pixel_merge import merge_pixels_where
 from rewrite_rules.vertical_fusion import untie_all_keys
 from rewrite_rules.winograd import winograd_all
@@ -74,6 +75,10 @@ def search_rewrites(graph: Graph, config: RewriteConfig,
         graph = choose_layouts(graph, target, layout=config.layout)[0]
     if config.layout == "auto" and target.kind == "cpu":  # the pointwise convs left on NCHW: one pixel axis
         graph = merge_pixels_where(graph, target.lanes("float32"))
+    if target.kind == "cpu" and (config.rules is None or MERGE_DIMS.name in config.rules):
+        # a contraction's output dims that run together in every tensor, as one (its vector columns then split in
+        # whole vectors)
+        graph = merge_dims_where(graph, target.lanes("float32"))
     if config.winograd and target.kind == "cpu" and (config.rules is None or "winograd_conv3x3" in config.rules):
         graph = winograd_all(graph)
     return untie_all_keys(graph), report  # attention's key operand in a local of its own (so it can be packed)
