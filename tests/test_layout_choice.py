@@ -370,10 +370,12 @@ def test_optimize_takes_the_layout_from_its_config_and_verifies():
     g = small_net(hw=6, seed=2)
     prog = optimize(g, OptimizeConfig(threads=1, layout="nchw16c"))
     assert prog.report.max_error is not None and prog.report.max_error < 1e-4  # checked against the reference
-    # conv1's pad stage converts the input on the way (absorb_conversion): one conversion is left, the last
-    (back,) = conversions(prog.graph)
-    assert conversion_kind(prog.graph, back)[0] == "from"
-    assert next(n for n in prog.graph.nodes if n.name == "conv1").inputs[0] == "x"
+    # one conversion back, the last; one on the way in unless conv1 copies its input into a pad stage, which then
+    # converts it on the way (absorb_conversion; whether the padding is a stage of its own is the graph search's
+    # choice, by this machine's measured ceilings)
+    kinds = [conversion_kind(prog.graph, c)[0] for c in conversions(prog.graph)]
+    absorbed = next(n for n in prog.graph.nodes if n.name == "conv1").inputs[0] == "x"
+    assert kinds == (["from"] if absorbed else ["to", "from"]), kinds
     assert not _blocked_tensors(optimize(g, OptimizeConfig(threads=1, layout="nchw")).graph)
     # the default is "auto": the layout choice's pick for this target
     chosen = choose_layouts(rewrite_graph(g, OptimizeConfig(layout="nchw"))[0], host_target(1))[1].chosen

@@ -34,11 +34,11 @@ def test_a_partial_last_panel_keeps_vector_tiles(cols, rows, panels_outer, kerne
     trace = _trace(width, panels_outer)
     code = emit_c(lower(c, trace, target), "k").code
     partial = cols % width != 0
-    # the tiles of the last panel: vectors with bounded stores (a float array only for the last tile of rows,
-    # whose rows are cut at run time too)
+    # the tiles of the last panel: vectors with bounded stores, its last tile of rows too (its rows get a
+    # constant count of their own: no float array updated by scalar loops)
     assert ("j_i_n = " in code) == partial, code
     if panels_outer and partial:
-        assert "bounded stores" in code and code.count("float acc[") == 1, code
+        assert "bounded stores" in code and "float acc[" not in code, code
     rng = np.random.default_rng(3)
     args = [rng.standard_normal(c.type_of[t].shape).astype(np.float32) for t in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)

@@ -348,11 +348,13 @@ def test_time_the_confirmation_does_not_need_goes_back_to_the_search(tmp_path):
 
     from superopt.builder import GraphBuilder
 
-    b = GraphBuilder("two")  # two kernels of the synthetic landscape (faster schedules than the default exist)
+    # two kernels of the synthetic landscape (faster schedules than the default exist: 20 row blocks read each
+    # cache-resident B, which the default then leaves unpacked)
+    b = GraphBuilder("two")
     outs = []
     for name, n in (("mm1", 384), ("mm2", 320)):
-        op = define_op(MATMUL, {"A": (240, 192), "B": (192, n)}).nodes[0].op
-        (o,) = b.add_compute(op, [b.input(f"A_{name}", (240, 192)), b.input(f"B_{name}", (192, n))], name)
+        op = define_op(MATMUL, {"A": (120, 192), "B": (192, n)}).nodes[0].op
+        (o,) = b.add_compute(op, [b.input(f"A_{name}", (120, 192)), b.input(f"B_{name}", (192, n))], name)
         outs.append(o)
     g = canonicalize_kernels(b.build(outs))
 
