@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
-from rewrite_rules.graph_edit import rebuild
+from rewrite_rules import Rule, RuleNotApplicable, Site, node_named
+from rewrite_rules.graph_edit import reads_constant, with_reshaped_tensors
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue, map_expr
-from superopt.ir.graph import Extern, Graph, Node
+from superopt.ir.graph import Graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
@@ -53,8 +53,8 @@ def _chain(op: Compute) -> tuple[str, ...] | None:
     dims: list[list[str]] = []
     for a in accesses:
         names = [_plain(ix) for ix in a.index]
-        if any(n is None for n in names):
-            return None
+        if any(n is None for n in names) or len(set(names)) != len(names):
+            return None  # (a diagonal's dim twice: merging would drop both)
         dims.append([n for n in names if n is not None])
     types, ext = op.type_of, st.extent
     chain = [st.out_dims[-1]]
@@ -115,14 +115,10 @@ def _merge_op(op: Compute, chain: tuple[str, ...]) -> tuple[Compute, set[str]]:
 
 
 def dim_merge_sites(graph: Graph) -> Iterator[Site]:
-    consts = dict(graph.constants)
     for node in graph.nodes:
-        if node.is_extern or (chain := _chain(node.op)) is None:
-            continue
-        _, merged = _merge_op(node.op, chain)
-        if any(g in consts for local, g in zip(node.op.inputs, node.inputs) if local in merged):
-            continue  # (a constant operand: reshaping it is a pass of its own)
-        yield (node.name,)
+        if not node.is_extern and (chain := _chain(node.op)) is not None \
+                and not reads_constant(graph, node, _merge_op(node.op, chain)[1]):
+            yield (node.name,)  # (a constant operand reshaped would be a pass of its own)
 
 
 def merge_dims(graph: Graph, site: Site) -> Graph:
@@ -130,29 +126,7 @@ def merge_dims(graph: Graph, site: Site) -> Graph:
     if node.is_extern or (chain := _chain(node.op)) is None:
         raise RuleNotApplicable(f"{site[0]!r} is no contraction whose output's innermost dims merge")
     op, merged = _merge_op(node.op, chain)
-    used = set(graph.type_of)
-    names = {n.name for n in graph.nodes}
-    new_types: dict[str, TensorType] = {}
-    before, after = [], []
-    inputs = list(node.inputs)
-    for k, (local, g) in enumerate(zip(node.op.inputs, node.inputs)):
-        if local in merged:
-            inputs[k] = fresh_name(f"{g}_merged", used)
-            new_types[inputs[k]] = op.type_of[local]
-            before.append(Node(fresh_name(f"{node.name}_merge", names), Extern.of("reshape", shape=op.type_of[local].shape),
-                               (g,), (inputs[k],)))
-    outputs = list(node.outputs)
-    for k, (local, g) in enumerate(zip(node.op.outputs, node.outputs)):
-        if local in merged:
-            outputs[k] = fresh_name(f"{g}_merged", used)
-            new_types[outputs[k]] = op.type_of[local]
-            after.append(Node(fresh_name(f"{node.name}_split", names), Extern.of("reshape", shape=graph.type_of[g].shape),
-                              (outputs[k],), (g,)))
-    new = Node(node.name, op, tuple(inputs), tuple(outputs))
-    nodes = []
-    for n in graph.nodes:
-        nodes += [*before, new, *after] if n is node else [n]
-    return rebuild(graph, nodes, new_types=new_types)
+    return with_reshaped_tensors(graph, node, op, merged, "merged")
 
 
 def merge_dims_where(graph: Graph, lanes: int) -> Graph:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from superopt.ir.compute import Compute
-from superopt.ir.graph import Constant, Graph, Node
+from superopt.ir.graph import Constant, Extern, Graph, Node
 from superopt.ir.types import TensorType
 
 
@@ -78,3 +78,39 @@ def constant_inputs(graph: Graph, node: Node) -> frozenset[str]:
     """The node's inputs that are graph constants (their names)."""
     constant = graph.constant
     return frozenset(g for g in node.inputs if g in constant)
+
+
+def with_reshaped_tensors(graph: Graph, node: Node, op: Compute, reshaped: set[str], tag: str) -> Graph:
+    """``node`` running ``op`` instead, whose tensors in ``reshaped`` (the op's own names) take ``op``'s shapes: a
+    reshape extern before it for each such input and after it for each such output (free aliases of the same
+    memory), the graph's tensors keeping their shapes."""
+    from rewrite_rules import fresh_name  # (the package imports this module)
+
+    used = set(graph.type_of)
+    names = {n.name for n in graph.nodes}
+    new_types: dict[str, TensorType] = {}
+    before, after = [], []
+    inputs, outputs = list(node.inputs), list(node.outputs)
+    for k, (local, g) in enumerate(zip(node.op.inputs, node.inputs)):
+        if local in reshaped:
+            inputs[k] = fresh_name(f"{g}_{tag}", used)
+            new_types[inputs[k]] = op.type_of[local]
+            before.append(Node(fresh_name(f"{node.name}_{tag}", names), Extern.of("reshape", shape=op.type_of[local].shape),
+                               (g,), (inputs[k],)))
+    for k, (local, g) in enumerate(zip(node.op.outputs, node.outputs)):
+        if local in reshaped:
+            outputs[k] = fresh_name(f"{g}_{tag}", used)
+            new_types[outputs[k]] = op.type_of[local]
+            after.append(Node(fresh_name(f"{node.name}_un{tag}", names), Extern.of("reshape", shape=graph.type_of[g].shape),
+                              (outputs[k],), (g,)))
+    new = Node(node.name, op, tuple(inputs), tuple(outputs))
+    nodes = []
+    for n in graph.nodes:
+        nodes += [*before, new, *after] if n is node else [n]
+    return rebuild(graph, nodes, new_types=new_types)
+
+
+def reads_constant(graph: Graph, node: Node, local: set[str]) -> bool:
+    """Whether any of ``node``'s inputs named ``local`` (the op's own names) is a constant of the graph."""
+    consts = dict(graph.constants)
+    return any(g in consts for name, g in zip(node.op.inputs, node.inputs) if name in local)

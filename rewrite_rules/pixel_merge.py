@@ -21,11 +21,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from rewrite_rules import Rule, RuleNotApplicable, Site, fresh_name, node_named
-from rewrite_rules.graph_edit import rebuild
+from rewrite_rules import Rule, RuleNotApplicable, Site, node_named
+from rewrite_rules.graph_edit import reads_constant, with_reshaped_tensors
 from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, IndexValue, map_expr
-from superopt.ir.graph import Extern, Graph, Node
+from superopt.ir.graph import Graph
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 
@@ -109,17 +109,14 @@ def _merge_op(op: Compute, pixels: dict[str, tuple[str, str]]) -> tuple[Compute,
 
 
 def pixel_merge_sites(graph: Graph) -> Iterator[Site]:
-    consts = dict(graph.constants)
     for node in graph.nodes:
         if node.is_extern:
             continue
         pixels = _plan(node.op)
         if pixels is None:
             continue
-        _, merged = _merge_op(node.op, pixels)
-        if any(g in consts for local, g in zip(node.op.inputs, node.inputs) if local in merged):
-            continue  # (a constant pixel map: reshaping it is a pass of its own)
-        yield (node.name,)
+        if not reads_constant(graph, node, _merge_op(node.op, pixels)[1]):
+            yield (node.name,)  # (a constant pixel map reshaped would be a pass of its own)
 
 
 def merge_pixels(graph: Graph, site: Site) -> Graph:
@@ -127,29 +124,7 @@ def merge_pixels(graph: Graph, site: Site) -> Graph:
     if node.is_extern or (pixels := _plan(node.op)) is None:
         raise RuleNotApplicable(f"{site[0]!r} is no op whose pixel axes merge")
     op, merged = _merge_op(node.op, pixels)
-    used = set(graph.type_of)
-    names = {n.name for n in graph.nodes}
-    new_types: dict[str, TensorType] = {}
-    before, after = [], []
-    inputs = list(node.inputs)
-    for k, (local, g) in enumerate(zip(node.op.inputs, node.inputs)):
-        if local in merged:
-            inputs[k] = fresh_name(f"{g}_pixels", used)
-            new_types[inputs[k]] = op.type_of[local]
-            before.append(Node(fresh_name(f"{node.name}_pixels", names), Extern.of("reshape", shape=op.type_of[local].shape),
-                               (g,), (inputs[k],)))
-    outputs = list(node.outputs)
-    for k, (local, g) in enumerate(zip(node.op.outputs, node.outputs)):
-        if local in merged:
-            outputs[k] = fresh_name(f"{g}_pixels", used)
-            new_types[outputs[k]] = op.type_of[local]
-            after.append(Node(fresh_name(f"{node.name}_planes", names), Extern.of("reshape", shape=graph.type_of[g].shape),
-                              (outputs[k],), (g,)))
-    new = Node(node.name, op, tuple(inputs), tuple(outputs))
-    nodes = []
-    for n in graph.nodes:
-        nodes += [*before, new, *after] if n is node else [n]
-    return rebuild(graph, nodes, new_types=new_types)
+    return with_reshaped_tensors(graph, node, op, merged, "pixels")
 
 
 def merge_pixels_where(graph: Graph, lanes: int) -> Graph:

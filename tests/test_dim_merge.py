@@ -48,6 +48,7 @@ def test_the_output_dims_that_run_together_in_every_tensor_merge_exactly():
     ("C[k,j,i] += A[j,2*i,r] * B[k,r]", {"A": (3, 10, 4), "B": (6, 4)}, None, {"i": 5}),  # a strided read
     ("C[k,j,i] += A[j,i,r] * B[k,r]", {"A": (3, 5, 4), "B": (6, 4)}, "A", None),  # a constant operand
     ("C[j,i] = A[j,i] * 2.0", {"A": (3, 5)}, None, None),  # no contraction
+    ("C[k,j,i] += A[j,i,i,r] * B[k,r]", {"A": (3, 5, 5, 4), "B": (6, 4)}, None, None),  # a diagonal
     # A's output dims are k, j, i: j, i would be one of its two free dims, tiled beside k
     ("C[k,j,i] += A[k,j,i,r] * B[k,r]", {"A": (6, 3, 5, 4), "B": (6, 4)}, None, None),
 ])
