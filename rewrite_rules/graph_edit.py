@@ -1,5 +1,6 @@
-"""Small graph surgery shared by the folding, merging and movement rules: rebuild a graph from new
-nodes (dropping the types and constants nothing reads any more), drop a node's unread inputs."""
+"""Small graph surgery shared by the rules: rebuild a graph from new nodes (dropping the types and constants
+nothing reads any more), drop a node's unread inputs, run a node's op on reshaped tensors (the pixel and dim
+merges)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from rewrite_rules import fresh_name
 from superopt.ir.compute import Compute
 from superopt.ir.graph import Constant, Extern, Graph, Node
 from superopt.ir.types import TensorType
@@ -84,8 +86,6 @@ def with_reshaped_tensors(graph: Graph, node: Node, op: Compute, reshaped: set[s
     """``node`` running ``op`` instead, whose tensors in ``reshaped`` (the op's own names) take ``op``'s shapes: a
     reshape extern before it for each such input and after it for each such output (free aliases of the same
     memory), the graph's tensors keeping their shapes."""
-    from rewrite_rules import fresh_name  # (the package imports this module)
-
     used = set(graph.type_of)
     names = {n.name for n in graph.nodes}
     new_types: dict[str, TensorType] = {}
