@@ -50,6 +50,37 @@ def test_knobs_are_named_by_role_and_change_one_thing():
     assert Split("C", "i", rows) in space.trace(changed) and used["C.width"] % lanes == 0
 
 
+def test_neighbours_change_one_knob_each_and_compile_to_the_reference(kernel_cache):
+    """Each neighbour of the default sets one knob other than the default does (others it pushed out of their
+    domains back to the heuristic's choice), is legal, and has a trace of its own; the structural knobs of a
+    contraction of run-time operands are among those changed, and the neighbours compute the op."""
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op("C[i,j,k] += A[l,i,k] * B[j,l]", {"A": (24, 20, 37), "B": (30, 24)})
+    space = ScheduleSpace(c, host_target(2), frozenset())
+    base = space.default_point()
+    _, used, domains = space.resolve(base)
+    near = space.neighbours(base)
+    traces = [space.trace(p) for p in near]
+    assert len(set(traces)) == len(traces) and space.trace(base) not in traces
+    changed = []
+    for p in near:
+        _, got, _ = space.resolve(p)
+        diff = {k for k in got if got[k] != used.get(k)}
+        asked = {k for k, v in p.knob_map.items() if used.get(k) != v}
+        assert len(asked) == 1 and asked <= diff, (p, diff)
+        changed.append(next(iter(asked)))
+    for knob in ("C.panel_outer", "C.swap", "C.pack"):
+        assert len(domains[knob]) > 1 and knob in changed, (knob, changed)
+    rng = np.random.default_rng(0)
+    feed = {n: rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs}
+    ref = evaluate_compute(c, feed)[0]
+    for p in near[::3]:
+        out = build_kernel(c, space.trace(p), kernel_cache, threads=2)(*[feed[n] for n in c.inputs])[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=str(p))
+
+
 def test_point_json_round_trip_and_normalize():
     c = compile_op(MATMUL, {"A": (64, 64), "B": (64, 64)})
     space = ScheduleSpace(c, host_target(2))

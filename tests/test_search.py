@@ -410,3 +410,31 @@ def test_a_time_budget_is_kept_when_the_compiler_outlasts_it(tmp_path):
     assert _time.perf_counter() - started < 6.0
     assert r.measured == 0 and db.records() == []
     assert r.stop_reason.kind == "time", r.stop_reason
+
+
+def test_the_defaults_one_knob_neighbours_are_measured_first_within_their_share(mm):
+    """Right after the default come its neighbours (every one, when the share allows), so a landscape whose
+    optimum is one knob away from the default finds it in the first batches; with no share the search does not
+    measure them first; the share caps how many trials they take."""
+    from superopt.schedule.space import ScheduleSpace
+
+    space = ScheduleSpace(mm, TARGET)
+    near = {space.trace(p) for p in space.neighbours(space.default_point())}
+    assert 4 <= len(near) <= 30
+    best = sorted(near, key=repr)[len(near) // 2]
+
+    class OneKnobAway(FakeMeasurer):
+        def measure(self, inputs, time_left_s=None):
+            return [MeasureResult(ErrorCode.OK, [t], t) for t in
+                    (1e-3 if tuple(i.trace) == best else 2e-3 for i in inputs)]
+
+    r = search_compute(mm, TARGET, SearchConfig(trials=64, batch_size=8, seed=0), service=OneKnobAway())
+    assert {t.trace for t in r.log[1:1 + len(near)]} == near and r.best_s == 1e-3
+    off = search_compute(mm, TARGET, SearchConfig(trials=1 + len(near), batch_size=8, seed=0, neighbours=0.0),
+                         service=OneKnobAway())
+    assert {t.trace for t in off.log[1:]} != near
+    capped = search_compute(mm, TARGET, SearchConfig(trials=8, batch_size=8, seed=0, neighbours=0.5),
+                            service=OneKnobAway())
+    assert {t.trace for t in capped.log[1:5]} <= near and capped.trials == 8
+    with pytest.raises(ValueError, match="neighbours' share"):
+        SearchConfig(neighbours=1.5)

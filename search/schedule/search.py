@@ -12,7 +12,8 @@ Two layers, as in Ansor:
 
 Every candidate is measured by the measurement service, which verifies it against the reference
 interpreter before its time counts. The default heuristic's point is measured first, so the
-report's speedup is over the default and the search can only improve on it. Budgets are trials and
+report's speedup is over the default and the search can only improve on it; its one-knob
+neighbours come next (:attr:`SearchConfig.neighbours`), then the evolution. Budgets are trials and
 seconds; with the same seed and the same measurements the same candidates are proposed.
 """
 
@@ -67,12 +68,19 @@ class SearchConfig:
     # > 0: candidates are timed with their constants out of cache (MeasureInput.cold_bytes), as a kernel of a
     # graph finds them
     cold_bytes: int = 0
+    # the default's one-knob neighbours (ScheduleSpace.neighbours) are measured first, best-scored first, in at
+    # most this share of the trials (all of them under a time budget alone): the default heuristic is near the
+    # best on most kernels, and where it is not, one knob it set wrong (the row dim, the panel order, a pack)
+    # is the usual reason; random children of the default reach one such point among many
+    neighbours: float = 0.5
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown search strategy {self.strategy!r} (known: {', '.join(STRATEGIES)})")
         if (self.trials is not None and self.trials < 1) or self.batch_size < 1:
             raise ValueError("a search needs trials >= 1 and batch_size >= 1")
+        if not 0.0 <= self.neighbours <= 1.0:
+            raise ValueError(f"the neighbours' share of the trials must be within [0, 1], got {self.neighbours}")
 
     @property
     def budget(self) -> Budget:
@@ -159,6 +167,7 @@ class ScheduleSearch:
         self._stale = 0  # batches in a row that proposed nothing new
         self._structures: dict[Point, tuple] = {}  # point -> its structure (a lowering each: cached)
         self._partition = None  # the default's thread partition, when the search keeps it
+        self._neighbours: list[tuple[Point, tuple[Primitive, ...]]] | None = None  # (to measure first; None: not made)
         if config.keep_partition and target.kind == "cpu":
             self._partition = thread_partition(self._legal(self.space.default_point()) or ())
 
@@ -230,14 +239,47 @@ class ScheduleSearch:
     def _propose(self, n: int, time_left_s: float | None = None) -> list[tuple[Point, tuple[Primitive, ...]]]:
         if n <= 0:
             return []
-        cfg = self.config
         pool: dict[str, tuple[Point, tuple]] = {}
         tries = 0
-        if cfg.strategy == "random":
+        if self.config.strategy == "random":
             while len(pool) < n and tries < 40 * n:
                 tries += 1
                 self._new(self.space.sample(self.rng), pool)
             return list(pool.values())
+        first = self._next_neighbours(n)
+        if len(first) >= n:
+            return first
+        for _, trace in first:
+            self.seen.add(trace_to_json(trace))  # (so that the proposals below do not repeat them)
+        try:
+            return first + self._evolved(n - len(first), pool, time_left_s)
+        finally:
+            for _, trace in first:
+                self.seen.discard(trace_to_json(trace))
+
+    def _next_neighbours(self, n: int) -> list[tuple[Point, tuple[Primitive, ...]]]:
+        """Up to ``n`` of the default's one-knob neighbours not measured yet, best-scored by the model first,
+        within :attr:`SearchConfig.neighbours` of the trial budget."""
+        cfg = self.config
+        if self._neighbours is None:
+            found: dict[str, tuple[Point, tuple]] = {}
+            if cfg.neighbours > 0:
+                for p in self.space.neighbours(self.space.default_point()):
+                    self._new(p, found)
+            cands = list(found.values())
+            if len(cands) > 1:
+                scores = np.asarray(self.model.predict([self._candidate(t) for _, t in cands]), dtype=float)
+                cands = [cands[i] for i in np.argsort(-scores, kind="stable")]
+            self._neighbours = cands if cfg.trials is None else cands[: int(cfg.neighbours * cfg.trials)]
+        take = [c for c in self._neighbours if trace_to_json(c[1]) not in self.seen][:n]
+        taken = {id(c) for c in take}
+        self._neighbours = [c for c in self._neighbours if id(c) not in taken]
+        return take
+
+    def _evolved(self, n: int, pool: dict[str, tuple[Point, tuple]],
+                 time_left_s: float | None) -> list[tuple[Point, tuple[Primitive, ...]]]:
+        """``n`` children of the measured points (mutations, crossovers, fresh samples), ranked by the model."""
+        cfg = self.config
         for sketch, k in self._sketch_shares(cfg.proposals).items():
             for parents, share, structural in self._structure_shares(sketch, k):
                 made = tries = 0

@@ -187,6 +187,59 @@ class ScheduleSpace:
             knobs[k] = _neighbour(domains[k], knobs.get(k), rng)
         return Point.of(point.sketch, knobs)
 
+    def neighbours(self, point: Point) -> list[Point]:
+        """The legal points one knob away from ``point``, each trace once (not ``point``'s own): every other
+        value of a structural knob, the next value up and down of a numeric one; a reduction block (``k_tile``)
+        off gets two sizes, on gets off and the next size up and down.
+
+        Knobs decide each other's domains (the rows a row dim allows): where a change takes another knob's
+        value out of its domain, that knob is left to the heuristic, as the default point leaves all of them."""
+        try:
+            own, used, domains = self.resolve(point)
+        except ScheduleError:
+            return []
+        changes: list[tuple[str, Any]] = []
+        for k, domain in domains.items():
+            if len(domain) < 2:
+                continue
+            role = k.rsplit(".", 1)[-1]
+            value = used.get(k)
+            numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in domain)
+            if role == "k_tile" and numeric and value == 0:
+                # (off: two block sizes, a third and two thirds up its domain, not all of them)
+                on = sorted(v for v in domain if v)
+                changes += [(k, v) for v in dict.fromkeys((on[len(on) // 3], on[2 * len(on) // 3]))]
+            elif role in STRUCTURAL_ROLES or not numeric or value not in domain:
+                changes += [(k, v) for v in domain if v != value]
+            else:  # (k_tile on: off, and the next block size up and down)
+                ordered = sorted(domain)
+                i = ordered.index(value)
+                near = [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+                changes += [(k, v) for v in dict.fromkeys(near + ([0] if role == "k_tile" else []))]
+        out: list[Point] = []
+        seen = {own}
+        for k, v in changes:
+            knobs = dict(used) | {k: v}
+            for _ in range(4):  # (each pass may move another knob's domain: a few settle it)
+                try:
+                    _, got, doms = self.resolve(Point.of(point.sketch, knobs))
+                except ScheduleError:
+                    break
+                outside = [o for o, x in got.items() if o != k and x not in doms.get(o, (x,))]
+                if not outside:
+                    break
+                for o in outside:
+                    del knobs[o]
+            p = Point.of(point.sketch, knobs)
+            try:
+                trace = self.trace(p)
+            except ScheduleError:
+                continue
+            if trace not in seen:
+                seen.add(trace)
+                out.append(p)
+        return out
+
     def crossover(self, a: Point, b: Point, rng: random.Random) -> Point:
         """Each knob from one parent or the other (same sketch; otherwise a copy of ``a``)."""
         if a.sketch != b.sketch:
