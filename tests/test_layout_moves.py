@@ -438,3 +438,38 @@ def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
         packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "A"]
         _check_against_reference(c, [trace], kernel_cache)
     assert packed == {"A past L2": [(1, 4, 0, 2, 3, 5)], "A in L2": []}, packed
+
+
+def test_the_column_operands_own_dims_go_outside_the_row_operands_where_its_panel_would_be_reread(kernel_cache):
+    """C[m,l,j,k,i] += A[n,j,i] * B[l,k,m,n], columns m,l and rows i: in output order j (A's) is outside k (B's),
+    so every j reads the panel's slices of B for all five k (192 KB) again. Past half of a 128 KB L2 that is
+    7 x 192 KB from the next cache, against 5 x 129 KB of A with k outside: k goes outside j. In a 1 MB L2 the
+    slices stay cached across j and the output order stays."""
+    from dataclasses import replace
+
+    c = compile_op("C[m,l,j,k,i] += A[n,j,i] * B[l,k,m,n]", {"A": (200, 7, 23), "B": (8, 5, 6, 200)})
+    orders = {}
+    for name, l2 in {"B re-read": 128 << 10, "B cached": 1 << 20}.items():
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        order, vec = _contraction_loops(trace, "C")
+        assert vec == "m_l"
+        orders[name] = [x for x in order if x in ("j", "k")]
+        _check_against_reference(c, [trace], kernel_cache)
+    assert orders == {"B re-read": ["k", "j"], "B cached": ["j", "k"]}, orders
+
+
+def test_the_column_operands_dims_stay_inside_where_one_would_scatter_the_output_write_back():
+    """C[k,l,m,n,j,i] += A[k,o,i,j] * B[m,l,o,n], columns k,j of A (the column operand), rows n of B: moving A's i
+    outside B's l, m would re-read less of A, but i is the output's unit-stride dim, so every write-back of a tile
+    would touch each of its lines once per i and leave them before the next. The order then stays; a dim the
+    output walks a line or more apart moves."""
+    from superopt.schedule.contraction import column_dims_first
+
+    c = compile_op("C[k,l,m,n,j,i] += A[k,o,i,j] * B[m,l,o,n]", {"A": (3, 342, 66, 16), "B": (7, 18, 342, 13)})
+    st = c.statements[0]
+    a_acc, b_acc = product_accesses(st.expr)
+    rows, cols = (b_acc, a_acc) if b_acc.tensor == "B" else (a_acc, b_acc)  # (A holds the columns)
+    panel = 4 * 48 * 342
+    assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 2 << 20, 16) == ["l", "m", "i"]
+    assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 2 << 20, 1) == ["i", "l", "m"]
+    assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 64 << 20, 1) == ["l", "m", "i"]  # (cached)
