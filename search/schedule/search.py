@@ -71,7 +71,7 @@ class SearchConfig:
     # the default's one-knob neighbours (ScheduleSpace.neighbours) are measured first, best-scored first, in at
     # most this share of the trials (all of them under a time budget alone): the default heuristic is near the
     # best on most kernels, and where it is not, one knob it set wrong (the row dim, the panel order, a pack)
-    # is the usual reason; random children of the default reach one such point among many
+    # is a common reason; random children of the default reach one such point among many
     neighbours: float = 0.5
 
     def __post_init__(self) -> None:

@@ -211,7 +211,7 @@ class ScheduleSpace:
                 changes += [(k, v) for v in dict.fromkeys((on[len(on) // 3], on[2 * len(on) // 3]))]
             elif role in STRUCTURAL_ROLES or not numeric or value not in domain:
                 changes += [(k, v) for v in domain if v != value]
-            else:  # (k_tile on: off, and the next block size up and down)
+            else:  # (a size: the next one up and down; a reduction block on, also off)
                 ordered = sorted(domain)
                 i = ordered.index(value)
                 near = [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
@@ -229,7 +229,7 @@ class ScheduleSpace:
                 if not outside:
                     break
                 for o in outside:
-                    del knobs[o]
+                    knobs.pop(o, None)
             p = Point.of(point.sketch, knobs)
             try:
                 trace = self.trace(p)
