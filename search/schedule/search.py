@@ -271,9 +271,8 @@ class ScheduleSearch:
                 scores = np.asarray(self.model.predict([self._candidate(t) for _, t in cands]), dtype=float)
                 cands = [cands[i] for i in np.argsort(-scores, kind="stable")]
             self._neighbours = cands if cfg.trials is None else cands[: int(cfg.neighbours * cfg.trials)]
-        take = [c for c in self._neighbours if trace_to_json(c[1]) not in self.seen][:n]
-        taken = {id(c) for c in take}
-        self._neighbours = [c for c in self._neighbours if id(c) not in taken]
+        left = [c for c in self._neighbours if trace_to_json(c[1]) not in self.seen]
+        take, self._neighbours = left[:n], left[n:]
         return take
 
     def _evolved(self, n: int, pool: dict[str, tuple[Point, tuple]],
