@@ -36,6 +36,7 @@ from superopt.loopnest import (
     Node,
     Op,
     PackNest,
+    PackStep,
     PeeledLoop,
     Prefetch,
     RegisterRef,
@@ -492,19 +493,21 @@ def print_pack(p: PackNest, name: str) -> str:
         return "\n".join([x for x in lines if x] + ["}"])
     if p.parallel:
         lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
+    order = p.order or tuple(PackStep(v) for v, _ in p.loops)
+    heads: list[str] = []
     if p.transpose is not None:  # the two transposed loops by blocks: one block copy each
         inner, outer, block, src_stride, dst_stride, span = p.transpose
-        names = [v for v, _ in p.loops]
-        at = names.index(outer)
-        heads = [f"for (int {v} = 0; {v} < {bound[v]}; ++{v})" for v in names[:at]]
-        whole = span >= dict(p.loops)[outer]  # (one run: the blocks of q inside the others)
-        if not whole:
-            heads.append(f"for (int {outer}_s = 0; {outer}_s < {bound[outer]}; {outer}_s += {span})")
-        heads += [f"for (int {v} = 0; {v} < {bound[v]}; ++{v})" for v in names[at + 1:-1] if v != inner]
-        heads.append(f"for (int {outer} = 0; {outer} < {bound[outer]}; {outer} += {block})" if whole else
-                     f"for (int {outer} = {outer}_s; {outer} < SO_MIN({outer}_s + {span}, {bound[outer]}); "
-                     f"{outer} += {block})")
-        heads.append(f"for (int {inner} = 0; {inner} < {bound[inner]}; {inner} += {block})")
+        runs = any(st.how == "runs" for st in order)
+        for st in order:
+            v = st.var
+            if st.how == "runs":
+                heads.append(f"for (int {v}_s = 0; {v}_s < {bound[v]}; {v}_s += {span})")
+            elif st.how == "blocks" and runs and v == outer:
+                heads.append(f"for (int {v} = {v}_s; {v} < SO_MIN({v}_s + {span}, {bound[v]}); {v} += {block})")
+            elif st.how == "blocks":
+                heads.append(f"for (int {v} = 0; {v} < {bound[v]}; {v} += {block})")
+            else:
+                heads.append(f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
         lines += ["    " * (i + 1) + h for i, h in enumerate(heads)]
         ind = "    " * (len(heads) + 1)
         copy = f"so_transpose{block}(src + {flat_src()}, {src_stride}, dst + {flat_dst()}, {dst_stride});"
@@ -528,9 +531,9 @@ def print_pack(p: PackNest, name: str) -> str:
                       f"{ind}            dst[{flat_dst(edge)}] = src[{flat_src(edge)}];",
                       f"{ind}}}"]
     else:
-        for i, (v, _) in enumerate(p.loops):
-            lines.append("    " * (i + 1) + f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
-        lines.append("    " * (len(p.loops) + 1) + f"dst[{flat_dst()}] = src[{flat_src()}];")
+        for i, st in enumerate(order):
+            lines.append("    " * (i + 1) + f"for (int {st.var} = 0; {st.var} < {bound[st.var]}; ++{st.var})")
+        lines.append("    " * (len(order) + 1) + f"dst[{flat_dst()}] = src[{flat_src()}];")
     if cut is not None:  # the last panel past the source's extent: zeros
         ix, lim = cut
         last = dict(p.loops)[ix.outer] - 1

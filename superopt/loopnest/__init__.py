@@ -16,7 +16,7 @@ for people).
 from superopt.loopnest.alloc import Alloc, Fill
 from superopt.loopnest.build import build_loopnest
 from superopt.loopnest.index import BufferAccess, FlatIndex, GuardCond, InBounds, RegisterRef, WrappedTerm
-from superopt.loopnest.kernel import Joined, LoopNest, PackNest, Param
+from superopt.loopnest.kernel import Joined, LoopNest, PackNest, PackStep, Param
 from superopt.loopnest.loop import Loop, LoopKind, ReductionClause, TailLimit
 from superopt.loopnest.outline import outline
 from superopt.loopnest.statements import (
@@ -40,7 +40,7 @@ from superopt.loopnest.walk import AccessVisit, Visit, accesses, allocations, st
 __all__ = [
     "Accumulate", "AccessVisit", "Alloc", "Assign", "BufferAccess", "CombineLanes", "Epilogue", "Fill", "FlatIndex",
     "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
-    "Node", "Op", "PackNest", "Param", "PeeledLoop", "Prefetch", "ReductionClause", "RegisterRef", "RestoreNan",
+    "Node", "Op", "PackNest", "PackStep", "Param", "PeeledLoop", "Prefetch", "ReductionClause", "RegisterRef", "RestoreNan",
     "Scope", "SplitIndex", "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
     "build_loopnest", "op_counts", "outline", "statement_ops", "walk",
 ]

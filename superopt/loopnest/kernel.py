@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from superopt.loopnest.alloc import Alloc
 from superopt.loopnest.statements import StageNest
@@ -30,6 +31,15 @@ class Joined:
 
 
 @dataclass(frozen=True)
+class PackStep:
+    """One loop header of a pack routine: ``each`` element of loop ``var``, its ``runs`` (steps of a transpose's
+    span) or its ``blocks`` (steps of a transpose's block, within the current run where ``runs`` came first)."""
+
+    var: str
+    how: Literal["each", "runs", "blocks"] = "each"
+
+
+@dataclass(frozen=True)
 class PackNest:
     """Copy input ``tensor`` into its packed layout: loops ``loops`` (var, extent) over the packed
     shape ``dst_shape``; the source element at per-axis ``src_index`` (one per source axis) lands at
@@ -38,8 +48,9 @@ class PackNest:
     the threads share (collapsed into one parallel loop; 0: one thread packs it all). ``transpose``: where
     the packed layout's innermost axis is not the source's, (its loop, the loop of the source's innermost
     axis, the block B, the source's stride along the first, the packed stride along the second, a span): both
-    loops step by B and each step copies a B x B block transposed in registers; the second walks runs of the span
-    in its place, and its blocks inside the loops between it and the packed innermost one."""
+    loops step by B and each step copies a B x B block transposed in registers, the second in runs of the span where
+    ``order`` has its runs. ``order``: the loop headers outermost first, each loop once (twice for runs and their
+    blocks); the copy statement sits inside the last."""
 
     tensor: str
     dtype: str
@@ -50,6 +61,7 @@ class PackNest:
     in_range: tuple[str | Joined, int] | None
     parallel: int = 0
     transpose: tuple[str, str, int, int, int, int] | None = None
+    order: tuple[PackStep, ...] = ()
 
 
 @dataclass(frozen=True)
