@@ -149,13 +149,12 @@ class PacksAndPrefetches:
         def far(order: list[PackStep], moved: list[str]) -> bool:
             """Whether some loop of ``moved`` walks within source lines that the loops inside it in ``order`` push
             out of L1 between its iterations."""
-            runs = any(st.how == "runs" for st in order)
-            for g in moved:
+            for g in moved:  # (``order`` has no runs: a source run under a block is shorter than any span)
                 k = next(i for i, st in enumerate(order) if st.var == g)
                 lines = 1
                 for st in order[k + 1:]:
-                    n = min(extent[st.var], transpose[5]) if st.how == "blocks" and runs and transpose else extent[st.var]
-                    lines *= n if stride[st.var] >= elems else max(1, -(-stride[st.var] * n // elems))
+                    n, s = extent[st.var], stride[st.var]
+                    lines *= n if s >= elems else max(1, -(-s * n // elems))
                 if lines * self.plan.target.cache_line_bytes > self.plan.target.l1_bytes:
                     return True
             return False
