@@ -1,6 +1,6 @@
 """The loop order of a pack routine: where the source's contiguous run is short and the packed order would read
-its lines again only after L1 has lost them, the loops continuing that run move inside, and the pack still
-writes exactly the packed layout (checked through the kernels that read it, against the reference)."""
+its lines again only after half the L2 has been filled since, the loops continuing that run move inside, and the
+pack still writes exactly the packed layout (checked through the kernels that read it, against the reference)."""
 
 from dataclasses import replace
 
@@ -22,9 +22,9 @@ SPLIT_RUN = ("C[k,l,j,i] += A[m,n,i,p,o,j] * B[n,l,p,o,m,k]", {"A": (2, 7, 40, 5
 SPLIT_PANELS = ("C[j,i] += A[n,i,o,m,k,l] * B[o,n,k,l,m,j]", {"A": (3, 21, 12, 7, 4, 3), "B": (12, 3, 4, 3, 7, 137)})
 
 
-def _packs(text, shapes, l1_bytes):
+def _packs(text, shapes, l2_bytes):
     c = compile_op(text, shapes)
-    target = replace(host_target(2), l1_bytes=l1_bytes)
+    target = replace(host_target(2), l2_bytes=l2_bytes)
     trace = default_schedule(c, target, frozenset())
     return c, trace, target, build_loopnest(lower(c, trace, target)).packs
 
@@ -37,7 +37,7 @@ def _matches_reference(c, trace, target, kernel_cache):
 
 
 def test_a_short_source_run_is_walked_whole_inside_each_block_of_the_packed_innermost_axis(kernel_cache):
-    c, trace, target, packs = _packs(*SPLIT_RUN, l1_bytes=48 << 10)
+    c, trace, target, packs = _packs(*SPLIT_RUN, l2_bytes=64 << 10)
     (pack,) = [p for p in packs if p.tensor == "A"]
     p, q = pack.transpose[:2]
     assert pack.order[-1] == PackStep(q, "blocks")
@@ -47,8 +47,8 @@ def test_a_short_source_run_is_walked_whole_inside_each_block_of_the_packed_inne
     _matches_reference(c, trace, target, kernel_cache)
 
 
-def test_a_short_source_run_keeps_the_packed_order_where_l1_holds_its_lines_between_uses(kernel_cache):
-    c, trace, target, packs = _packs(*SPLIT_RUN, l1_bytes=1 << 30)
+def test_a_short_source_run_keeps_the_packed_order_where_l2_holds_its_lines_between_uses(kernel_cache):
+    c, trace, target, packs = _packs(*SPLIT_RUN, l2_bytes=1 << 30)
     (pack,) = [p for p in packs if p.tensor == "A"]
     p, q = pack.transpose[:2]
     assert pack.order[-2:] == (PackStep(q, "blocks"), PackStep(p, "blocks")), pack.order
@@ -56,12 +56,12 @@ def test_a_short_source_run_keeps_the_packed_order_where_l1_holds_its_lines_betw
     _matches_reference(c, trace, target, kernel_cache)
 
 
-@pytest.mark.parametrize("l1_bytes, moved", [(48 << 10, True), (1 << 30, False)])
-def test_column_panels_of_a_source_row_are_copied_in_one_pass_where_passes_would_reread_it(l1_bytes, moved,
+@pytest.mark.parametrize("l2_bytes, moved", [(64 << 10, True), (1 << 30, False)])
+def test_column_panels_of_a_source_row_are_copied_in_one_pass_where_passes_would_reread_it(l2_bytes, moved,
                                                                                            kernel_cache):
     """The panels' loop (a0) goes next to the panel's columns (a6): each source row is read once, its five
-    panels written in turn; with an L1 that holds the rows between passes the packed order stays."""
-    c, trace, target, packs = _packs(*SPLIT_PANELS, l1_bytes=l1_bytes)
+    panels written in turn; with an L2 that holds the rows between passes the packed order stays."""
+    c, trace, target, packs = _packs(*SPLIT_PANELS, l2_bytes=l2_bytes)
     (pack,) = [p for p in packs if p.tensor == "B"]
     assert pack.transpose is None and pack.layout.split_axis >= 0
     order = [st.var for st in pack.order]

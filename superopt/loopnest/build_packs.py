@@ -14,7 +14,7 @@ from superopt.loopnest.statements import Node, Prefetch
 from superopt.schedule.kernel_plan import Loop as PlanLoop
 from superopt.schedule.kernel_plan import Stage
 
-PACK_RUN_LINES = 4  # a source run shorter than this many cache lines is walked whole while its lines are in L1
+PACK_RUN_LINES = 4  # a source run shorter than this many cache lines is walked whole while its lines are cached
 PACK_WRITE_STREAMS = 16  # at most this many runs of a packed layout written in turn (a core's line fill buffers)
 PARALLEL_PACK_ELEMENTS = 1 << 16  # a pack this large is split among the threads (a parallel region costs a few us)
 
@@ -117,7 +117,8 @@ class PacksAndPrefetches:
         innermost in runs of its span). Where the source's contiguous run along its innermost loop is short
         (under :data:`PACK_RUN_LINES` cache lines), the loops continuing that run, by their source strides, move
         inside so that each source line is used whole while cached, if the default order would read some of those
-        lines again only after L1 has lost them:
+        lines again only after more than half the L2 has passed through (within that, the default order was as
+        fast: its packed lines are written whole, the moved order's in pieces):
         without a transpose, they move next to the packed innermost loop, at most :data:`PACK_WRITE_STREAMS` runs
         of the packed layout written in turn (a source axis split into panels of 32 was read in five passes over
         the whole tensor: 1.4-2x the time). With one whose source run is under a block, they and the source's
@@ -148,14 +149,15 @@ class PacksAndPrefetches:
 
         def far(order: list[PackStep], moved: list[str]) -> bool:
             """Whether some loop of ``moved`` walks within source lines that the loops inside it in ``order`` push
-            out of L1 between its iterations."""
+            out of half the L2 between its iterations (a run of ``r`` elements at any alignment touches
+            ``(r - 1) / elems + 1`` lines on average)."""
             for g in moved:  # (``order`` has no runs: a source run under a block is shorter than any span)
                 k = next(i for i, st in enumerate(order) if st.var == g)
-                lines = 1
+                lines = 1.0
                 for st in order[k + 1:]:
                     n, s = extent[st.var], stride[st.var]
-                    lines *= n if s >= elems else max(1, -(-s * n // elems))
-                if lines * self.plan.target.cache_line_bytes > self.plan.target.l1_bytes:
+                    lines *= n if s >= elems else (s * n - 1) / elems + 1
+                if lines * self.plan.target.cache_line_bytes > self.plan.target.l2_bytes / 2:
                     return True
             return False
 

@@ -1,0 +1,102 @@
+"""The pack routines' loop order against the plain packed order, on random contractions.
+
+Each of ``random_contractions(--random, --seed)`` (``benchmarks/contraction_cases.py``) is compiled as a user does
+(``superopt.op``) twice: with the pack loop order of ``superopt/loopnest/build_packs.py`` and with the plain
+packed order (its ``PACK_RUN_LINES`` set to 0 while that program is built: no run counts as short). The
+contractions whose pack routines differ are run on the same seeded inputs, checked equal, and timed as whole calls
+(run-time inputs packed inside) in alternating blocks (``superopt.measure.timing``, medians). Reports each changed
+case's speed-up (the plain order's time over this order's), their geomean, and wins and losses beyond ``--tie``.
+
+Writes ``benchmarks/results/pack_order.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pack_code(program) -> str:
+    code = "\n".join(k.source.code for k in program.executor.kernels)
+    return "\n".join(re.findall(r"void \w+_pack_\w+\(.*?\n}", code, re.S))
+
+
+def render(result: dict) -> str:
+    s = result["summary"]
+    lines = [f"# Pack loop order against the plain packed order ({result['cpu']}, {result['threads']} threads)", "",
+             f"`random_contractions({result['random']}, {result['seed']})` of `benchmarks/contraction_cases.py`, each "
+             "compiled as `superopt.op` does, with this checkout's pack loop order and with the plain packed order "
+             "(`PACK_RUN_LINES = 0`); each contraction whose pack routines differ timed as whole calls (its run-time "
+             f"packs inside) in {result['rounds']} alternating rounds of blocks (medians). Speed-up: the plain "
+             "order's time over this one's.", "",
+             f"{len(result['changed'])} of {result['random']} contractions differ.", "",
+             "| case | contraction | plain ms | this ms | speed-up |", "|---|---|---:|---:|---:|"]
+    for name, r in result["changed"].items():
+        shapes = " x ".join("x".join(map(str, sh)) for sh in r["shapes"])
+        lines.append(f"| {name} | `{r['text']}` {shapes} | {r['plain_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | "
+                     f"{r['speedup']:.2f}x |")
+    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
+              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair's "
+              "outputs were equal.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--random", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    ap.add_argument("--name", default="pack_order")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+
+    import superopt
+    import superopt.loopnest.build_packs as build_packs
+    from benchmarks.contraction_cases import random_contractions
+    from benchmarks.machine import cpu_model, write_result
+    from superopt.measure.timing import TimingConfig, time_alternating
+
+    result: dict = {"cpu": cpu_model(), "threads": args.threads, "seed": args.seed, "random": args.random,
+                    "rounds": args.rounds, "tie": args.tie, "changed": {}}
+    run_lines = build_packs.PACK_RUN_LINES
+    for case in random_contractions(args.random, args.seed):
+        rng = np.random.default_rng(args.seed)
+        inputs = [rng.standard_normal(s).astype(np.float32) for s in case.shapes]
+        programs = {}
+        for which, lines in (("plain", 0), ("this", run_lines)):
+            build_packs.PACK_RUN_LINES = lines
+            try:
+                programs[which] = superopt.op(case.text, threads=args.threads, verify=False).program(*inputs)
+            finally:
+                build_packs.PACK_RUN_LINES = run_lines
+        if _pack_code(programs["plain"]) == _pack_code(programs["this"]):
+            continue
+        outs = {w: np.asarray(p(*inputs)) for w, p in programs.items()}
+        if not np.array_equal(outs["plain"], outs["this"]):
+            raise SystemExit(f"{case.name}: the two pack orders give different outputs")
+        timed = time_alternating({w: (lambda p=p, x=inputs: p(*x)) for w, p in programs.items()},
+                                 TimingConfig(warmup_calls=2, rounds=args.rounds))
+        r = {"text": case.text, "shapes": [list(s) for s in case.shapes], "plain_s": timed["plain"].median_s,
+             "this_s": timed["this"].median_s}
+        r["speedup"] = r["plain_s"] / r["this_s"]
+        result["changed"][case.name] = r
+        print(f"{case.name:12s} {case.text:48s} {r['speedup']:.2f}x", flush=True)
+    ups = [r["speedup"] for r in result["changed"].values()]
+    result["summary"] = {"geomean": math.exp(sum(math.log(u) for u in ups) / len(ups)) if ups else 1.0,
+                         "wins": sum(u > 1 + args.tie for u in ups), "losses": sum(u < 1 - args.tie for u in ups),
+                         "ties": sum(abs(u - 1) <= args.tie for u in ups)}
+    write_result(args.out, args.name, result, render(result))
+    print(render(result))
+
+
+if __name__ == "__main__":
+    main()
