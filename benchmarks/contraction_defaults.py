@@ -103,17 +103,29 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--baseline", required=True, help="the checkout whose default schedules are the before")
-    ap.add_argument("--baseline-name", default="the --baseline checkout", help="what the before is, for the table")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--random", type=int, default=40)
+def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: str) -> None:
+    """The options of a before/after benchmark on random contractions (this one, ``pack_order.py``)."""
+    ap.add_argument("--seed", type=int, default=seed)
+    ap.add_argument("--random", type=int, default=random)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
-    ap.add_argument("--name", default="contraction_defaults")
+    ap.add_argument("--name", default=name)
+
+
+def ab_summary(speedups: list[float], tie: float) -> dict:
+    """The geomean of the changed cases' speed-ups, and the wins and losses beyond ``tie`` apart."""
+    return {"geomean": math.exp(sum(math.log(u) for u in speedups) / len(speedups)) if speedups else 1.0,
+            "wins": sum(u > 1 + tie for u in speedups), "losses": sum(u < 1 - tie for u in speedups),
+            "ties": sum(abs(u - 1) <= tie for u in speedups)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", required=True, help="the checkout whose default schedules are the before")
+    ap.add_argument("--baseline-name", default="the --baseline checkout", help="what the before is, for the table")
+    ab_arguments(ap, seed=7, random=40, name="contraction_defaults")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     import tempfile
@@ -136,11 +148,7 @@ def main() -> None:
         r |= {"text": case["text"], "shapes": case["shapes"], "speedup": r["baseline_s"] / r["this_s"]}
         result["changed"][name] = r
         print(f"{name:12s} {case['text']:48s} {r['speedup']:.2f}x", flush=True)
-    ups = [r["speedup"] for r in result["changed"].values()]
-    result["summary"] = {
-        "geomean": math.exp(sum(math.log(u) for u in ups) / len(ups)) if ups else 1.0,
-        "wins": sum(u > 1 + args.tie for u in ups), "losses": sum(u < 1 - args.tie for u in ups),
-        "ties": sum(abs(u - 1) <= args.tie for u in ups),
+    result["summary"] = ab_summary([r["speedup"] for r in result["changed"].values()], args.tie) | {
         "max_rel_diff": max((r["max_rel_diff"] for r in result["changed"].values()), default=0.0)}
     write_result(args.out, args.name, result, render(result))
     print(render(result))

@@ -13,7 +13,6 @@ Writes ``benchmarks/results/pack_order.md`` and ``.json``.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from pathlib import Path
@@ -48,15 +47,11 @@ def render(result: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=17)
-    ap.add_argument("--random", type=int, default=300)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
-    ap.add_argument("--name", default="pack_order")
-    args = ap.parse_args()
     sys.path.insert(0, str(REPO))
+    from benchmarks.contraction_defaults import ab_arguments, ab_summary
+
+    ab_arguments(ap, seed=17, random=300, name="pack_order")
+    args = ap.parse_args()
     import numpy as np
 
     import superopt
@@ -90,10 +85,7 @@ def main() -> None:
         r["speedup"] = r["plain_s"] / r["this_s"]
         result["changed"][case.name] = r
         print(f"{case.name:12s} {case.text:48s} {r['speedup']:.2f}x", flush=True)
-    ups = [r["speedup"] for r in result["changed"].values()]
-    result["summary"] = {"geomean": math.exp(sum(math.log(u) for u in ups) / len(ups)) if ups else 1.0,
-                         "wins": sum(u > 1 + args.tie for u in ups), "losses": sum(u < 1 - args.tie for u in ups),
-                         "ties": sum(abs(u - 1) <= args.tie for u in ups)}
+    result["summary"] = ab_summary([r["speedup"] for r in result["changed"].values()], args.tie)
     write_result(args.out, args.name, result, render(result))
     print(render(result))
 
