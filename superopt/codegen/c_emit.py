@@ -494,22 +494,22 @@ def print_pack(p: PackNest, name: str) -> str:
     if p.parallel:
         lines.append("    " + PARALLEL_FOR + (f" collapse({p.parallel})" if p.parallel > 1 else ""))
     order = p.order or tuple(PackStep(v) for v, _ in p.loops)
-    heads: list[str] = []
+    heads: list[str] = []  # (runs and blocks come only with a transpose)
+    for st in order:
+        v = st.var
+        if st.how == "runs":
+            heads.append(f"for (int {v}_s = 0; {v}_s < {bound[v]}; {v}_s += {p.transpose[5]})")
+        elif st.how == "blocks" and any(x.how == "runs" and x.var == v for x in order):
+            span, block = p.transpose[5], p.transpose[2]
+            heads.append(f"for (int {v} = {v}_s; {v} < SO_MIN({v}_s + {span}, {bound[v]}); {v} += {block})")
+        elif st.how == "blocks":
+            heads.append(f"for (int {v} = 0; {v} < {bound[v]}; {v} += {p.transpose[2]})")
+        else:
+            heads.append(f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
+    lines += ["    " * (i + 1) + h for i, h in enumerate(heads)]
+    ind = "    " * (len(heads) + 1)
     if p.transpose is not None:  # the two transposed loops by blocks: one block copy each
-        inner, outer, block, src_stride, dst_stride, span = p.transpose
-        runs = any(st.how == "runs" for st in order)
-        for st in order:
-            v = st.var
-            if st.how == "runs":
-                heads.append(f"for (int {v}_s = 0; {v}_s < {bound[v]}; {v}_s += {span})")
-            elif st.how == "blocks" and runs and v == outer:
-                heads.append(f"for (int {v} = {v}_s; {v} < SO_MIN({v}_s + {span}, {bound[v]}); {v} += {block})")
-            elif st.how == "blocks":
-                heads.append(f"for (int {v} = 0; {v} < {bound[v]}; {v} += {block})")
-            else:
-                heads.append(f"for (int {v} = 0; {v} < {bound[v]}; ++{v})")
-        lines += ["    " * (i + 1) + h for i, h in enumerate(heads)]
-        ind = "    " * (len(heads) + 1)
+        inner, outer, block, src_stride, dst_stride, _ = p.transpose
         copy = f"so_transpose{block}(src + {flat_src()}, {src_stride}, dst + {flat_dst()}, {dst_stride});"
         full = f"{outer} + {block} <= {bound[outer]} && {inner} + {block} <= {bound[inner]}"
         if all(bound[v].isdigit() and int(bound[v]) % block == 0 for v in (outer, inner)):
@@ -531,9 +531,7 @@ def print_pack(p: PackNest, name: str) -> str:
                       f"{ind}            dst[{flat_dst(edge)}] = src[{flat_src(edge)}];",
                       f"{ind}}}"]
     else:
-        for i, st in enumerate(order):
-            lines.append("    " * (i + 1) + f"for (int {st.var} = 0; {st.var} < {bound[st.var]}; ++{st.var})")
-        lines.append("    " * (len(order) + 1) + f"dst[{flat_dst()}] = src[{flat_src()}];")
+        lines.append(f"{ind}dst[{flat_dst()}] = src[{flat_src()}];")
     if cut is not None:  # the last panel past the source's extent: zeros
         ix, lim = cut
         last = dict(p.loops)[ix.outer] - 1
