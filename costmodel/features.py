@@ -65,6 +65,7 @@ from superopt.loopnest import (
     statement_ops,
     walk,
 )
+from superopt.loopnest.names import box_buffer
 from superopt.schedule.kernel_plan import KernelPlan
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import trace_to_json
@@ -413,7 +414,7 @@ def _allocations(nest: LoopNest, visits: list[Visit], target: Target, put) -> No
     put("alloc.fill_bytes", _log(fill))
 
 
-def _buffer_sizes(plan: KernelPlan, visits: list[Visit]) -> dict[str, tuple[int, int]]:
+def _buffer_sizes(plan: KernelPlan, nest: LoopNest, visits: list[Visit]) -> dict[str, tuple[int, int]]:
     """Buffer name -> (elements, itemsize)."""
     sizes: dict[str, tuple[int, int]] = {}
     for name, t in plan.types.items():
@@ -422,12 +423,14 @@ def _buffer_sizes(plan: KernelPlan, visits: list[Visit]) -> dict[str, tuple[int,
         if isinstance(v.node, Alloc) and v.node.kind in ("local", "workspace"):
             a = v.node
             sizes.setdefault(a.name, (a.size, max(1, a.nbytes // max(1, a.size))))
+    for p in nest.box_packs:  # (a thread's box of an input packed inside the kernel: what its reads read)
+        sizes[box_buffer(p.tensor)] = (math.prod(n for _, n in p.loops), sizes[p.tensor][1])
     return sizes
 
 
 def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Target, constant_inputs: frozenset[str],
             flops: float, put) -> None:
-    sizes = _buffer_sizes(plan, visits)
+    sizes = _buffer_sizes(plan, nest, visits)
     acc: list[_Access] = []
     gathers = 0.0
     for a in accesses(nest):
@@ -470,7 +473,7 @@ def _memory(plan: KernelPlan, nest: LoopNest, visits: list[Visit], target: Targe
     t_l2 = traffic(target.l2_bytes, True)
     t_dram = max(traffic(target.l3_bytes, False), float(compulsory))
     packed = 0
-    for p in nest.packs:
+    for p in (*nest.packs, *nest.box_packs):
         if p.tensor not in constant_inputs:
             packed += math.prod(p.src_shape) * 4
     put("mem.compulsory", _log(compulsory))

@@ -19,6 +19,7 @@ from superopt.loopnest import (
     Accumulate,
     Alloc,
     Assign,
+    BoxSlot,
     BufferAccess,
     CombineLanes,
     Epilogue,
@@ -35,6 +36,7 @@ from superopt.loopnest import (
     LoopNest,
     Node,
     Op,
+    PackBox,
     PackNest,
     PackStep,
     PeeledLoop,
@@ -255,6 +257,8 @@ class _CPrinter:
         self._fence = False
         self.lanes: int | None = None  # the target's float32 lanes (vectorized loops of whole vectors as vectors)
         self.dtypes: dict[str, str] = {}  # element type of each buffer and register declared so far
+        self.name = "kernel"  # (the kernel's routines are named after it)
+        self.threads = 0  # the most threads a parallel loop may start (0: any number)
 
     def line(self, text: str) -> None:
         self.lines.append("    " * self.ind + text)
@@ -298,6 +302,15 @@ class _CPrinter:
             self.line(self.statement(n.body))
         elif isinstance(n, SplitIndex):
             self.line(f"const int {n.var} = {n.outer} * {n.factor} + {n.inner};")
+        elif isinstance(n, BoxSlot):
+            ct = ctype(n.dtype)
+            self.line(f"{ct} *restrict {n.buffer} = {n.workspace} + (size_t){n.slot} * omp_get_thread_num();")
+        elif isinstance(n, PackBox):
+            if n.every_thread:  # (the same threads then share the parallel loop, each reading its own slot)
+                self.line(f"#pragma omp parallel num_threads(SO_MIN(SO_THREADS, {self.threads}))")
+            counts = ", ".join(_least(terms) for terms in n.counts)
+            self.line(f"{self.name}_packbox_{n.tensor}({n.tensor} + {c_linear(n.base)}, "
+                      f"{n.workspace} + (size_t){n.slot} * omp_get_thread_num(), {counts});")
         elif isinstance(n, CombineLanes):
             omp = _OMP_REDUCTION[n.op]
             t = c_ref(n.target)
@@ -392,7 +405,9 @@ class _CPrinter:
                 self.lines += ["    " * (self.ind + depth) + text for depth, text in vector]
                 return
         if lp.kind == "parallel":
-            self.line(PARALLEL_FOR)
+            # (a kernel that packs boxes has a workspace slot for each of at most ``threads`` threads)
+            self.line(PARALLEL_FOR.replace("SO_THREADS", f"SO_MIN(SO_THREADS, {self.threads})") if self.threads
+                      else PARALLEL_FOR)
         elif lp.kind == "unrolled":
             self.line(f"#pragma GCC unroll {lp.extent}")
         elif lp.kind == "vectorized":
@@ -440,6 +455,7 @@ class _CPrinter:
 
     def kernel(self, nest: LoopNest, name: str) -> str:
         self.lines = [f"void {name}(void **args) {{"]
+        self.name, self.threads = name, nest.threads
         self.lanes, self.dtypes = nest.vector_lanes, {p.name: p.dtype for p in nest.params}
         for p in nest.params:
             q = "const " if p.is_input else ""
@@ -452,6 +468,15 @@ class _CPrinter:
         return "\n".join(self.lines)
 
 
+def _least(terms: tuple[int | Affine, ...]) -> str:
+    """C text of the least of ``terms`` (constants and index expressions)."""
+    out = ""
+    for t in terms:
+        text = str(t) if isinstance(t, int) else f"({c_linear(t)})"
+        out = text if not out else f"SO_MIN({out}, {text})"
+    return out
+
+
 def _axis(ix: str | Joined, rename: dict[str, str] | None = None) -> str:
     r = rename or {}
     return r.get(ix, ix) if isinstance(ix, str) else f"({r.get(ix.outer, ix.outer)} * {ix.factor} + {r.get(ix.inner, ix.inner)})"
@@ -462,9 +487,15 @@ def print_pack(p: PackNest, name: str) -> str:
     split axis's last panel cut at the source's extent (a run-time bound instead of a test per element, so the copy
     vectorizes) and the rest of that panel zero-filled after it."""
     ct = ctype(p.dtype)
-    lines = [f"void {name}_pack_{p.tensor}(const void *src_, void *dst_) {{",
-             f"    const {ct} *restrict src = (const {ct} *)src_;",
-             f"    {ct} *restrict dst = ({ct} *)dst_;"]
+    if p.box:
+        counts = ", ".join(f"int {v}_n" for v, _ in p.loops)
+        lines = [f"static void {name}_packbox_{p.tensor}(const {ct} *restrict src, {ct} *restrict dst, {counts}) {{"]
+        short = " || ".join(f"{v}_n < {n}" for v, n in p.loops)
+        lines.append(f"    if ({short}) memset(dst, 0, sizeof({ct}) * {math.prod(n for _, n in p.loops)});")
+    else:
+        lines = [f"void {name}_pack_{p.tensor}(const void *src_, void *dst_) {{",
+                 f"    const {ct} *restrict src = (const {ct} *)src_;",
+                 f"    {ct} *restrict dst = ({ct} *)dst_;"]
 
     def flat_src(rename: dict[str, str] | None = None) -> str:
         out = "0"
@@ -478,7 +509,7 @@ def print_pack(p: PackNest, name: str) -> str:
             out = f"({out}) * {n} + {(rename or {}).get(v, v)}"
         return out
 
-    bound = {v: str(n) for v, n in p.loops}
+    bound = {v: f"{v}_n" if p.box else str(n) for v, n in p.loops}
     cut = None
     if p.in_range is not None and isinstance(p.in_range[0], Joined):
         ix, lim = p.in_range
@@ -560,7 +591,8 @@ class KernelSource:
 
 def print_c(nest: LoopNest, name: str = "kernel") -> str:
     """The C text of the kernel ``name`` and its pack routines ``name_pack_T``."""
-    parts = [_CPrinter().kernel(nest, name)] + [print_pack(p, name) for p in nest.packs]
+    parts = [print_pack(p, name) for p in nest.box_packs]  # (static: before the kernel that calls them)
+    parts += [_CPrinter().kernel(nest, name)] + [print_pack(p, name) for p in nest.packs]
     return "\n\n".join(parts) + "\n"
 
 

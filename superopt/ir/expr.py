@@ -176,6 +176,25 @@ def flat_offset(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
     return out
 
 
+def exact_divmod(lin: Affine, f: int, extents: Mapping[str, int]) -> tuple[Affine | None, Affine | None]:
+    """``(q, r)`` with ``lin = f*q + r`` exactly, where the remainder's terms stay in ``[0, f)`` over the box
+    ``0 <= var < extent``; ``(None, None)`` when no such split exists (or a variable is not in ``extents``)."""
+    q, r = {}, {}
+    for a, c in lin.simplify().terms:
+        if c % f == 0:
+            q[a] = c // f
+        else:
+            r[a] = c
+    rl = Affine.of(r, lin.const % f)
+    try:
+        lo, hi = rl.bounds(extents)
+    except KeyError:
+        return None, None
+    if lo >= 0 and hi < f:
+        return Affine.of(q, lin.const // f), rl
+    return None, None
+
+
 def _split_divmod(atom: DivMod, repl: Affine) -> Affine:
     """(v / k) or (v % k) with v = m*outer + inner, m a multiple of k (and inner < m)."""
     k = atom.divisor

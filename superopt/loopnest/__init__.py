@@ -22,10 +22,12 @@ from superopt.loopnest.outline import outline
 from superopt.loopnest.statements import (
     Accumulate,
     Assign,
+    BoxSlot,
     CombineLanes,
     Epilogue,
     Guard,
     Node,
+    PackBox,
     PeeledLoop,
     Prefetch,
     RestoreNan,
@@ -38,9 +40,10 @@ from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value, op_c
 from superopt.loopnest.walk import AccessVisit, Visit, accesses, allocations, statement_ops, walk
 
 __all__ = [
-    "Accumulate", "AccessVisit", "Alloc", "Assign", "BufferAccess", "CombineLanes", "Epilogue", "Fill", "FlatIndex",
-    "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind", "LoopNest",
-    "Node", "Op", "PackNest", "PackStep", "Param", "PeeledLoop", "Prefetch", "ReductionClause", "RegisterRef", "RestoreNan",
+    "Accumulate", "AccessVisit", "Alloc", "Assign", "BoxSlot", "BufferAccess", "CombineLanes", "Epilogue", "Fill",
+    "FlatIndex", "Guard", "GuardCond", "InBounds", "IndexNumber", "Joined", "Literal", "Load", "Loop", "LoopKind",
+    "LoopNest", "Node", "Op", "PackBox", "PackNest", "PackStep", "Param", "PeeledLoop", "Prefetch", "ReductionClause",
+    "RegisterRef", "RestoreNan",
     "Scope", "SplitIndex", "StageNest", "TailLimit", "Value", "Visit", "WrappedTerm", "WriteBack", "accesses", "allocations",
     "build_loopnest", "op_counts", "outline", "statement_ops", "walk",
 ]

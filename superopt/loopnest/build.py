@@ -30,6 +30,7 @@ from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.index_sets import split_index_sets
 from superopt.loopnest.kernel import LoopNest, Param
 from superopt.loopnest.loop import CLAUSE_OP, Loop, ReductionClause, TailLimit
+from superopt.loopnest.names import box_workspace
 from superopt.loopnest.statements import (
     Accumulate,
     Assign,
@@ -46,6 +47,7 @@ from superopt.loopnest.values import Literal, Load, Value
 from superopt.loopnest.versioning import peel_tile_tails
 from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage, local_shape
 from superopt.schedule.kernel_plan import Loop as PlanLoop
+from superopt.schedule.pack_box import PackBox, pack_box
 from superopt.schedule.plan_check import reduce_epilogue_dims
 
 Bounds = dict[str, tuple[TailLimit, ...]]  # loop var -> its tail limits
@@ -81,6 +83,11 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
         self._guards: list[tuple[GuardCond, bool]] = []  # (cond, involves a reduction loop) of the stage
         self._nan_flag: set[str] = set()  # stages in a scalar float max=/min= accumulator with a NaN flag
         self.lanes = plan.target.split_sum_lanes
+        self.boxes: dict[tuple[str, str], list[PackBox]] = {}  # (stage, loop) -> the boxes packed atop its body
+        for s in self.stages.values():
+            for tensor, at in s.pack_at.items():
+                self.boxes.setdefault((s.name, at), []).append(pack_box(plan, s, tensor, at))
+        self._in_box: dict[str, PackBox] = {}  # inputs read from the running thread's box (inside its loop)
 
     # ---- loops --------------------------------------------------------------------------------
 
@@ -222,8 +229,14 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
                 elif child.reduce_epilogue_of is None:  # (a sum folded into a sibling runs in its loops)
                     body.append(self.stage(child))
             self._guards = guards
+            boxes = self.boxes.get((s.name, lp.name), [])
+            body.extend(self.box_slots(s, lp))
+            body.extend(self.box_pack(s, b) for b in boxes)
+            self._in_box.update({b.tensor: b for b in boxes})
             body.extend(self.prefetches(s, lp))
             body.extend(self.loops(s, k + 1, inner))
+            for b in boxes:
+                del self._in_box[b.tensor]
             if ahead:
                 out.extend(self.first_row(s, lp, ahead))
             chosen = s.transpose_block if s.transpose_block and s.transpose_block[0] == lp.name else None
@@ -366,10 +379,16 @@ class _Builder(AccessBuilding, FoldedRows, WriteBacks, PacksAndPrefetches):
         temps = [s for s in buffered if s.name not in c.outputs and self.stored(s)]
         workspace = tuple(Alloc("workspace", s.name, self.types[s.name].dtype, self.types[s.name].size,
                                 arg_index=len(args) + i) for i, s in enumerate(temps))
+        boxes = [b for bs in self.boxes.values() for b in bs]
+        threads = max(1, self.plan.target.threads)  # (a slot of each box's workspace a thread)
+        workspace += tuple(Alloc("workspace", box_workspace(b.tensor), self.types[b.tensor].dtype, b.size * threads,
+                                 arg_index=len(args) + len(workspace) + i) for i, b in enumerate(boxes))
         body = tuple(self.stage(s) for s in roots)
-        packs = tuple(self.pack(t) for t in self.plan.packs)
+        packs = tuple(self.pack(t) for t in self.plan.packs if not any(b.tensor == t for b in boxes))
+        box_packs = tuple(self.pack(b.tensor, b) for b in boxes)
         target = self.plan.target
         lanes = target.lanes("float32") if target.kind == "cpu" else None
-        return LoopNest(params, workspace, body, packs, tuple(c.inputs), tuple(c.outputs), lanes)
+        return LoopNest(params, workspace, body, packs, tuple(c.inputs), tuple(c.outputs), lanes, box_packs,
+                        threads if boxes else 0)
 
 

@@ -17,10 +17,12 @@ from superopt.ir.expr import (
     IndexValue,
     Unary,
     Where,
+    exact_divmod,
 )
 from superopt.ir.types import is_float
 from superopt.lang.parser import infer_dtype
 from superopt.loopnest.index import BufferAccess, FlatIndex, InBounds, WrappedTerm
+from superopt.loopnest.names import box_buffer
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op, Value
 from superopt.schedule.kernel_plan import Stage, local_shape
 
@@ -66,6 +68,13 @@ class AccessBuilding:
         return self.types[tensor].shape, None
 
     def access(self, s: Stage, tensor: str, index: tuple[Affine, ...]) -> BufferAccess:
+        box = self._in_box.get(tensor)
+        if box is not None:  # (inside the loop that packs it: the thread's box, indexed by the loops inside)
+            flat, stride = Affine.of(), 1
+            for loc, n in reversed(list(zip(box.local, box.shape))):
+                flat = flat + self._rename(s, loc).scale(stride)
+                stride *= n
+            return BufferAccess(box_buffer(tensor), FlatIndex(flat.simplify()), self.types[tensor].dtype)
         lins = [self.affine_lin(s, ix) for ix in index]
         stage = self.stages.get(tensor)
         if stage is not None and stage.in_place is not None:  # stored in its consumer's rows (InPlace)
@@ -86,7 +95,7 @@ class AccessBuilding:
         for part, n in reversed(list(zip(parts, shape))):
             if isinstance(part, tuple):
                 kind, lin, f = part
-                q, r = _divmod(lin, f, self.extents)
+                q, r = exact_divmod(lin, f, self.extents)
                 if kind == "div":
                     if q is not None:
                         total = total + q.scale(stride)
@@ -154,26 +163,6 @@ class AccessBuilding:
         if isinstance(e, Cast):
             return Op("cast", (self.value(s, e.x, infer_dtype(e.x, types, want)),), e.dtype)
         raise TypeError(f"cannot lower expression {e!r}")
-
-
-def _divmod(lin: Affine, f: int, extents: dict[str, int]) -> tuple[Affine | None, Affine | None]:
-    """Split lin = f*q + r exactly when the remainder terms stay in [0, f)."""
-    q, r = {}, {}
-    for a, c in lin.simplify().terms:
-        if c % f == 0:
-            q[a] = c // f
-        else:
-            r[a] = c
-    rc = lin.const % f
-    qc = lin.const // f
-    rl = Affine.of(r, rc)
-    try:
-        lo, hi = rl.bounds(extents)
-    except KeyError:
-        return None, None
-    if lo >= 0 and hi < f:
-        return Affine.of(q, qc), rl
-    return None, None
 
 
 def _index_affine(e: Expr) -> Affine | None:

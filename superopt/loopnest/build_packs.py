@@ -10,9 +10,12 @@ from superopt.ir.expr import Affine
 from superopt.loopnest.index import FlatIndex
 from superopt.loopnest.kernel import Joined, PackNest, PackStep
 from superopt.loopnest.loop import Loop
-from superopt.loopnest.statements import Node, Prefetch
+from superopt.loopnest.names import box_buffer, box_workspace
+from superopt.loopnest.statements import BoxSlot, Node, Prefetch
+from superopt.loopnest.statements import PackBox as PackBoxNode
 from superopt.schedule.kernel_plan import Loop as PlanLoop
 from superopt.schedule.kernel_plan import Stage
+from superopt.schedule.pack_box import PackBox
 
 PACK_RUN_LINES = 4  # a source run shorter than this many cache lines is walked whole while its lines are cached
 PACK_WRITE_STREAMS = 16  # at most this many runs of a packed layout written in turn (a core's line fill buffers)
@@ -80,9 +83,11 @@ class PacksAndPrefetches:
             out.append(node)
         return out
 
-    def pack(self, tensor: str) -> PackNest:
+    def pack(self, tensor: str, box: PackBox | None = None) -> PackNest:
+        """The routine packing input ``tensor`` whole (before the kernel), or one ``box`` of it (inside)."""
         lay = self.plan.packs[tensor]
-        names = [f"a{i}" for i in range(len(lay.shape))]
+        shape = box.shape if box is not None else lay.shape
+        names = [f"a{i}" for i in range(len(shape))]
         permuted: list[str | Joined]
         if lay.split_axis >= 0:
             a = lay.split_axis
@@ -94,12 +99,14 @@ class PacksAndPrefetches:
         for pos, axis in enumerate(lay.perm):
             src[axis] = permuted[pos]
         in_range = None
-        if lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
+        if box is None and lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
             in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])  # a partial last panel
-        loops = tuple(zip(names, lay.shape))
+        loops = tuple(zip(names, shape))
         dtype = self.types[tensor].dtype
         transpose = self.pack_transpose(loops, tuple(src), lay.src_shape, dtype)
         order = self.pack_order(loops, tuple(src), lay.src_shape, transpose, self.types[tensor].np_dtype.itemsize)
+        if box is not None:  # (its caller's thread packs it)
+            return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), None, 0, transpose, order, True)
         lead: list[int] = []  # (the leading headers' trip counts, for the threads to share)
         for step in order:
             if step.how == "blocks" or (in_range is not None and isinstance(in_range[0], Joined)
@@ -109,6 +116,47 @@ class PacksAndPrefetches:
             lead.append(n if step.how == "each" else -(-n // transpose[5]))
         parallel = self.pack_parallel(tuple(lead), math.prod(lay.shape))
         return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel, transpose, order)
+
+    def box_pack(self, s: Stage, box: PackBox) -> PackBoxNode:
+        """The copy of ``box`` at the top of its loop's body: where in the source it starts and how far each of
+        its axes runs (see :mod:`superopt.schedule.pack_box`)."""
+        lay = self.plan.packs[box.tensor]
+        origin = [self._rename(s, o) for o in box.origin]
+        r = len(lay.perm)
+        a = lay.split_axis
+        # packed axis -> its position among the permuted axes (the split's outer part, packed axis 0, is the
+        # panel: position ``a`` too)
+        pos = list(range(r)) if a < 0 else [a, *range(r)]
+        at_src: dict[int, Affine] = {}
+        for j, o in enumerate(origin):
+            axis = lay.perm[pos[j]]
+            part = o.scale(lay.factor) if a >= 0 and j == 0 else o
+            at_src[axis] = at_src.get(axis, Affine.of()) + part
+        base, stride = Affine.of(), 1
+        for axis in reversed(range(r)):
+            base = base + at_src[axis].scale(stride)
+            stride *= lay.src_shape[axis]
+        counts: list[tuple[int | Affine, ...]] = []
+        for j, (n, o, cut) in enumerate(zip(box.shape, origin, box.cut)):
+            terms: list[int | Affine] = [n]
+            if cut:
+                ends = [Affine.of({}, lay.shape[j]) + o.scale(-1)]  # (where the layout's axis ends)
+                if a >= 0 and j == a + 1:  # (the last panel, where the source does)
+                    ends.append(Affine.of({}, lay.src_shape[lay.perm[a]]) + origin[0].scale(-lay.factor) + o.scale(-1))
+                terms += [e.simplify() for e in ends if e.terms or e.const < n]
+            counts.append(tuple(terms))
+        par = [lp.name for lp in s.loops if lp.parallel]
+        every = bool(par) and s.index_of(box.at) < s.index_of(par[0])
+        return PackBoxNode(box.tensor, box_workspace(box.tensor), self.types[box.tensor].dtype, box.size,
+                           base.simplify(), tuple(counts), every)
+
+    def box_slots(self, s: Stage, lp: PlanLoop) -> list[BoxSlot]:
+        """The pointers to the running thread's boxes, declared atop the body of the stage's parallel loop ``lp``
+        (or, in a stage without one, of the loop that packs them)."""
+        par = any(x.parallel for x in s.loops)
+        return [BoxSlot(box_buffer(b.tensor), box_workspace(b.tensor), self.types[b.tensor].dtype, b.size)
+                for (stage, at), bs in self.boxes.items() if stage == s.name for b in bs
+                if (lp.parallel if par else lp.name == at)]
 
     def pack_order(self, loops: tuple[tuple[str, int], ...], src: tuple[str | Joined, ...],
                    src_shape: tuple[int, ...], transpose: tuple[str, str, int, int, int, int] | None,

@@ -50,7 +50,9 @@ class PackNest:
     axis, the block B, the source's stride along the first, the packed stride along the second, a span): both
     loops step by B and each step copies a B x B block transposed in registers, the second in runs of the span where
     ``order`` has its runs. ``order``: the loop headers outermost first, each loop once (twice for runs and their
-    blocks); the copy statement sits inside the last."""
+    blocks); the copy statement sits inside the last. ``box``: the routine packs one box of the layout (``PackAt``)
+    from the source element its caller points at, each loop to a count its caller passes (``dst_shape`` is the
+    box's; a box its counts cut short is zeroed first)."""
 
     tensor: str
     dtype: str
@@ -62,6 +64,7 @@ class PackNest:
     parallel: int = 0
     transpose: tuple[str, str, int, int, int, int] | None = None
     order: tuple[PackStep, ...] = ()
+    box: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class LoopNest:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     vector_lanes: int | None = None  # the target's float32 lanes on a CPU (the widest vector a printer may spell)
+    box_packs: tuple[PackNest, ...] = ()  # the routines of the inputs packed box by box inside the kernel (PackBox)
+    threads: int = 0  # a kernel with box packs runs on at most this many threads (a workspace slot each)
 
     @property
     def layouts(self) -> dict[str, PackLayout]:

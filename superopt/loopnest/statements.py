@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from superopt.ir.expr import Affine
 from superopt.loopnest.alloc import Alloc, Fill
 from superopt.loopnest.index import BufferAccess, GuardCond, RegisterRef
 from superopt.loopnest.loop import Loop, TailLimit
@@ -120,6 +121,36 @@ class Prefetch:
 
 
 @dataclass(frozen=True)
+class PackBox:
+    """At the top of a loop's body (``PackAt``): a box of input ``tensor``'s packed layout copied into the running
+    thread's slot of workspace ``workspace`` (``slot`` elements a thread) by the kernel's box pack routine for
+    ``tensor``: from the input's element ``base`` on, ``counts`` elements along each axis of the box, each the
+    least of its terms (a constant, or an expression of the enclosing loops where the data ends: the rest of the
+    box is zeros). ``every_thread``: the loop is outside the parallel loop, and every thread packs the same box
+    into its own slot (one parallel region), for the parallel loop's iterations to read."""
+
+    tensor: str
+    workspace: str
+    dtype: str
+    slot: int
+    base: Affine
+    counts: tuple[tuple[int | Affine, ...], ...]
+    every_thread: bool = False
+
+
+@dataclass(frozen=True)
+class BoxSlot:
+    """``buffer``: a pointer to the running thread's slot (``slot`` elements) of workspace ``workspace``, declared
+    at the top of a parallel loop's body (or, without one, of the body of the loop that packs the boxes): what the
+    reads of a box packed by :class:`PackBox` read."""
+
+    buffer: str
+    workspace: str
+    dtype: str
+    slot: int
+
+
+@dataclass(frozen=True)
 class PeeledLoop:
     """A loop over register tiles run as two: ``for var in [0, full)`` over ``loop.body`` (the tiles'
     tails dropped: constant trip counts), then ``for var in [full, extent)`` over ``general`` (the
@@ -140,4 +171,4 @@ class PeeledLoop:
 
 
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard
-        | SplitIndex | CombineLanes | PeeledLoop | Prefetch)
+        | SplitIndex | CombineLanes | PeeledLoop | Prefetch | PackBox | BoxSlot)

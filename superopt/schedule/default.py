@@ -21,6 +21,7 @@ from superopt.schedule.contraction import contraction_schedule, final_contractio
 from superopt.schedule.elementwise import inlinable, simple_schedule
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.output_layout import choose_output_layout, with_output_layouts
+from superopt.schedule.panel_packing import with_panel_packing
 from superopt.schedule.primitives import (
     Epilogue,
     Inline,
@@ -101,6 +102,7 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
         return build_gpu_sketch(compute, target, consts, sketch, knobs)
     kn = knobs or KnobRecorder()
     stmts = list(compute.statements)
+    given = compute  # (the records below lower against it; OutputLayout and Recompute rewrite ``compute``)
     if sketch.startswith(ROWWISE):
         depth = int(sketch.split("@")[1])
         trace = rowwise_schedule(compute, target, kn, depth, fold=True)
@@ -184,4 +186,4 @@ def build_sketch(compute: Compute, target: Target, consts: frozenset[str], sketc
             continue
         # (the simple sketch, the fallback of the others, without register-transposed blocks)
         trace += simple_schedule(st, target, knobs=kn, types=None if sketch == STAGES_SIMPLE else compute.type_of)
-    return trace
+    return with_panel_packing(given, trace, target, tiled, consts, kn)

@@ -59,6 +59,7 @@ class Stage:
     linear: list[str] = field(default_factory=list)
     prefetches: list[Prefetch] = field(default_factory=list)  # inputs fetched an iteration ahead (Prefetch)
     transpose_block: tuple[str, bool, str] | None = None  # (loop, stream, prefetch loop): a block copied by shuffles
+    pack_at: dict[str, str] = field(default_factory=dict)  # packed input -> the loop its boxes are packed in (PackAt)
 
     @property
     def name(self) -> str:

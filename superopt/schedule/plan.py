@@ -28,6 +28,7 @@ from superopt.schedule.primitives import (
     NextRow,
     OutputLayout,
     Pack,
+    PackAt,
     Parallel,
     Prefetch,
     Primitive,
@@ -320,6 +321,11 @@ def _apply(stage: Stage, p: Primitive, stages: dict[str, Stage], types: Mapping[
         if stage.transpose_block is not None:
             raise ScheduleError(f"{p}: {stage.name} already copies a transposed block at {stage.transpose_block[0]!r}")
         stage.transpose_block = (p.loop, p.stream, p.prefetch)  # (checked once the trace is applied: plan_check)
+    elif isinstance(p, PackAt):
+        stage.loop(p.at, p)
+        if p.tensor in stage.pack_at:
+            raise ScheduleError(f"{p}: {p.tensor} is already packed in loop {stage.pack_at[p.tensor]!r}")
+        stage.pack_at[p.tensor] = p.at  # (the box is checked once the trace is applied: schedule.pack_box)
     elif isinstance(p, CacheRead):
         stage.loop(p.at, p)
         stage.cache_reads.append((p.tensor, p.at))  # a GPU shared-memory copy: codegen.cuda_shared

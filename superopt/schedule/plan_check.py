@@ -9,6 +9,7 @@ from superopt.ir.expr import Affine, DivMod
 from superopt.ir.statement import Statement
 from superopt.ir.types import is_float
 from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage, local_shape
+from superopt.schedule.pack_box import check_pack_boxes
 from superopt.schedule.primitives import Prefetch
 
 MAX_UNROLL = 64  # a code-size limit, not a hardware one
@@ -30,6 +31,7 @@ def check_plan(plan: KernelPlan) -> None:
             _check_attach(plan, s)  # (first: a block attachment sets the extent of a loop)
             _check_cache_at(s)
     check_gpu_plan(plan)  # Bind only on a CUDA target, within its limits (nothing to check on a CPU without Bind)
+    check_pack_boxes(plan)
     for s in plan.stages.values():
         _check_cache_at(s)
         names = [lp.name for lp in s.loops]

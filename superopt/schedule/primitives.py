@@ -214,6 +214,21 @@ class TransposeBlock(Primitive):
     prefetch: str = ""
 
 
+@dataclass(frozen=True)
+class PackAt(Primitive):
+    """Pack input ``tensor`` (which a ``Pack`` record lays out) inside loop ``at`` of the stage instead of before
+    the kernel: at each iteration of ``at``, the running thread copies the box of the packed layout that the loops
+    inside ``at`` read (from the input as the caller passes it) into a buffer of its own, and the reads inside
+    ``at`` read that box. A column panel packed where it is used stays in the core's L2 between its copy and its
+    reads, where a whole packed tensor goes out to the shared cache and is read back from there (GETT and BLIS
+    pack this way). At or inside the stage's parallel loop, each thread packs the boxes of its own iterations;
+    outside it, every thread packs the same box, each into its own buffer, before the threads share the parallel
+    loop. CPU targets; no other stage reads ``tensor``."""
+
+    tensor: str
+    at: str
+
+
 GPU_AXES = ("block_x", "block_y", "block_z", "thread_x", "thread_y", "thread_z")
 
 
@@ -241,7 +256,7 @@ class CacheRead(Primitive):
 PRIMITIVES: dict[str, type[Primitive]] = {
     c.__name__: c for c in (Split, Reorder, Fuse, Vectorize, Parallel, Unroll, CacheWrite, ComputeAt, Epilogue, Inline,
               Pack, Bind, ReduceEpilogue, CacheRead, InPlace, NextRow, Prefetch, Recompute, TransposeBlock,
-              OutputLayout)
+              OutputLayout, PackAt)
 }
 
 

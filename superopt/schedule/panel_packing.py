@@ -1,0 +1,75 @@
+"""Where a contraction packs its run-time column operand: a panel at a time inside the kernel (``PackAt``), or
+whole before it.
+
+A whole packed copy of an 8 MiB operand is written out to the shared cache before the kernel starts, then read
+back from there; a panel packed by the thread that reads it stays in that core's L2 between its copy and its
+reads (GETT, BLIS). The default packs inside the kernel where a loop's box is a panel that fits in half the L2
+(the rows of the tiles and the output share the rest) and no thread copies more than the whole operand; the
+outermost such loop (the fewest, largest boxes). The knob ``<stage>.pack_at`` lets the search turn it off.
+"""
+
+from __future__ import annotations
+
+import math
+
+from superopt.ir.compute import Compute
+from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage
+from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.pack_box import pack_box
+from superopt.schedule.plan import lower
+from superopt.schedule.primitives import Pack, PackAt, Primitive
+from superopt.target import Target
+
+PANEL_L2_SHARE = 0.5  # of the L2 a box may take
+
+
+def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> str | None:
+    """The loop of ``s`` whose boxes of ``tensor`` the default packs inside the kernel, or None: the outermost
+    loop outside the accumulator whose box fits :data:`PANEL_L2_SHARE` of the L2, where each thread copies at most
+    the whole packed operand over the call."""
+    target = plan.target
+    lay = plan.packs[tensor]
+    itemsize = plan.types[tensor].np_dtype.itemsize
+    whole = math.prod(lay.shape)
+    par = next((i for i, lp in enumerate(s.loops) if lp.parallel), None)
+    stop = s.index_of(s.acc_at) if s.acc_at is not None else len(s.loops)
+    for k, lp in enumerate(s.loops[:stop]):
+        try:
+            box = pack_box(plan, s, tensor, lp.name)
+        except ScheduleError:
+            continue
+        if box.size * itemsize > PANEL_L2_SHARE * target.l2_bytes:
+            continue
+        boxes = math.prod(x.extent for x in s.loops[: k + 1])  # (each iteration at or outside it packs a box)
+        shared = par is not None and par <= k  # (at or inside the parallel loop: the threads share the boxes)
+        if box.size * boxes / (target.threads if shared else 1) <= whole:
+            return lp.name
+    return None
+
+
+def with_panel_packing(compute: Compute, trace: list[Primitive], target: Target, stages: set[str],
+                       consts: frozenset[str], kn: KnobRecorder) -> list[Primitive]:
+    """``trace`` with a ``PackAt`` for each run-time column operand (a packed input split into panels) of the
+    register-tiled ``stages`` where :func:`panel_loop` finds a loop, unless knob ``<stage>.pack_at`` is off."""
+    if target.kind != "cpu":
+        return trace
+    panels = [p for p in trace if isinstance(p, Pack) and p.split_axis >= 0 and p.stage not in consts]
+    if not panels:
+        return trace
+    try:
+        plan = lower(compute, trace, target)
+    except ScheduleError:
+        return trace
+    out = list(trace)
+    for name in sorted(stages):
+        s = plan.stages.get(name)
+        if s is None:
+            continue
+        for p in panels:
+            if p.stage not in s.stmt.inputs():
+                continue
+            at = panel_loop(plan, s, p.stage)
+            use = kn.get(f"{name}.pack_at", at is not None, (False, True) if at is not None else (False,))
+            if use and at is not None:
+                out.append(PackAt(name, p.stage, at))
+    return out

@@ -1,0 +1,148 @@
+"""Packing an operand a box at a time inside the kernel (``PackAt``): each thread copies the panel its loops read
+into a buffer of its own, from the input as the caller passes it. Checked against the reference with boxes
+outside, at and inside the parallel loop, with partial panels and reduction blocks, through a transposed copy, and
+on more threads than the kernel was built for; the records it refuses name their cause; the default packs a
+run-time column operand this way where its panel fits the L2, and a constant one ahead of time."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from superopt.interp import evaluate_compute
+from superopt.lang import compile_op
+from superopt.loopnest import build_loopnest
+from superopt.runtime.kernel import build_kernels
+from superopt.schedule.default import default_schedule
+from superopt.schedule.kernel_plan import ScheduleError
+from superopt.schedule.plan import lower
+from superopt.schedule.primitives import (
+    CacheWrite,
+    Pack,
+    PackAt,
+    Parallel,
+    Reorder,
+    Split,
+    Unroll,
+    Vectorize,
+    trace_from_json,
+    trace_to_json,
+)
+from superopt.target import host_target
+
+# 70 columns in panels of 32 (the last one 6 wide), 29 reduction steps, 37 rows in tiles of 4
+GEMM = ("C[i,j] += A[i,k] * B[k,j]", {"A": (37, 29), "B": (29, 70)})
+# B read [j,k]: its packed panels [j_o][k][j_i] are a transposed copy (the source's innermost axis is k)
+GEMM_BT = ("C[i,j] += A[i,k] * B[j,k]", {"A": (37, 29), "B": (70, 29)})
+
+
+def _tiled(order, parallel, k_block=None):
+    trace = [Split("C", "j", 32), Split("C", "i", 4)]
+    if k_block:
+        trace.append(Split("C", "k", k_block))
+    return trace + [Reorder("C", order), CacheWrite("C", order[order.index("i_i") - 1]), Unroll("C", "i_i"),
+                    Vectorize("C", "j_i"), Parallel("C", parallel)]
+
+
+def _run(text, shapes, trace, target=None, threads=None, kernel_cache=None):
+    c = compile_op(text, shapes)
+    target = target or host_target(2)
+    args = [np.random.default_rng(0).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    (kernel,) = build_kernels([(c, tuple(trace))], kernel_cache, 2, target)
+    if threads:
+        kernel.set_threads(threads)
+    # (float32 sums of thousands of products: an absolute error in proportion to the largest sum)
+    np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4 + 1e-5 * np.abs(ref).max())
+    return kernel
+
+
+PANEL = Pack("B", (0, 1), 1, 32)
+PANEL_BT = Pack("B", (1, 0), 1, 32)
+CASES = {
+    # every thread packs each panel (the panel loop is outside the parallel rows)
+    "panel outside the parallel loop": (GEMM, _tiled(("j_o", "i_o", "k", "i_i", "j_i"), "i_o"), PANEL, "j_o"),
+    # each thread packs the panels of its own iterations
+    "panel at the parallel loop": (GEMM, _tiled(("j_o", "i_o", "k", "i_i", "j_i"), "j_o"), PANEL, "j_o"),
+    # a block of 8 reduction steps of a panel (the last block 5 steps: the rest of its box is zeros)
+    "reduction block inside the parallel loop": (
+        GEMM, _tiled(("j_o", "k_o", "i_o", "k_i", "i_i", "j_i"), "j_o", k_block=8), PANEL, "k_o"),
+    "transposed panel": (GEMM_BT, _tiled(("j_o", "i_o", "k", "i_i", "j_i"), "i_o"), PANEL_BT, "j_o"),
+    "transposed reduction block": (
+        GEMM_BT, _tiled(("j_o", "k_o", "i_o", "k_i", "i_i", "j_i"), "j_o", k_block=8), PANEL_BT, "k_o"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_box_packed_inside_the_kernel_matches_the_reference(name, kernel_cache):
+    (text, shapes), trace, pack, at = CASES[name]
+    trace = [*trace, pack, PackAt("C", "B", at)]
+    kernel = _run(text, shapes, trace, kernel_cache=kernel_cache)
+    # the caller passes B as it is: nothing packs it before the call, and the kernel's workspace holds the boxes
+    assert "B" not in kernel.source.packs and kernel.source.workspace
+    assert "_packbox_B" in kernel.source.code
+
+
+def test_more_threads_than_the_kernel_was_built_for_share_its_boxes_safely(kernel_cache):
+    """A box slot per thread the kernel was built for: started on more, its parallel loops run on that many."""
+    (text, shapes), trace, pack, at = CASES["panel outside the parallel loop"]
+    _run(text, shapes, [*trace, pack, PackAt("C", "B", at)], threads=4, kernel_cache=kernel_cache)
+
+
+def test_the_box_pack_is_a_trace_record():
+    (text, shapes), trace, pack, at = CASES["panel at the parallel loop"]
+    trace = (*trace, pack, PackAt("C", "B", at))
+    assert trace_from_json(trace_to_json(trace)) == trace
+
+
+@pytest.mark.parametrize("record, target, why", [
+    (PackAt("C", "A", "j_o"), None, "is not a packed kernel input"),
+    (PackAt("C", "B", "j_i"), None, "vectorized or unrolled"),
+    (PackAt("C", "B", "x"), None, "no loop 'x'"),
+    (PackAt("C", "B", "j_o"), replace(host_target(2), kind="cuda"), "CPU thread"),
+])
+def test_a_box_that_cannot_be_packed_is_refused_with_its_reason(record, target, why):
+    (text, shapes), trace, pack, _ = CASES["panel at the parallel loop"]
+    c = compile_op(text, shapes)
+    with pytest.raises(ScheduleError, match=why):
+        lower(c, [*trace, pack, record], target or host_target(2))
+
+
+def test_a_box_across_panels_is_refused():
+    """Rows outside the panels: the box under the rows' loop spans every panel of the split axis."""
+    (text, shapes) = GEMM
+    c = compile_op(text, shapes)
+    trace = [*_tiled(("i_o", "j_o", "k", "i_i", "j_i"), "i_o"), PANEL, PackAt("C", "B", "i_o")]
+    with pytest.raises(ScheduleError, match="spans 3 panels"):
+        lower(c, trace, host_target(2))
+
+
+def test_a_box_of_an_input_another_stage_reads_is_refused():
+    c = compile_op("T[i,j] += A[i,k] * B[k,j]; C[i,j] = T[i,j] + B[i,j]", {"A": (40, 40), "B": (40, 40)})
+    trace = [Split("T", "j", 16), Reorder("T", ("j_o", "i", "k", "j_i")), Vectorize("T", "j_i"),
+             Pack("B", (0, 1), 1, 16), PackAt("T", "B", "j_o")]
+    with pytest.raises(ScheduleError, match="another stage reads 'B'"):
+        lower(c, trace, host_target(2))
+
+
+# a column operand of 8 reduction axes' worth of panels: 256 columns in panels of 64 over 130 x 64 steps
+KIL = ("C[i,j] += A[k,i,l] * B[l,k,j]", {"A": (64, 250, 130), "B": (130, 64, 250)})
+
+
+def test_the_default_packs_a_run_time_column_operand_a_panel_at_a_time_where_it_fits_the_l2(kernel_cache):
+    text, shapes = KIL
+    c = compile_op(text, shapes)
+    target = host_target(2)
+    trace = default_schedule(c, target, frozenset())
+    (record,) = [p for p in trace if isinstance(p, PackAt)]
+    plan = lower(c, trace, target)
+    nest = build_loopnest(plan)
+    (box,) = nest.box_packs
+    assert box.tensor == record.tensor and record.tensor not in nest.layouts
+    size = np.prod([n for _, n in box.loops]) * 4
+    assert size <= target.l2_bytes / 2
+    _run(text, shapes, trace, kernel_cache=kernel_cache)
+    # a constant operand is packed once, ahead of time; a box that no loop keeps within half the L2 is not packed
+    assert not any(isinstance(p, PackAt) for p in default_schedule(c, target, frozenset(c.inputs)))
+    small = replace(target, l2_bytes=size // 2)
+    assert not any(isinstance(p, PackAt) for p in default_schedule(c, small, frozenset()))
