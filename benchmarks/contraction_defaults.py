@@ -21,6 +21,8 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +106,7 @@ def render(result: dict) -> str:
 
 
 def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: str) -> None:
-    """The options of a before/after benchmark on random contractions (this one, ``pack_order.py``)."""
+    """The options of a before/after benchmark on random contractions (this one, ``pack_order.py``, ``pack_at.py``)."""
     ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--random", type=int, default=random)
     ap.add_argument("--threads", type=int, default=2)
@@ -112,6 +114,45 @@ def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: s
     ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     ap.add_argument("--name", default=name)
+
+
+def ab_rule(args: argparse.Namespace, off: Callable[[], AbstractContextManager], differ: Callable, before: str
+            ) -> dict:
+    """A rule of the default on and off, on ``random_contractions(args.random, args.seed)``: each compiled as a user
+    does (``superopt.op``) with the rule as it is (``this``) and inside ``off()`` (``before``); the contractions
+    whose programs ``differ(before_program, this_program)`` run on the same seeded inputs, are checked equal, and
+    timed as whole calls (run-time packs inside) in alternating blocks (medians). Each changed case's speed-up is
+    the ``before`` time over this one; ``summary`` from :func:`ab_summary`."""
+    import numpy as np
+
+    import superopt
+    from benchmarks.contraction_cases import random_contractions
+    from benchmarks.machine import cpu_model
+    from superopt.measure.timing import TimingConfig, time_alternating
+
+    result: dict = {"cpu": cpu_model(), "threads": args.threads, "seed": args.seed, "random": args.random,
+                    "rounds": args.rounds, "tie": args.tie, "changed": {}}
+    for case in random_contractions(args.random, args.seed):
+        rng = np.random.default_rng(args.seed)
+        inputs = [rng.standard_normal(s).astype(np.float32) for s in case.shapes]
+        programs = {"this": superopt.op(case.text, threads=args.threads, verify=False).program(*inputs)}
+        with off():
+            programs[before] = superopt.op(case.text, threads=args.threads, verify=False).program(*inputs)
+        if not differ(programs[before], programs["this"]):
+            continue
+        outs = {w: np.asarray(p(*inputs)) for w, p in programs.items()}
+        scale = max(float(np.abs(outs[before]).max()), 1e-30)
+        if not np.abs(outs[before] - outs["this"]).max() <= 1e-5 * scale:
+            raise SystemExit(f"{case.name}: the two programs give different outputs")
+        timed = time_alternating({w: (lambda p=p, x=inputs: p(*x)) for w, p in programs.items()},
+                                 TimingConfig(warmup_calls=2, rounds=args.rounds))
+        r = {"text": case.text, "shapes": [list(s) for s in case.shapes], f"{before}_s": timed[before].median_s,
+             "this_s": timed["this"].median_s}
+        r["speedup"] = r[f"{before}_s"] / r["this_s"]
+        result["changed"][case.name] = r
+        print(f"{case.name:12s} {case.text:48s} {r['speedup']:.2f}x", flush=True)
+    result["summary"] = ab_summary([r["speedup"] for r in result["changed"].values()], args.tie)
+    return result
 
 
 def ab_summary(speedups: list[float], tie: float) -> dict:

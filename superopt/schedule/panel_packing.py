@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from superopt.ir.compute import Compute
-from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage
+from superopt.schedule.kernel_plan import KernelPlan, PackLayout, ScheduleError, Stage
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.pack_box import pack_box
 from superopt.schedule.plan import lower
@@ -31,6 +31,7 @@ def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> str | None:
     lay = plan.packs[tensor]
     itemsize = plan.types[tensor].np_dtype.itemsize
     whole = math.prod(lay.shape)
+    line = max(1, target.cache_line_bytes // itemsize)
     par = next((i for i, lp in enumerate(s.loops) if lp.parallel), None)
     stop = s.index_of(s.acc_at) if s.acc_at is not None else len(s.loops)
     for k, lp in enumerate(s.loops[:stop]):
@@ -38,13 +39,22 @@ def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> str | None:
             box = pack_box(plan, s, tensor, lp.name)
         except ScheduleError:
             continue
-        if box.size * itemsize > PANEL_L2_SHARE * target.l2_bytes:
+        if box.size * itemsize > PANEL_L2_SHARE * target.l2_bytes or _splits_lines(lay, box.shape, line):
             continue
         boxes = math.prod(x.extent for x in s.loops[: k + 1])  # (each iteration at or outside it packs a box)
         shared = par is not None and par <= k  # (at or inside the parallel loop: the threads share the boxes)
         if box.size * boxes / (target.threads if shared else 1) <= whole:
             return lp.name
     return None
+
+
+def _splits_lines(lay: PackLayout, shape: tuple[int, ...], line: int) -> bool:
+    """Whether boxes of ``shape`` take fewer elements of each source line than the line holds: the boxes beside
+    each other would read every line again (25 boxes of one element of a 25-element run: each line read by 16)."""
+    last = len(lay.src_shape) - 1
+    pos = lay.perm.index(last)  # (the source's innermost axis among the permuted axes)
+    axis = pos if lay.split_axis < 0 or pos < lay.split_axis else pos + 1
+    return shape[axis] < min(lay.src_shape[last], line)
 
 
 def with_panel_packing(compute: Compute, trace: list[Primitive], target: Target, stages: set[str],
