@@ -148,9 +148,10 @@ def test_the_default_packs_a_run_time_column_operand_a_panel_at_a_time_where_it_
     assert not any(isinstance(p, PackAt) for p in default_schedule(c, small, frozenset()))
 
 
-def test_the_default_packs_no_boxes_that_take_part_of_each_source_line():
+def test_the_default_packs_no_boxes_that_take_part_of_each_source_line_the_l2_cannot_keep():
     """B's innermost axis (l, 25) is a loop outside the tiles: a box under it holds one l of each source line of
-    16, and the 25 boxes would read every line again. The whole operand is packed before the call instead."""
+    16, over more lines than the L2 keeps, and the 25 boxes would read every line again from memory. The whole
+    operand is packed before the call instead."""
     c = compile_op("C[i,l,k,j] += A[i,j,m] * B[k,m,l]", {"A": (49, 5, 3210), "B": (93, 3210, 25)})
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, Pack) and p.stage == "B" for p in trace)

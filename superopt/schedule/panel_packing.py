@@ -39,7 +39,8 @@ def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> str | None:
             box = pack_box(plan, s, tensor, lp.name)
         except ScheduleError:
             continue
-        if box.size * itemsize > PANEL_L2_SHARE * target.l2_bytes or _splits_lines(lay, box.shape, line):
+        if box.size * itemsize > PANEL_L2_SHARE * target.l2_bytes \
+                or _rereads_lines(lay, box.shape, line, target.l2_bytes, target.cache_line_bytes):
             continue
         boxes = math.prod(x.extent for x in s.loops[: k + 1])  # (each iteration at or outside it packs a box)
         shared = par is not None and par <= k  # (at or inside the parallel loop: the threads share the boxes)
@@ -48,13 +49,17 @@ def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> str | None:
     return None
 
 
-def _splits_lines(lay: PackLayout, shape: tuple[int, ...], line: int) -> bool:
-    """Whether boxes of ``shape`` take fewer elements of each source line than the line holds: the boxes beside
-    each other would read every line again (25 boxes of one element of a 25-element run: each line read by 16)."""
+def _rereads_lines(lay: PackLayout, shape: tuple[int, ...], line: int, l2_bytes: int, line_bytes: int) -> bool:
+    """Whether boxes of ``shape`` take fewer elements of each source line than the line holds, and touch so many
+    lines that they have left half the L2 before the next box reads them again (25 boxes, each one element of 154080
+    source lines of a 25-element run: every line read 16 times from memory, 0.84x). Boxes of a few lines each
+    read them again from the cache."""
     last = len(lay.src_shape) - 1
-    pos = lay.perm.index(last)  # (the source's innermost axis among the permuted axes)
-    axis = pos if lay.split_axis < 0 or pos < lay.split_axis else pos + 1
-    return shape[axis] < min(lay.src_shape[last], line)
+    pos = lay.perm.index(last)  # (the source's innermost axis among the permuted axes; the split's panel is first)
+    axis = pos if lay.split_axis < 0 else pos + 1
+    if shape[axis] >= min(lay.src_shape[last], line):
+        return False
+    return math.prod(shape) // shape[axis] * line_bytes > l2_bytes / 2
 
 
 def with_panel_packing(compute: Compute, trace: list[Primitive], target: Target, stages: set[str],
