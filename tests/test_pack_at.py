@@ -11,7 +11,7 @@ import pytest
 
 from superopt.interp import evaluate_compute
 from superopt.lang import compile_op
-from superopt.loopnest import build_loopnest
+from superopt.loopnest import build_loopnest, outline
 from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import default_schedule
 from superopt.schedule.kernel_plan import ScheduleError
@@ -156,3 +156,11 @@ def test_the_default_packs_no_boxes_that_take_part_of_each_source_line_the_l2_ca
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, Pack) and p.stage == "B" for p in trace)
     assert not any(isinstance(p, PackAt) for p in trace), trace
+
+
+def test_the_outline_shows_where_each_thread_packs_its_box():
+    (text, shapes), trace, pack, at = CASES["panel outside the parallel loop"]
+    c = compile_op(text, shapes)
+    text = outline(build_loopnest(lower(c, [*trace, pack, PackAt("C", "B", at)], host_target(2))))
+    assert "every thread packs box of B" in text and "box pack B -> [1, 29, 32]" in text, text
+    assert "let so_box_B = this thread's 928 elements of so_boxes_B" in text

@@ -51,8 +51,8 @@ class PackNest:
     loops step by B and each step copies a B x B block transposed in registers, the second in runs of the span where
     ``order`` has its runs. ``order``: the loop headers outermost first, each loop once (twice for runs and their
     blocks); the copy statement sits inside the last. ``box``: the routine packs one box of the layout (``PackAt``)
-    from the source element its caller points at, each loop to a count its caller passes (``dst_shape`` is the
-    box's; a box its counts cut short is zeroed first)."""
+    from the source element its caller points at, each loop (of the box's extent) to a count its caller passes; a
+    box its counts cut short is zeroed first."""
 
     tensor: str
     dtype: str

@@ -16,10 +16,12 @@ from superopt.loopnest.loop import Loop
 from superopt.loopnest.statements import (
     Accumulate,
     Assign,
+    BoxSlot,
     CombineLanes,
     Epilogue,
     Guard,
     Node,
+    PackBox,
     PeeledLoop,
     Prefetch,
     RestoreNan,
@@ -108,6 +110,12 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
         out.append(f"{pad}prefetch {_ref(n.access)} locality {n.locality}")
     elif isinstance(n, CombineLanes):
         out.append(f"{pad}combine-lanes {_ref(n.target)} {n.op}= {n.source}[{n.lanes}]")
+    elif isinstance(n, BoxSlot):
+        out.append(f"{pad}let {n.buffer} = this thread's {n.slot} elements of {n.workspace}")
+    elif isinstance(n, PackBox):
+        counts = ", ".join(" min ".join(str(t) for t in terms) for terms in n.counts)
+        who = "every thread packs" if n.every_thread else "pack"
+        out.append(f"{pad}{who} box of {n.tensor} from {n.base} ({counts}) into its slot of {n.workspace}")
     else:
         out.append(f"{pad}{n!r}")
 
@@ -117,4 +125,5 @@ def outline(nest: LoopNest) -> str:
     for s in nest.body:
         _lines(s, 0, out)
     out += [f"pack {p.tensor} -> {[n for _, n in p.loops]}" for p in nest.packs]
+    out += [f"box pack {p.tensor} -> {[n for _, n in p.loops]}" for p in nest.box_packs]
     return "\n".join(out)
