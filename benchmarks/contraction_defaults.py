@@ -21,8 +21,8 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,6 +153,50 @@ def ab_rule(args: argparse.Namespace, off: Callable[[], AbstractContextManager],
         print(f"{case.name:12s} {case.text:48s} {r['speedup']:.2f}x", flush=True)
     result["summary"] = ab_summary([r["speedup"] for r in result["changed"].values()], args.tie)
     return result
+
+
+@contextmanager
+def constant_set(module, name: str, value) -> Iterator[None]:
+    """``module.name`` set to ``value`` inside the block (a rule's threshold, to build a program without the rule)."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def ab_main(doc: str, name: str, seed: int, random: int, module, constant: str, value, differ: Callable,
+            before: str, render: Callable[[dict], str]) -> None:
+    """The command line of a before/after benchmark: ``module.constant`` set to ``value`` builds the programs
+    without the rule (:func:`ab_rule`); writes ``results/NAME.md`` and ``.json``."""
+    from benchmarks.machine import write_result
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ab_arguments(ap, seed=seed, random=random, name=name)
+    args = ap.parse_args()
+    result = ab_rule(args, lambda: constant_set(module, constant, value), differ, before)
+    write_result(args.out, args.name, result, render(result))
+    print(render(result))
+
+
+def ab_render(result: dict, title: str, intro: str, before: str, columns: tuple[str, str]) -> str:
+    """The markdown of an :func:`ab_rule` result: ``title`` (the machine appended), ``intro``, a row per changed
+    case (``columns``: the headers of the ``before`` and this checkout's times) and the summary."""
+    s = result["summary"]
+    lines = [f"# {title} ({result['cpu']}, {result['threads']} threads)", "",
+             f"`random_contractions({result['random']}, {result['seed']})` of `benchmarks/contraction_cases.py`, each "
+             f"compiled as `superopt.op` does, {intro}, timed as whole calls in {result['rounds']} alternating rounds "
+             "of blocks (medians).", "", f"{len(result['changed'])} of {result['random']} contractions differ.", "",
+             f"| case | contraction | {columns[0]} ms | {columns[1]} ms | speed-up |", "|---|---|---:|---:|---:|"]
+    for name, r in result["changed"].items():
+        shapes = " x ".join("x".join(map(str, sh)) for sh in r["shapes"])
+        lines.append(f"| {name} | `{r['text']}` {shapes} | {r[f'{before}_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | "
+                     f"{r['speedup']:.2f}x |")
+    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
+              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair's "
+              "outputs agreed within 1e-5 of the largest output.", ""]
+    return "\n".join(lines)
 
 
 def ab_summary(speedups: list[float], tie: float) -> dict:

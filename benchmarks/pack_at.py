@@ -13,12 +13,13 @@ Writes ``benchmarks/results/pack_at.md`` and ``.json``.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.contraction_defaults import ab_main, ab_render  # noqa: E402
 
 
 def _traces(program) -> list:
@@ -26,47 +27,18 @@ def _traces(program) -> list:
 
 
 def render(result: dict) -> str:
-    s = result["summary"]
-    lines = [f"# Column panels packed inside the kernel against the whole operand packed before it "
-             f"({result['cpu']}, {result['threads']} threads)", "",
-             f"`random_contractions({result['random']}, {result['seed']})` of `benchmarks/contraction_cases.py`, each "
-             "compiled as `superopt.op` does, with the default's panel packing (`PackAt`) and without it "
-             "(`PANEL_L2_SHARE = 0`); each contraction whose schedules differ timed as whole calls in "
-             f"{result['rounds']} alternating rounds of blocks (medians). Speed-up: the whole pack's time over the "
-             "panels'.", "",
-             f"{len(result['changed'])} of {result['random']} contractions differ.", "",
-             "| case | contraction | whole ms | panels ms | speed-up |", "|---|---|---:|---:|---:|"]
-    for name, r in result["changed"].items():
-        shapes = " x ".join("x".join(map(str, sh)) for sh in r["shapes"])
-        lines.append(f"| {name} | `{r['text']}` {shapes} | {r['whole_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | "
-                     f"{r['speedup']:.2f}x |")
-    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
-              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair's "
-              "outputs agreed within 1e-5 of the largest output.", ""]
-    return "\n".join(lines)
+    return ab_render(result, "Column panels packed inside the kernel against the whole operand packed before it",
+                     "with the default's panel packing (`PackAt`) and without it (`PANEL_L2_SHARE = 0`); each "
+                     "contraction whose schedules differ. Speed-up: the whole pack's time over the panels'",
+                     "whole", ("whole", "panels"))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sys.path.insert(0, str(REPO))
-    from benchmarks.contraction_defaults import ab_arguments, ab_rule
-
-    ab_arguments(ap, seed=29, random=120, name="pack_at")
-    args = ap.parse_args()
     import superopt.schedule.panel_packing as panel_packing
-    from benchmarks.machine import write_result
 
-    @contextmanager
-    def whole_packs():
-        share, panel_packing.PANEL_L2_SHARE = panel_packing.PANEL_L2_SHARE, 0.0
-        try:
-            yield
-        finally:
-            panel_packing.PANEL_L2_SHARE = share
-
-    result = ab_rule(args, whole_packs, lambda a, b: _traces(a) != _traces(b), "whole")
-    write_result(args.out, args.name, result, render(result))
-    print(render(result))
+    # (whole packs: no box fits)
+    ab_main(__doc__, "pack_at", 29, 120, panel_packing, "PANEL_L2_SHARE", 0.0, lambda a, b: _traces(a) != _traces(b),
+            "whole", render)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,14 @@ Writes ``benchmarks/results/pack_order.md`` and ``.json``.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.contraction_defaults import ab_main, ab_render  # noqa: E402
 
 
 def _pack_code(program) -> str:
@@ -27,46 +28,18 @@ def _pack_code(program) -> str:
 
 
 def render(result: dict) -> str:
-    s = result["summary"]
-    lines = [f"# Pack loop order against the plain packed order ({result['cpu']}, {result['threads']} threads)", "",
-             f"`random_contractions({result['random']}, {result['seed']})` of `benchmarks/contraction_cases.py`, each "
-             "compiled as `superopt.op` does, with this checkout's pack loop order and with the plain packed order "
-             "(`PACK_RUN_LINES = 0`); each contraction whose pack routines differ timed as whole calls (its run-time "
-             f"packs inside) in {result['rounds']} alternating rounds of blocks (medians). Speed-up: the plain "
-             "order's time over this one's.", "",
-             f"{len(result['changed'])} of {result['random']} contractions differ.", "",
-             "| case | contraction | plain ms | this ms | speed-up |", "|---|---|---:|---:|---:|"]
-    for name, r in result["changed"].items():
-        shapes = " x ".join("x".join(map(str, sh)) for sh in r["shapes"])
-        lines.append(f"| {name} | `{r['text']}` {shapes} | {r['plain_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | "
-                     f"{r['speedup']:.2f}x |")
-    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
-              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair's "
-              "outputs agreed within 1e-5 of the largest output.", ""]
-    return "\n".join(lines)
+    return ab_render(result, "Pack loop order against the plain packed order",
+                     "with this checkout's pack loop order and with the plain packed order (`PACK_RUN_LINES = 0`); "
+                     "each contraction whose pack routines differ (its run-time packs inside the call). Speed-up: "
+                     "the plain order's time over this one's", "plain", ("plain", "this"))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sys.path.insert(0, str(REPO))
-    from benchmarks.contraction_defaults import ab_arguments, ab_rule
-
-    ab_arguments(ap, seed=17, random=300, name="pack_order")
-    args = ap.parse_args()
     import superopt.loopnest.build_packs as build_packs
-    from benchmarks.machine import write_result
 
-    @contextmanager
-    def plain_order():  # (no source run counts as short)
-        run_lines, build_packs.PACK_RUN_LINES = build_packs.PACK_RUN_LINES, 0
-        try:
-            yield
-        finally:
-            build_packs.PACK_RUN_LINES = run_lines
-
-    result = ab_rule(args, plain_order, lambda a, b: _pack_code(a) != _pack_code(b), "plain")
-    write_result(args.out, args.name, result, render(result))
-    print(render(result))
+    # (the plain packed order: no source run counts as short)
+    ab_main(__doc__, "pack_order", 17, 300, build_packs, "PACK_RUN_LINES", 0,
+            lambda a, b: _pack_code(a) != _pack_code(b), "plain", render)
 
 
 if __name__ == "__main__":

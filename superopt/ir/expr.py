@@ -195,6 +195,16 @@ def exact_divmod(lin: Affine, f: int, extents: Mapping[str, int]) -> tuple[Affin
     return None, None
 
 
+def box_split(lin: Affine, inner: set[str], extents: Mapping[str, int]) -> tuple[Affine, Affine, int]:
+    """``lin`` as ``origin + local``: ``local`` over the variables of ``inner`` (shifted to start at 0), ``origin``
+    over the rest; and the extent ``local`` spans over the box ``0 <= var < extent`` (the box a loop's iterations
+    read of one axis: an origin per iteration of the loops outside, a range inside)."""
+    org = lin.substitute({v: Affine.of({}, 0) for v in lin.vars() & inner}).simplify()
+    loc = (lin + org.scale(-1)).simplify()
+    lo, hi = loc.bounds(extents)
+    return (org + Affine.of({}, lo)).simplify(), (loc + Affine.of({}, -lo)).simplify(), hi - lo + 1
+
+
 def _split_divmod(atom: DivMod, repl: Affine) -> Affine:
     """(v / k) or (v % k) with v = m*outer + inner, m a multiple of k (and inner < m)."""
     k = atom.divisor

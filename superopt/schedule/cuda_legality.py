@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from superopt.ir.expr import Affine
+from superopt.ir.expr import Affine, box_split
 from superopt.schedule.primitives import GPU_AXES
 
 if TYPE_CHECKING:
@@ -191,13 +191,10 @@ def shared_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> SharedBox:
         lin = ix.substitute({d: s.dims[d] for d in ix.vars()}).simplify()
         if any(not isinstance(a, str) for a, _ in lin.terms):
             raise ScheduleError(f"{prim}: {tensor!r} is indexed through a fused loop (div/mod)")
-        org = lin.substitute({v: Affine.of({}, 0) for v in lin.vars() & inner}).simplify()
-        loc = (lin + org.scale(-1)).simplify()
-        lo, hi = loc.bounds(extents)
-        org, loc = (org + Affine.of({}, lo)).simplify(), (loc + Affine.of({}, -lo)).simplify()
+        org, loc, span = box_split(lin, inner, extents)
         glo, ghi = lin.bounds(extents)
         checked = checked or glo < 0 or ghi >= n
-        shape.append(hi - lo + 1)
+        shape.append(span)
         origin.append(org)
         local.append(loc)
     nbytes = math.prod(shape) * t.np_dtype.itemsize

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from superopt.ir.expr import Affine, DivMod, exact_divmod
+from superopt.ir.expr import Affine, DivMod, box_split, exact_divmod
 from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage
 
 
@@ -78,17 +78,14 @@ def pack_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> PackBox:
     for axis, (lin, n) in enumerate(zip(parts, packed)):
         if any(isinstance(a, DivMod) and a.var in inner for a, _ in lin.terms):
             raise ScheduleError(f"{prim}: {tensor!r} is indexed through a fused loop inside {at!r} (div/mod)")
-        org = lin.substitute({v: Affine.of({}, 0) for v in lin.vars() & inner}).simplify()
-        loc = (lin + org.scale(-1)).simplify()
-        lo, hi = loc.bounds(extents)
-        org, loc = (org + Affine.of({}, lo)).simplify(), (loc + Affine.of({}, -lo)).simplify()
+        org, loc, span = box_split(lin, inner, extents)
         olo, ohi = org.bounds(extents)
         if olo < 0:
             raise ScheduleError(f"{prim}: the box would start before the packed layout's axis {axis}")
-        shape.append(hi - lo + 1)
+        shape.append(span)
         origin.append(org)
         local.append(loc)
-        cut.append(ohi + hi - lo + 1 > n)
+        cut.append(ohi + span > n)
     if lay.split_axis >= 0:
         a = lay.split_axis + 1  # (the split's inner part; its outer part, the panel, is packed axis 0)
         if shape[0] != 1:
