@@ -18,6 +18,7 @@ from superopt.ir.expr import (
     Unary,
     Where,
     exact_divmod,
+    flat_offset,
 )
 from superopt.ir.types import is_float
 from superopt.lang.parser import infer_dtype
@@ -70,10 +71,7 @@ class AccessBuilding:
     def access(self, s: Stage, tensor: str, index: tuple[Affine, ...]) -> BufferAccess:
         box = self._in_box.get(tensor)
         if box is not None:  # (inside the loop that packs it: the thread's box, indexed by the loops inside)
-            flat, stride = Affine.of(), 1
-            for loc, n in reversed(list(zip(box.local, box.shape))):
-                flat = flat + self._rename(s, loc).scale(stride)
-                stride *= n
+            flat = flat_offset([self._rename(s, loc) for loc in box.local], box.shape)
             return BufferAccess(box_buffer(tensor), FlatIndex(flat.simplify()), self.types[tensor].dtype)
         lins = [self.affine_lin(s, ix) for ix in index]
         stage = self.stages.get(tensor)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from superopt.ir.expr import Affine
+from superopt.ir.expr import Affine, flat_offset
 from superopt.loopnest.index import FlatIndex
 from superopt.loopnest.kernel import Joined, PackNest, PackStep
 from superopt.loopnest.loop import Loop
@@ -122,20 +122,11 @@ class PacksAndPrefetches:
         its axes runs (see :mod:`superopt.schedule.pack_box`)."""
         lay = self.plan.packs[box.tensor]
         origin = [self._rename(s, o) for o in box.origin]
-        r = len(lay.perm)
         a = lay.split_axis
-        # packed axis -> its position among the permuted axes (the split's outer part, packed axis 0, is the
-        # panel: position ``a`` too)
-        pos = list(range(r)) if a < 0 else [a, *range(r)]
-        at_src: dict[int, Affine] = {}
-        for j, o in enumerate(origin):
-            axis = lay.perm[pos[j]]
-            part = o.scale(lay.factor) if a >= 0 and j == 0 else o
-            at_src[axis] = at_src.get(axis, Affine.of()) + part
-        base, stride = Affine.of(), 1
-        for axis in reversed(range(r)):
-            base = base + at_src[axis].scale(stride)
-            stride *= lay.src_shape[axis]
+        at_src = [Affine.of()] * len(lay.src_shape)  # (the box's first element, per source axis)
+        for j, (axis, o) in enumerate(zip(lay.axis_sources, origin)):
+            at_src[axis] = at_src[axis] + (o.scale(lay.factor) if a >= 0 and j == 0 else o)  # (0: the panel)
+        base = flat_offset(at_src, lay.src_shape)
         counts: list[tuple[int | Affine, ...]] = []
         for j, (n, o, cut) in enumerate(zip(box.shape, origin, box.cut)):
             terms: list[int | Affine] = [n]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from superopt.ir.expr import Affine
+from superopt.ir.expr import flat_offset
 from superopt.loopnest import (
     Accumulate,
     Assign,
@@ -36,17 +36,9 @@ if TYPE_CHECKING:
     from superopt.schedule.kernel_plan import KernelPlan
 
 
-def _flat(parts: tuple[Affine, ...], shape: tuple[int, ...]) -> Affine:
-    out, stride = Affine.of(), 1
-    for part, n in reversed(list(zip(parts, shape))):
-        out = out + part.scale(stride)
-        stride *= n
-    return out.simplify()
-
-
 def _swap_loads(value, box: SharedBox):
     if isinstance(value, Load) and isinstance(value.source, BufferAccess) and value.source.buffer == box.tensor:
-        return replace(value, source=BufferAccess(box.buffer, FlatIndex(_flat(box.local, box.shape)), box.dtype))
+        return replace(value, source=BufferAccess(box.buffer, FlatIndex(flat_offset(box.local, box.shape).simplify()), box.dtype))
     if isinstance(value, Op):
         return replace(value, args=tuple(_swap_loads(a, box) for a in value.args))
     return value

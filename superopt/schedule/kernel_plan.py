@@ -122,6 +122,14 @@ class PackLayout:
         outer = math.ceil(s[a] / self.factor)
         return (outer, *s[:a], self.factor, *s[a + 1:])
 
+    @property
+    def axis_sources(self) -> tuple[int, ...]:
+        """The source axis of each packed axis (the split's outer part, packed axis 0, and its inner part both
+        name the split source axis)."""
+        if self.split_axis < 0:
+            return tuple(self.perm)
+        return (self.perm[self.split_axis], *self.perm)
+
     def map_index(self, index: Sequence) -> list:
         """Original per-axis indices -> packed per-axis (as ('div'|'mod', x, f) for the split axis)."""
         s = [index[p] for p in self.perm]

@@ -55,8 +55,7 @@ def _rereads_lines(lay: PackLayout, shape: tuple[int, ...], line: int, l2_bytes:
     source lines of a 25-element run: every line read 16 times from memory, 0.84x). Boxes of a few lines each
     read them again from the cache."""
     last = len(lay.src_shape) - 1
-    pos = lay.perm.index(last)  # (the source's innermost axis among the permuted axes; the split's panel is first)
-    axis = pos if lay.split_axis < 0 else pos + 1
+    axis = max(j for j, src in enumerate(lay.axis_sources) if src == last)  # (of a split one, its inner part)
     if shape[axis] >= min(lay.src_shape[last], line):
         return False
     return math.prod(shape) // shape[axis] * line_bytes > l2_bytes / 2
