@@ -128,6 +128,34 @@ def test_a_vector_loop_that_is_no_whole_number_of_vectors_overlaps_its_last_vect
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_tile_written_back_once_per_reduction_block_does_not_overlap_its_last_vector(kernel_cache):
+    """25 columns, the reduction in blocks of 4 outside the rows: the tile is added to the output once per block.
+    An overlapping last vector would add its 7 shared columns twice, so the tile keeps the float array."""
+    c = compile_op(MATMUL, {"A": (8, 16), "B": (16, 25)})
+    trace = [Split("C", "k", 4), Split("C", "i", 4), Reorder("C", ("k_o", "i_o", "k_i", "i_i", "j")),
+             CacheWrite("C", "k_i"), Unroll("C", "i_i"), Vectorize("C", "j")]
+    code = _code(c, trace, avx512_target(2))
+    assert "acc_vec" not in code and "float acc[100]" in code
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs]
+    got, want = _run(c, trace, host_target(2), kernel_cache, args)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_last_panel_of_a_wide_tile_overlaps_its_last_vector_in_rows_of_the_full_tiles_pitch(kernel_cache):
+    """57 columns in tiles of 32: the last panel is 25 columns, its rows 32 apart in the tile; held as two vectors a
+    row, the second from column 9, where it was a float array."""
+    c = compile_op(MATMUL, {"A": (8, 16), "B": (16, 57)})
+    trace = [Split("C", "j", 32), Split("C", "i", 4), Reorder("C", ("j_o", "i_o", "k", "i_i", "j_i")),
+             CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "j_i"), Parallel("C", "i_o")]
+    code = _code(c, trace, avx512_target(2))
+    assert "float acc[" not in code and "so_v16 acc_vec[8]" in code and "SO_MIN(16 * j_i_vec, 9)" in code
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs]
+    got, want = _run(c, trace, host_target(2), kernel_cache, args)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_read_through_a_div_mod_of_the_vector_loop_keeps_the_array(kernel_cache):
     """A 1-tap conv over [2,4,8] vectorizes the fused (batch, position) loop of 16: its input index is
     ``(d0_d3 % 8) + 32*(d0_d3 / 8)``, neither contiguous nor constant along the vector (ONNX's

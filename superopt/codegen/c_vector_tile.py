@@ -22,6 +22,8 @@ costs most where a tile's reduction is short (attention's two 64-step matmul til
 
 from __future__ import annotations
 
+import math
+
 from superopt.codegen.c_emit import c_conds, c_linear, c_ref, c_value
 from superopt.codegen.c_prelude import VECTOR_LANES, vector_op
 from superopt.ir.expr import Affine
@@ -32,6 +34,7 @@ from superopt.loopnest import (
     BufferAccess,
     Epilogue,
     Fill,
+    Guard,
     IndexNumber,
     Literal,
     Load,
@@ -67,12 +70,17 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
         # depthwise conv's 14 columns in two vectors of 8)
         overlap = _overlap_extent(body[2:], tile.lanes // 2, shorter=tile.lanes)
         lanes = tile.lanes // 2 if overlap is not None else lanes
-    if overlap is not None and tile.size % overlap:
-        return None
+    pitch = None
+    if overlap is not None:
+        # (the tile's rows may lie further apart than the overlap extent: the last panel of a tile 64 wide is
+        # 25 columns in rows 64 apart, held as 2 vectors a row)
+        pitch = _row_pitch(body[2:], tile.name, overlap, tile.size)
+        if pitch is None:
+            return None
     if overlap is None and tile.size % tile.lanes:
         return None
-    printer = _TilePrinter(tile.name, lanes, overlap)
-    count = tile.size // lanes if overlap is None else tile.size // overlap * -(-overlap // lanes)
+    printer = _TilePrinter(tile.name, lanes, overlap, pitch)
+    count = tile.size // lanes if overlap is None else tile.size // pitch * -(-overlap // lanes)
     try:
         lines = [(0, f"{printer.t} {printer.vec}[{count}];"),
                  (0, f"for (int {fill.var} = 0; {fill.var} < {count}; ++{fill.var}) "
@@ -101,7 +109,7 @@ def _overlap_extent(body: tuple, lanes: int, shorter: int | None = None) -> int 
                 loops.append(n)
             for c in n.body:
                 scan(c)
-        elif isinstance(n, Epilogue):
+        elif isinstance(n, (Epilogue, Guard)):  # (a guarded write-back: a reduction block's read-modify-write)
             scan(n.body)
         elif isinstance(n, Accumulate):
             ok = ok and isinstance(n.target, RegisterRef)  # (a sum folded into memory would add twice)
@@ -118,13 +126,39 @@ def _overlap_extent(body: tuple, lanes: int, shorter: int | None = None) -> int 
     return e if e > lanes and e % lanes else None
 
 
+def _row_pitch(body: tuple, name: str, overlap: int, size: int) -> int | None:
+    """The distance between the rows of tile ``name`` whose vectorized loops run ``overlap`` columns: the largest
+    divisor of ``size`` of at least ``overlap`` that every index of the tile, less its unit column term, is a
+    multiple of (each row then starts a block of its own); None where there is none."""
+    refs: list[Affine] = []
+
+    def scan(n: object) -> None:
+        if isinstance(n, RegisterRef):
+            if n.name == name and n.index is not None:
+                refs.append(n.index)
+        elif isinstance(n, (tuple, list)):
+            for c in n:
+                scan(c)
+        elif hasattr(n, "__dataclass_fields__"):
+            for f in n.__dataclass_fields__:
+                scan(getattr(n, f))
+    scan(body)
+    parts = [ix.const for ix in refs] + [c for ix in refs for v, c in ix.terms if c != 1]
+    pitch = 0
+    for c in parts:
+        pitch = math.gcd(pitch, c)
+    pitch = math.gcd(pitch, size)
+    return pitch if pitch >= overlap else None
+
+
 class _TilePrinter:
-    def __init__(self, name: str, lanes: int, overlap: int | None = None) -> None:
+    def __init__(self, name: str, lanes: int, overlap: int | None = None, pitch: int | None = None) -> None:
         self.name, self.lanes = name, lanes
         self.vec = f"{name}_vec"
         self.t = f"so_v{lanes}"
         self.partial: str | None = None  # inside a write-back loop with a partial vector: its count of valid lanes
         self.overlap = overlap  # the vectorized loops' extent, their last vector overlapping (_overlap_extent)
+        self.pitch = pitch or overlap  # the distance between the tile's rows (_row_pitch)
 
     def node(self, n: object, depth: int, col: str | None) -> list[tuple[int, str]]:
         if isinstance(n, Loop):
@@ -231,8 +265,8 @@ class _TilePrinter:
         if ix is None or any(not isinstance(v, str) for v, _ in ix.terms) or ix.coeff(col) != 1:
             raise _NotVector
         terms = {v: c for v, c in ix.terms if v != col}
-        if self.overlap is not None:  # (rows of ``overlap`` elements, each held in whole vectors)
-            e, steps = self.overlap, -(-self.overlap // self.lanes)
+        if self.overlap is not None:  # (rows of ``overlap`` elements ``pitch`` apart, each held in whole vectors)
+            e, steps = self.pitch, -(-self.overlap // self.lanes)
             if ix.const % e or any(c % e for c in terms.values()):
                 raise _NotVector
             vec = Affine.of({**{v: c // e * steps for v, c in terms.items()}, f"{col}_vec": 1}, ix.const // e * steps)
