@@ -33,6 +33,7 @@ from superopt.schedule.primitives import (
     Unroll,
     Vectorize,
 )
+from superopt.schedule.reduction_blocks import reduction_block
 from superopt.target import Target
 
 # the longest innermost reduction loop of a register tile that is fully unrolled (a conv window's columns);
@@ -663,11 +664,34 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     walks = {lp: {lp} for lp in outer_m} | {rows_o: {row}, col_o: set(n_dims)}
     if rows2_i:
         walks[f"{rows2_dim}_o"] = {rows2_dim}
+    # a column panel read in place, past the L1: the leading reductions outside the row loops (reduction_blocks)
+    hoisted: list[str] = []
+    split_tail = None  # (the row loop the threads share, where its parts are uneven)
+    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    if linear and plain_operands and keep is None and not rows2_i and not (k_tile and k_tile < ext[r0]) \
+            and not _batch_dims(a, b, st):
+        row_loops = [lp for lp in outer if lp in outer_m and extents.get(lp, ext.get(lp, 1)) > 1]
+        tiles = math.prod(extents.get(lp, ext.get(lp, 1)) for lp in outer if lp != col_o)
+        block = reduction_block(reduce_dims, {**ext, **extents}, width, row_loops, tiles, threads, target.l1_bytes)
+        if block is not None and kn.get(f"{s}.red_block", True, (True, False)):
+            split, part = block.split, block.part
+            prims.append(Split(s, split, part))
+            lo, li = f"{split}_o", f"{split}_i"
+            extents[lo], extents[li] = math.ceil(ext[split] / part), part
+            walks[lo] = walks[li] = {split}
+            split_tail = lo if ext[split] % part else None
+            r = reduce_dims[block.at]
+            hoisted, reduce_dims = reduce_dims[:block.at], reduce_dims[block.at:]
+            if block.block < ext[r]:
+                prims.append(Split(s, r, block.block))
+                hoisted, reduce_dims = hoisted + [f"{r}_o"], [f"{r}_i"] + reduce_dims[1:]
+            outer = [lo] + ([col_o] if col_o else []) + hoisted \
+                + [li if lp == split else lp for lp in outer if lp != col_o]
     if keep is not None and outer:
         # the parallel loop may only walk kept dims (threads would otherwise update one folded element): all
         # of them outermost, so that they fuse into enough parallel work (capsule votes' batch alone is 2-8)
         outer = [x for x in outer if walks[x] <= keep] + [x for x in outer if not walks[x] <= keep]
-    if layout is not None and len(outer) > 1 and not outer[0].startswith(f"{r0}_o"):
+    if layout is not None and len(outer) > 1 and not outer[0].startswith(f"{r0}_o") and not hoisted:
         # the parallel loop: a short first loop that the next cannot be fused with (a tail) leaves a thread idle
         # part of the time (3 iterations on 2 threads: a third); an outer loop that divides better goes first
         tails = {col_o if col_o and ncol % width else None, rows_o if rows_o and extents[row] % factor else None}
@@ -700,7 +724,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # the parallel loop: the outermost, or one inside it, the loops outside it then run in turn, each iteration
     # with all the threads (panels of a column operand one after the other, the threads sharing each one's rows)
     first = 0
-    if keep is None and len(outer) > 1:
+    if keep is None and len(outer) > 1 and not hoisted:
         starts = [i for i in range(min(len(outer), 3)) if not outer[i].startswith(f"{r0}_o")]
         # panels outermost that the threads would share unevenly (a last partial panel cannot fuse with the rows
         # to even them out): one after the other, the threads sharing each one's row blocks. Not where that
@@ -715,10 +739,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     if outer and not outer[first].startswith(f"{r0}_o") and (keep is None or walks[outer[first]] <= keep):
         # fuse outer loops until there is work for every thread; a split loop with a tail cannot be fused
         tailed = {col_o if ncol % width else None, rows_o if rows_o and extents[row] % factor else None,
+                  split_tail,
                   f"{rows2_dim}_o" if rows2_i and ext[rows2_dim] % rows2 else None}
         chain = [outer[first]]
         for lp in outer[first + 1:]:
-            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o" or keep is not None and not walks[lp] <= keep:
+            if chain[-1] in tailed or lp in tailed or lp == f"{r0}_o" or lp in hoisted \
+                    or keep is not None and not walks[lp] <= keep:
                 break
             chain.append(lp)
         par = kn.get(f"{s}.par", 4, (1, 2, 4, 8, 16, 64))
@@ -735,10 +761,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # reads a new cache line at every step, re-read by several column panels, repays its per-call copy
     # (one core: A[j,n,m,i] at stride 18 over 11 panels 1.09x, A[n,j,i] at stride 483 over 5 panels 1.18x;
     # over 2 panels the copy costs more than it saves, 0.71-0.91x). The search may pack any row operand
-    order_dims = [d for lp in outer for d in sorted(walks.get(lp, {lp}))]
-    # (a fused column loop split across its inner dim is made linear over every tensor's own layout: no operand of
-    # the stage may then be packed)
-    linear = fused and ncol > width and width % ext[n_dims[-1]] != 0
+    order_dims = [d for lp in outer if lp not in hoisted for d in sorted(walks.get(lp, {lp}))]
+    # (a fused column loop split across its inner dim is made linear over every tensor's own layout (``linear``):
+    # no operand of the stage may then be packed)
     a_perm = row_pack_perm(a, row, reduce_order, order_dims, st) if pack and a.tensor in inputs and not linear \
         else None
     if a_perm is not None:
