@@ -155,6 +155,12 @@ def ab_rule(args: argparse.Namespace, off: Callable[[], AbstractContextManager],
     return result
 
 
+def traces_differ(a, b) -> bool:
+    """Whether two programs' kernels have different schedules (the ``differ`` of a schedule rule's
+    :func:`ab_main`)."""
+    return [t for _, t in sorted(a.executor.traces.items())] != [t for _, t in sorted(b.executor.traces.items())]
+
+
 @contextmanager
 def constant_set(module, name: str, value) -> Iterator[None]:
     """``module.name`` set to ``value`` inside the block (a rule's threshold, to build a program without the rule)."""

@@ -19,11 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contraction_defaults import ab_main, ab_render  # noqa: E402
-
-
-def _traces(program) -> list:
-    return [t for _, t in sorted(program.executor.traces.items())]
+from benchmarks.contraction_defaults import ab_main, ab_render, traces_differ  # noqa: E402
 
 
 def render(result: dict) -> str:
@@ -37,7 +33,7 @@ def main() -> None:
     import superopt.schedule.panel_packing as panel_packing
 
     # (whole packs: no box fits)
-    ab_main(__doc__, "pack_at", 29, 120, panel_packing, "PANEL_L2_SHARE", 0.0, lambda a, b: _traces(a) != _traces(b),
+    ab_main(__doc__, "pack_at", 29, 120, panel_packing, "PANEL_L2_SHARE", 0.0, traces_differ,
             "whole", render)
 
 

@@ -19,11 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contraction_defaults import ab_main, ab_render  # noqa: E402
-
-
-def _traces(program) -> list:
-    return [t for _, t in sorted(program.executor.traces.items())]
+from benchmarks.contraction_defaults import ab_main, ab_render, traces_differ  # noqa: E402
 
 
 def render(result: dict) -> str:
@@ -38,7 +34,7 @@ def main() -> None:
 
     # (every panel fits: no block)
     ab_main(__doc__, "reduction_blocks", 31, 300, reduction_blocks, "PANEL_L1_SHARE", float("inf"),
-            lambda a, b: _traces(a) != _traces(b), "unblocked", render)
+            traces_differ, "unblocked", render)
 
 
 if __name__ == "__main__":
