@@ -2,6 +2,7 @@
 linear-expression class, and lower() raising only ScheduleError for any trace."""
 
 import random
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -441,7 +442,10 @@ def test_an_unpacked_column_tail_is_peeled_from_the_column_blocks_loop(m, n, ker
     assert blocks.split == n // 64 and not blocks.outer_full
     assert not [t for lp in _accumulating_loops(nest.body) for t in lp.tail], outline(nest)
     code = emit_c(nest).code
-    assert "SO_MIN" not in code and "so_v16 acc_vec[" in code.split(f"for (int j_o = {n // 64};")[0]
+    # (the last block's 40 columns, or 8, as whole vectors, the last overlapping from a constant column: a
+    # SO_MIN of constants; no loop bound is computed at run time)
+    bounds = re.sub(r"SO_MIN\(16 \* j_i_vec, \d+\)", "", code)
+    assert "SO_MIN" not in bounds and "so_v16 acc_vec[" in code.split(f"for (int j_o = {n // 64};")[0]
     rng = np.random.default_rng(m + n)
     A, B = rng.standard_normal((m, 24), np.float32), rng.standard_normal((24, n), np.float32)
     (got,) = build_kernel(c, trace, kernel_cache)(A, B)
