@@ -173,9 +173,14 @@ def constant_set(module, name: str, value) -> Iterator[None]:
 
 
 def ab_main(doc: str, name: str, seed: int, random: int, module, constant: str, value, differ: Callable,
-            before: str, render: Callable[[dict], str]) -> None:
+            before: str, title: str, intro: str, this: str) -> None:
     """The command line of a before/after benchmark: ``module.constant`` set to ``value`` builds the programs
-    without the rule (:func:`ab_rule`); writes ``results/NAME.md`` and ``.json``."""
+    without the rule (:func:`ab_rule`); writes ``results/NAME.md`` (:func:`ab_render` with ``title``, ``intro``
+    and the columns ``before`` and ``this``) and ``.json``."""
+
+    def render(result: dict) -> str:
+        return ab_render(result, title, intro, before, (before, this))
+
     from benchmarks.machine import write_result
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

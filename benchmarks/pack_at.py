@@ -19,22 +19,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contraction_defaults import ab_main, ab_render, traces_differ  # noqa: E402
-
-
-def render(result: dict) -> str:
-    return ab_render(result, "Column panels packed inside the kernel against the whole operand packed before it",
-                     "with the default's panel packing (`PackAt`) and without it (`PANEL_L2_SHARE = 0`); each "
-                     "contraction whose schedules differ. Speed-up: the whole pack's time over the panels'",
-                     "whole", ("whole", "panels"))
+from benchmarks.contraction_defaults import ab_main, traces_differ  # noqa: E402
 
 
 def main() -> None:
     import superopt.schedule.panel_packing as panel_packing
 
     # (whole packs: no box fits)
-    ab_main(__doc__, "pack_at", 29, 120, panel_packing, "PANEL_L2_SHARE", 0.0, traces_differ,
-            "whole", render)
+    ab_main(__doc__, "pack_at", 29, 120, panel_packing, "PANEL_L2_SHARE", 0.0, traces_differ, "whole",
+            "Column panels packed inside the kernel against the whole operand packed before it",
+            "with the default's panel packing (`PackAt`) and without it (`PANEL_L2_SHARE = 0`); each contraction "
+            "whose schedules differ. Speed-up: the whole pack's time over the panels'", "panels")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contraction_defaults import ab_main, ab_render  # noqa: E402
+from benchmarks.contraction_defaults import ab_main  # noqa: E402
 
 
 def _pack_code(program) -> str:
@@ -27,19 +27,17 @@ def _pack_code(program) -> str:
     return "\n".join(re.findall(r"void \w+_pack_\w+\(.*?\n}", code, re.S))
 
 
-def render(result: dict) -> str:
-    return ab_render(result, "Pack loop order against the plain packed order",
-                     "with this checkout's pack loop order and with the plain packed order (`PACK_RUN_LINES = 0`); "
-                     "each contraction whose pack routines differ (its run-time packs inside the call). Speed-up: "
-                     "the plain order's time over this one's", "plain", ("plain", "this"))
-
 
 def main() -> None:
     import superopt.loopnest.build_packs as build_packs
 
     # (the plain packed order: no source run counts as short)
     ab_main(__doc__, "pack_order", 17, 300, build_packs, "PACK_RUN_LINES", 0,
-            lambda a, b: _pack_code(a) != _pack_code(b), "plain", render)
+            lambda a, b: _pack_code(a) != _pack_code(b), "plain",
+            "Pack loop order against the plain packed order",
+            "with this checkout's pack loop order and with the plain packed order (`PACK_RUN_LINES = 0`); each "
+            "contraction whose pack routines differ (its run-time packs inside the call). Speed-up: the plain "
+            "order's time over this one's", "this")
 
 
 if __name__ == "__main__":

@@ -19,14 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contraction_defaults import ab_main, ab_render, traces_differ  # noqa: E402
-
-
-def render(result: dict) -> str:
-    return ab_render(result, "Reduction blocks outside the row loops against the whole reduction under each tile",
-                     "with the default's reduction blocks and without them (`PANEL_L1_SHARE` unbounded); each "
-                     "contraction whose schedules differ. Speed-up: the unblocked time over the blocked",
-                     "unblocked", ("unblocked", "blocked"))
+from benchmarks.contraction_defaults import ab_main, traces_differ  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +27,10 @@ def main() -> None:
 
     # (every panel fits: no block)
     ab_main(__doc__, "reduction_blocks", 31, 300, reduction_blocks, "PANEL_L1_SHARE", float("inf"),
-            traces_differ, "unblocked", render)
+            traces_differ, "unblocked",
+            "Reduction blocks outside the row loops against the whole reduction under each tile",
+            "with the default's reduction blocks and without them (`PANEL_L1_SHARE` unbounded); each contraction "
+            "whose schedules differ. Speed-up: the unblocked time over the blocked", "blocked")
 
 
 if __name__ == "__main__":
