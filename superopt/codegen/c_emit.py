@@ -51,6 +51,7 @@ from superopt.loopnest import (
     build_loopnest,
 )
 from superopt.loopnest.block_tests import hoisted_tests, without_tests
+from superopt.loopnest.collapse import collapse_reductions
 from superopt.loopnest.walk import allocations
 from superopt.schedule.kernel_plan import KernelPlan
 
@@ -597,8 +598,9 @@ def print_c(nest: LoopNest, name: str = "kernel") -> str:
 
 
 def emit_c(plan: KernelPlan | LoopNest, name: str = "kernel") -> KernelSource:
-    """C source of a lowered kernel (a KernelPlan is built into its loop nest first)."""
-    nest = build_loopnest(plan) if isinstance(plan, KernelPlan) else plan
+    """C source of a lowered kernel (a KernelPlan is built into its loop nest first), its chains of reduction loops
+    that every access walks as one printed as one loop (``loopnest.collapse``)."""
+    nest = collapse_reductions(build_loopnest(plan) if isinstance(plan, KernelPlan) else plan)
     storage = tuple((a.kind, a.name, a.nbytes) for a in allocations(nest) if a.kind in ("workspace", "local"))
     return KernelSource(name, print_c(nest, name), nest.inputs, nest.outputs, nest.layouts, nest.workspace_bytes,
                         storage)

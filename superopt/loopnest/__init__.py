@@ -9,8 +9,9 @@ walk this tree; see :mod:`superopt.loopnest.walk`.
 Modules: ``index`` (accesses, flat indices, strides), ``values`` (typed scalar values), ``loop``,
 ``alloc``, ``statements``, ``kernel`` (the root and pack routines), ``build`` (plan -> nest),
 ``versioning`` (full register tiles peeled from the tail), ``block_tests`` (the reduction-block test
-a write-back nest runs under), ``walk`` (traversal and summaries), ``outline`` (an indented text view
-for people).
+a write-back nest runs under), ``collapse`` (nested reduction loops that every access walks as one,
+printed as one by the C printer), ``rebuild`` (a nest rebuilt where a function replaces nodes), ``walk``
+(traversal and summaries), ``outline`` (an indented text view for people).
 """
 
 from superopt.loopnest.alloc import Alloc, Fill

@@ -26,12 +26,13 @@ test per lane had made masked gathers.
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import replace
 
 from superopt.ir.expr import Affine
 from superopt.loopnest.index import GuardCond, InBounds
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
+from superopt.loopnest.rebuild import GONE, map_nodes, node_fields
 from superopt.loopnest.statements import Epilogue, Guard, Node, Scope, SplitIndex, StageNest
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op
 
@@ -41,22 +42,6 @@ _HOLDS = {"<": lambda x, k: x < k, "<=": lambda x, k: x <= k, ">": lambda x, k: 
 
 # a test: (index, op, constant) meaning ``index op constant``
 Test = tuple[Affine, str, int]
-
-
-_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # a dataclass -> (its fields, its init fields)
-
-
-def _fields(x: object) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """The field names of ``x``'s dataclass and those its constructor takes (None: not a dataclass instance);
-    looked up once per class: the walks below visit every node of a loop nest, for every candidate schedule
-    the cost model scores."""
-    t = type(x)
-    got = _FIELDS.get(t)
-    if got is None:
-        if not is_dataclass(t):
-            return None
-        got = _FIELDS[t] = (tuple(f.name for f in fields(t)), tuple(f.name for f in fields(t) if f.init))
-    return got
 
 
 def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, ...]]]]) -> dict[object, tuple[Test, ...]]:
@@ -71,7 +56,7 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         return {} if x.block else {x: ((x.index, "<", x.limit),)}
     if isinstance(x, tuple):
         children = x
-    elif (names := _fields(x)) is not None:
+    elif (names := node_fields(x)) is not None:
         children = tuple(getattr(x, n) for n in names[0])
     else:
         return {}
@@ -86,7 +71,7 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
         elif isinstance(b, IndexNumber) and isinstance(a, Literal) and isinstance(a.value, int):
             out[x] = ((b.index, _FLIP[x.op], int(a.value)),)
     for c in children:
-        if isinstance(c, tuple) or _fields(c) is not None:  # (InBounds and GuardCond are dataclasses)
+        if isinstance(c, tuple) or node_fields(c) is not None:  # (InBounds and GuardCond are dataclasses)
             out.update(_tests_of(c, memo))
     memo[id(x)] = (x, out)  # the node is kept: its id is not reused while the memo lives
     return out
@@ -116,27 +101,6 @@ def _outcome(tests: tuple[Test, ...], var: str, value: int, inner: dict[str, int
     return result
 
 
-_GONE = object()  # a statement that a decided guard removes
-
-
-def _map(x: object, fn) -> object:
-    """``x`` (a tree of frozen dataclasses and tuples) rebuilt bottom-up where ``fn`` returns a replacement
-    for a node (None: keep walking into it; ``_GONE``: drop it from its tuple)."""
-    got = fn(x)
-    if got is not None:
-        return got
-    if isinstance(x, tuple):
-        out = tuple(m for c in x if (m := _map(c, fn)) is not _GONE)
-        return x if len(out) == len(x) and all(a is b for a, b in zip(out, x)) else out
-    names = _fields(x)
-    if names is not None:
-        old = {n: getattr(x, n) for n in names[1]}
-        new = {n: _map(v, fn) for n, v in old.items()}
-        # (a subtree nothing changed in is kept as it is: no copy, and the tests' memo still knows it)
-        return x if all(new[n] is old[n] for n in old) else replace(x, **new)
-    return x
-
-
 def _resolve(x: object, outcome: dict[object, bool]) -> object:
     """``x`` with the decided tests replaced: a read whose bounds hold loses its check, one that fails
     becomes its fill; a decided comparison a literal, and a select on a literal its branch; a guarded
@@ -144,10 +108,10 @@ def _resolve(x: object, outcome: dict[object, bool]) -> object:
     def fn(n: object) -> object | None:
         if isinstance(n, Epilogue) and isinstance(n.body, Guard):
             body = fn(n.body)
-            return _GONE if body is _GONE else replace(n, body=body)
+            return GONE if body is GONE else replace(n, body=body)
         if isinstance(n, Guard):
             if any(outcome.get(c) is False for c in n.conds):
-                return _GONE
+                return GONE
             conds = tuple(c for c in n.conds if outcome.get(c) is not True)
             return replace(n, conds=conds) if conds else n.body
         if isinstance(n, Load) and n.checks:
@@ -157,13 +121,13 @@ def _resolve(x: object, outcome: dict[object, bool]) -> object:
         if isinstance(n, Op):
             if n in outcome:
                 return Literal(outcome[n], "bool")
-            args = tuple(_map(a, fn) for a in n.args)
+            args = tuple(map_nodes(a, fn) for a in n.args)
             if n.op == "where" and isinstance(args[0], Literal):
                 return args[1] if args[0].value else args[2]
             return replace(n, args=args)
         return None
 
-    return _map(x, fn)
+    return map_nodes(x, fn)
 
 
 def _shift(x: object, var: str, start: int) -> object:
@@ -174,7 +138,7 @@ def _shift(x: object, var: str, start: int) -> object:
             return n.substitute({var: moved}) if var in n.vars() else n
         return None
 
-    return _map(x, fn)
+    return map_nodes(x, fn)
 
 
 def _changes(test: Test, var: str, extent: int, inner: dict[str, int]) -> set[int]:
