@@ -265,6 +265,26 @@ def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_uneven
     _check_against_reference(c, [trace], kernel_cache)
 
 
+def test_a_parallel_loop_shared_unevenly_goes_inside_the_panel_loop_that_blocked_its_fusion(kernel_cache):
+    """rand2024_2's shape, smaller: C[l,k,j,i] += A[m,i,j] * B[l,m,k], k (9 iterations) outermost gives 2 threads 5
+    and 4, and the column panels after it (168 columns as 96 + 72, a tail) cannot fuse with it. The panel loop goes
+    outside, and k fuses with the row blocks of l (9 x 13, shared within 1%); the search can keep it outermost."""
+    from superopt.schedule.primitives import Fuse, Parallel, Reorder
+    from superopt.schedule.space import Point, ScheduleSpace
+
+    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    order = [p for p in trace if isinstance(p, Reorder)][-1].order
+    assert order[:3] == ("j_i_o", "k", "l_o"), order
+    assert Fuse("C", "k", "l_o") in trace and Parallel("C", "k_l_o") in trace
+    space = ScheduleSpace(c, host_target(2), frozenset())
+    default = space.default_point()
+    outermost = space.trace(Point.of(default.sketch, {**default.knob_map, "C.par_inside": False}))
+    assert [p for p in outermost if isinstance(p, Reorder)][-1].order[:2] == ("k", "j_i_o")
+    assert Parallel("C", "k") in outermost
+    _check_against_reference(c, [trace, outermost], kernel_cache)
+
+
 def test_the_column_tile_width_fills_the_last_panels_lanes(kernel_cache):
     """329 columns: 7 tiles of 48 use 98% of the lanes, 6 of 64 only 86% (the last panel is zero-filled to a
     whole tile); 320 columns keep the 4-vector tile (5 x 64, all full)."""

@@ -76,6 +76,7 @@ def _is_window(acc: Access) -> bool:
 # cache lines of an output row each thread writes at least, where the threads split the rows' contiguous dim
 SHARED_ROW_LINES = 8
 BALANCED = 1.05  # the most parallel iterations may exceed their even share over the threads before another loop fuses in
+BLOCKER_OUT_SPREAD = BALANCED  # the same, before a parallel loop the next cannot fuse with goes inside that one
 PACK_REREADS = 32  # row blocks at least that read a cache-resident run-time column operand before the default packs it
 ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand before the default packs it
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
@@ -706,6 +707,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                 first = max(better, key=share)
                 outer = [first] + [x for x in outer if x != first]
     inner = reduce_dims + ([rows2_i] if rows2_i else []) + ([row_i] if row_i else []) + [col_i]
+    reorder_at = len(prims)
     prims.append(Reorder(s, tuple(outer + inner)))
     prims.append(CacheWrite(s, reduce_dims[0]))
     if rows2_i:
@@ -755,6 +757,19 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
             more = fuse_chain(s, chain, extents, fext + 1)
             if spread(more[2], threads) < spread(fext, threads):
                 fprims, fname, fext = more
+        # a loop that the threads share unevenly, which the next cannot fuse with (a tail: the last partial panel of
+        # columns), goes inside that one, and fuses with the loop after it (9 slices of B over 2 threads, then
+        # panels of 96 and 72 columns: the panels outside, each shared by the threads as 9 x 13 row tiles, 1.16x)
+        if len(chain) == 1 and spread(fext, threads) > BLOCKER_OUT_SPREAD and first + 2 < len(outer):
+            blocker, partner = outer[first + 1], outer[first + 2]
+            movable = blocker in tailed and partner not in tailed and blocker not in hoisted \
+                and partner not in hoisted and not blocker.startswith(f"{r0}_o") and not partner.startswith(f"{r0}_o") \
+                and (keep is None or walks[partner] <= keep)
+            if movable and spread(fext * extents[partner], threads) < spread(fext, threads) \
+                    and kn.get(f"{s}.par_inside", True, (True, False)):
+                outer = outer[:first] + [blocker, chain[0], partner] + outer[first + 3:]
+                prims[reorder_at] = Reorder(s, tuple(outer + inner))
+                fprims, fname, fext = fuse_chain(s, [chain[0], partner], extents, fext * extents[partner])
         prims += fprims
         prims.append(Parallel(s, fname))
     # pack the row operand where its broadcasts stride through it: a run-time operand whose innermost reduction

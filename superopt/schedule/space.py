@@ -56,7 +56,7 @@ def check(compute: Compute, trace: Sequence[Primitive], target: Target) -> None:
 # knob roles that change the loop structure rather than a size (``k_tile`` is structural as on/off)
 STRUCTURAL_ROLES = frozenset({"rows_outer", "swap", "col_dims", "red_order", "panel_outer", "pack", "row_window", "vectorize",
                               "inline", "k_pos", "unroll", "fold", "in_place", "next_row", "panel_pos",
-                              "rows2_dim", "row_dim", "pack_panels", "par_pos"})
+                              "rows2_dim", "row_dim", "pack_panels", "par_pos", "par_inside"})
 
 
 class ScheduleSpace:
