@@ -25,7 +25,7 @@ from superopt.ir.expr import Affine
 from superopt.loopnest.index import FlatIndex
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
-from superopt.loopnest.rebuild import map_nodes, node_fields
+from superopt.loopnest.rebuild import map_nodes, node_children
 from superopt.loopnest.statements import SplitIndex
 
 
@@ -67,9 +67,7 @@ def _walks_as_one(body: object, outer: Loop, inner: Loop) -> bool:
         if isinstance(x, Loop) and x.var in names:
             ok = False
             return
-        children = x if isinstance(x, tuple) else (
-            tuple(getattr(x, n) for n in f[0]) if (f := node_fields(x)) is not None else ())
-        for c in children:
+        for c in node_children(x):
             visit(c)
 
     visit(body)
@@ -79,12 +77,8 @@ def _walks_as_one(body: object, outer: Loop, inner: Loop) -> bool:
 def _variables(x: object, out: set[str]) -> set[str]:
     if isinstance(x, Loop):
         out.add(x.var)
-    if isinstance(x, tuple):
-        for c in x:
-            _variables(c, out)
-    elif (f := node_fields(x)) is not None:
-        for n in f[0]:
-            _variables(getattr(x, n), out)
+    for c in node_children(x):
+        _variables(c, out)
     return out
 
 

@@ -32,7 +32,7 @@ from superopt.ir.expr import Affine
 from superopt.loopnest.index import GuardCond, InBounds
 from superopt.loopnest.kernel import LoopNest
 from superopt.loopnest.loop import Loop
-from superopt.loopnest.rebuild import GONE, map_nodes, node_fields
+from superopt.loopnest.rebuild import GONE, map_nodes, node_children, node_fields
 from superopt.loopnest.statements import Epilogue, Guard, Node, Scope, SplitIndex, StageNest
 from superopt.loopnest.values import IndexNumber, Literal, Load, Op
 
@@ -54,12 +54,9 @@ def _tests_of(x: object, memo: dict[int, tuple[object, dict[object, tuple[Test, 
     if isinstance(x, GuardCond):
         # (a write-back's block test: its nest runs under it, and a split would copy the whole reduction)
         return {} if x.block else {x: ((x.index, "<", x.limit),)}
-    if isinstance(x, tuple):
-        children = x
-    elif (names := node_fields(x)) is not None:
-        children = tuple(getattr(x, n) for n in names[0])
-    else:
+    if not isinstance(x, tuple) and node_fields(x) is None:
         return {}
+    children = node_children(x)
     hit = memo.get(id(x))
     if hit is not None and hit[0] is x:
         return hit[1]

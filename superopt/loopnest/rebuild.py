@@ -1,5 +1,5 @@
-"""Rebuilding a loop nest (a tree of frozen dataclasses and tuples) where a function replaces some of its nodes:
-what the passes over a built nest (index-set splitting, reduction collapsing) share."""
+"""Walking and rebuilding a loop nest (a tree of frozen dataclasses and tuples), where a function replaces some of its
+nodes: what the passes over a built nest (index-set splitting, reduction collapsing) share."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ def node_fields(x: object) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
             return None
         got = _FIELDS[t] = (tuple(f.name for f in fields(t)), tuple(f.name for f in fields(t) if f.init))
     return got
+
+
+def node_children(x: object) -> tuple[object, ...]:
+    """The members of a tuple, or the field values of a dataclass instance (every field); () for anything else."""
+    if isinstance(x, tuple):
+        return x
+    names = node_fields(x)
+    return () if names is None else tuple(getattr(x, n) for n in names[0])
 
 
 def map_nodes(x: object, fn: Callable[[object], object | None]) -> object:
