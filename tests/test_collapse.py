@@ -3,6 +3,7 @@ pack brings a contraction's reduction dims together, the register tile's reducti
 are those of the nested loops, bit for bit, and match the reference; a chain that does not collapse whole, or loops
 an access walks in another order, stay as they are."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -77,3 +78,21 @@ def test_a_chain_that_does_not_collapse_whole_stays_nested():
     shapes = {"A": (8, 3, 5, 6), "B": (5, 6, 32, 3)}
     got = _tiled("C[i,j] += A[i,m,k,l] * B[k,l,j,m]", shapes, ("m", "k", "l"))
     assert got == [("k", 5), ("l", 6), ("m", 3)]
+
+
+
+def test_every_peeled_copy_of_a_chain_collapses_under_a_name_of_its_own(kernel_cache):
+    # 10 rows in tiles of 4 and 40 columns in tiles of 16: the full tiles and the tails each hold the chain k, l
+    c = compile_op("C[i,j] += A[i,k,l] * B[k,l,j]", {"A": (10, 5, 6), "B": (5, 6, 40)})
+    trace = (Split("C", "j", 16), Split("C", "i", 4), Reorder("C", ("i_o", "j_o", "k", "l", "i_i", "j_i")),
+             CacheWrite("C", "k"), Unroll("C", "i_i"), Vectorize("C", "j_i"))
+    plan, name = lower(c, trace, TARGET), kernel_name(c, trace, 0)
+    nested, one = print_c(build_loopnest(plan), name), emit_c(plan, name)
+    copies = nested.count("for (int k = 0; k < 5; ++k)")
+    assert copies == 4 and "for (int k = 0;" not in one.code
+    names = re.findall(r"for \(int (k_l\w*) = 0; \1 < 30;", one.code)
+    assert len(names) == copies and len(set(names)) == copies
+    args = [np.random.default_rng(1).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    _, (kernel,) = build_library([(c, trace)], kernel_cache, 2, TARGET, sources=[one])
+    np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4 + 1e-5 * np.abs(ref).max())

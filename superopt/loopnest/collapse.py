@@ -82,6 +82,16 @@ def _variables(x: object, out: set[str]) -> set[str]:
     return out
 
 
+def _fresh(name: str, used: set[str]) -> str:
+    """``name``, or with the first free suffix where a loop already has it (the peeled copies of one chain, the
+    full tiles' and the tails', each collapse under a name of their own)."""
+    out, k = name, 2
+    while out in used:
+        out, k = f"{name}_{k}", k + 1
+    used.add(out)
+    return out
+
+
 def _chain(lp: Loop, used: set[str]) -> Loop | None:
     """``lp`` and the reduction loops nested in it as one loop, where every pair walks as one; ``lp`` itself where
     no reduction loop runs inside it; None where they do not all collapse (a loop left inside the collapsed ones
@@ -92,10 +102,9 @@ def _chain(lp: Loop, used: set[str]) -> Loop | None:
             or lp.body[0].stage != lp.stage:
         return None
     inner = _chain(lp.body[0], used)
-    name = f"{lp.var}_{inner.var}" if inner is not None else ""
-    if inner is None or name in used or not _walks_as_one(inner.body, lp, inner):
+    if inner is None or not _walks_as_one(inner.body, lp, inner):
         return None
-    used.add(name)
+    name = _fresh(f"{lp.var}_{inner.var}", used)
     drop, rename = lp.var, {inner.var: Affine.var(name)}
 
     def fn(x: object) -> object | None:
