@@ -374,6 +374,27 @@ def test_two_panels_stay_outermost_only_where_the_threads_share_their_columns_ev
     _check_against_reference(c, [trace], kernel_cache)
 
 
+
+def test_uneven_panels_share_the_next_loops_fused_where_those_even_the_threads_out(kernel_cache):
+    """209 columns in panels of 48: 5 panels, 3 and 2 on two threads, and the last one a tail that cannot fuse with
+    the loops inside it. The next loop, k, has 9 iterations (5 and 4); fused with m's 19 they share within 1%. So the
+    panels run one after the other, the threads sharing each one's k x m; with the parallel loop kept at the panels
+    (knob ``par_pos`` 0) they stay the parallel loop."""
+    from superopt.schedule.default import build_sketch
+    from superopt.schedule.knobs import KnobRecorder
+    from superopt.schedule.primitives import Fuse, Parallel
+
+    c = compile_op("C[i,k,m,j,l] += A[j,k,n,o,i] * B[l,o,n,m]", {"A": (2, 9, 6, 6, 7), "B": (209, 6, 6, 19)})
+    target = host_target(2)
+    sketch = "stages+epilogue"
+    trace = build_sketch(c, target, frozenset(), sketch, KnobRecorder({"C.out_layout": False}))
+    order, vec = _contraction_loops(trace, "C")
+    assert vec == "l_i" and order[:3] == ["l_o", "k", "m"], trace
+    assert Fuse("C", "k", "m") in trace and Parallel("C", "k_m") in trace, trace
+    kept = build_sketch(c, target, frozenset(), sketch, KnobRecorder({"C.out_layout": False, "C.par_pos": 0}))
+    assert [p for p in kept if isinstance(p, Parallel)] == [Parallel("C", "l_o")], kept
+    _check_against_reference(c, [trace, kept], kernel_cache)
+
 def test_a_column_operand_past_half_of_l2_takes_the_panels_outermost_constant_or_not(kernel_cache):
     """B between half of L2 and all of it: the streaming rows' operand evicts it, so the re-read rule counts it as
     past the cache, a constant weight (packed once) at the usual gain and a run-time operand where its re-reads are

@@ -28,6 +28,12 @@ TILE_INTENSITY = 2.2
 CONTIGUOUS_ROWS = 1.1
 WIDE_TILE = 0.95  # a tile wider than the usual micro-kernel's (8 x 3, 6 x 4 vectors) only where it fills better
 SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
+# the output's dims reordered so that a run of the column operand's dims is innermost, only where that pair's
+# tile scores this much better than every tile in the output's own layout
+OUTPUT_MOVE_GAIN = 1.15
+# the columns moved to the operand at most half the size (the cheaper per-call pack) where its best tile scores
+# within this factor of the chosen one
+SMALLER_PACK_GAIN = 1.15
 
 
 @dataclass(frozen=True)

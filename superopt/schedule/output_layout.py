@@ -7,7 +7,7 @@ The register tile's columns are best a pair of output dims that one operand hold
 output keeps another dim between them (``C[j, i, m, k, l]``), the fused pair is no run of the output, its loop
 splits only by multiples of the inner extent (17 columns: no width of whole vectors) and the tile falls back to
 a narrow or scalar one. Laid out with the pair innermost (``C_laid[j, i, k, m, l]``), every tensor reads the pair
-as one run. :func:`choose_output_layout` takes the move where such a pair scores :data:`SWITCH_GAIN` better than
+as one run. :func:`choose_output_layout` takes the move where such a pair scores :data:`OUTPUT_MOVE_GAIN` better than
 every column choice of the output's own layout (:mod:`superopt.schedule.contraction_columns`).
 """
 
@@ -20,7 +20,7 @@ from superopt.ir.compute import Compute
 from superopt.ir.expr import Access, Affine, product_accesses
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
-from superopt.schedule.contraction_columns import SWITCH_GAIN, best_width, choose_columns
+from superopt.schedule.contraction_columns import OUTPUT_MOVE_GAIN, best_width, choose_columns
 from superopt.schedule.primitives import OutputLayout
 
 MOVE_WORK = 1 << 22  # multiply-adds under which the extra pass over the output is not worth its parallel region
@@ -80,7 +80,7 @@ def _runs(acc: Access) -> list[tuple[str, str]]:
 
 def choose_output_layout(st: Statement, lanes: int, registers: int = 32) -> tuple[int, ...] | None:
     """The perm of the output's dims that puts a pair of column dims, one contiguous run of its operand, innermost,
-    where that pair's best tile scores :data:`SWITCH_GAIN` better than every choice in the output's own layout;
+    where that pair's best tile scores :data:`OUTPUT_MOVE_GAIN` better than every choice in the output's own layout;
     else None. Only for a plain two-operand contraction of enough work."""
     accs = product_accesses(st.expr)
     if st.reduce != "+=" or not accs or len(accs) != 2 or math.prod(st.extent.values()) < MOVE_WORK:
@@ -105,7 +105,7 @@ def choose_output_layout(st: Statement, lanes: int, registers: int = 32) -> tupl
             _, score = best_width(ext[a] * ext[b], 1, lanes, most_vectors, rows, registers)
             if best is None or score > best[0]:
                 best = (score, (a, b))
-    if best is None or best[0] < SWITCH_GAIN * now:
+    if best is None or best[0] < OUTPUT_MOVE_GAIN * now:
         return None
     order = [d for d in st.out_dims if d not in best[1]] + list(best[1])
     return tuple(st.out_dims.index(d) for d in order)
