@@ -1,7 +1,7 @@
 """Tensor contractions as einsum users write them: superopt (default and tuned) against torch.einsum,
 numpy.einsum(optimize=True) and TBLIS, in GFLOP/s and as fractions of each case's roofline.
 
-    python benchmarks/contractions.py [--quick] [--cases NAME,...] [--memory-bound] [--trials 64] [--tune-seconds 30]
+    python benchmarks/contractions.py [--quick] [--cases NAME,...] [--memory-bound] [--trials 64] [--tune-seconds 60]
                                       [--seed 2024] [--random 24] [--threads 2] [--rounds 5] [--no-tiles]
 
 Cases (``benchmarks/contraction_cases.py``): the named permuted contractions and a GEMM, ``--random`` seeded random
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-bound", action="store_true",
                     help="only the memory-bound cases (transpositions, sums over axes that are not innermost)")
     ap.add_argument("--trials", type=int, default=64, help="schedule-search measurements per case (0: no tuning)")
-    ap.add_argument("--tune-seconds", type=float, default=30.0, help="at most this long a case's search (0: no cap)")
+    ap.add_argument("--tune-seconds", type=float, default=60.0, help="at most this long a case's search (0: no cap)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the random cases' seed (and the inputs')")
     ap.add_argument("--random", type=int, default=DEFAULT_RANDOM, help="random contractions in the default set")
     ap.add_argument("--threads", type=int, default=2)
