@@ -464,6 +464,34 @@ def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_ke
     assert got == {"B past L2": ([32], ["j_o", "i_o"]), "B in L2": ([48], ["i_o", "j_o"])}, got
 
 
+def test_the_row_dim_is_chosen_for_the_tile_as_wide_as_its_narrowed_panels(kernel_cache, monkeypatch):
+    """The benchmark case rand31_10's shape, smaller: C[k,m,i,l,j] += A[n,j,i,p,o] * B[l,m,k,p,n,o], computed with
+    i innermost (the output-layout move), columns i from A. Where A fits L2 the tile is 64 columns (4 vectors) by
+    the 5 rows of k, which fill a 6 x 4 tile. Past L2, 100 columns make too few panels of 64 for two threads, so
+    they narrow to 32 (2 vectors), and the rows are chosen for that tile: 27 of m in blocks of 7 (5 rows of k fill
+    a tile of 8 x 2 worse); the rows chosen for the unnarrowed tile stay 5 of k."""
+    from dataclasses import replace
+
+    import superopt.schedule.contraction as contraction
+
+    c = compile_op("C[k,m,i,l,j] += A[n,j,i,p,o] * B[l,m,k,p,n,o]", {"A": (3, 21, 100, 7, 1), "B": (2, 27, 5, 7, 3, 1)})
+
+    def tile(l2):
+        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        splits = {p.loop: p.factor for p in trace if isinstance(p, Split) and p.stage == "C_laid"}
+        unrolled = [p.loop for p in trace if type(p).__name__ == "Unroll" and p.stage == "C_laid"]
+        return trace, splits, unrolled
+
+    past, splits, unrolled = tile(128 << 10)
+    assert splits == {"i": 32, "m": 7} and unrolled == ["m_i"], past
+    _check_against_reference(c, [past], kernel_cache)
+    _, splits, unrolled = tile(1 << 20)
+    assert splits == {"i": 64} and unrolled == ["k"]
+    monkeypatch.setattr(contraction, "row_tile_width", lambda width, *rest: width)
+    _, splits, unrolled = tile(128 << 10)
+    assert splits == {"i": 32} and unrolled == ["k"]
+
+
 def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
     """A[o,i,m,n,j,p] as the rows' operand (rows j, reductions o, m, n, p): each reduction step reads 8 rows x 6
     p, three cache lines, then jumps 2 KB, a walk the prefetchers follow poorly, and each of 6 column panels

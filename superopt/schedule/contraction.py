@@ -109,6 +109,34 @@ def _footprint(acc: Access, st: Statement) -> int:
     return math.prod(st.extent[d] for d in {d for ix in acc.index for d in ix.dims})
 
 
+def _panel_width(width: int, ncol: int, inner: int, window: bool, chosen: bool, b: Access, st: Statement,
+                 target: Target) -> int:
+    """The tile width narrowed for its column panels: the last panel's lanes (329 columns as 7 x 48, 98% of the
+    lanes used, rather than 6 x 64, 86%: 1.12x on one core; 132 x 4 fused columns as 11 x 48 rather than 9 x 64,
+    1.13x), and, for columns ``chosen`` by contiguity, a column operand ``b`` past L2 in too few panels for the
+    threads to share evenly, the last one partial: the panels would go inside the row loops (see panel_outer),
+    which then read all of the operand from memory again for every block of rows. Narrower panels, enough for
+    every thread, keep them outermost (137 columns over 4 MB: 5 panels of 32 rather than 3 of 48, 1.4x on 2 cores
+    of an Intel Xeon). ``inner``: the extent a fused column loop splits by multiples of (1 for one dim)."""
+    lanes, threads = target.lanes("float32"), target.threads
+    if not window and width == 4 * lanes and ncol > width and (3 * lanes) % inner == 0 \
+            and lane_score(ncol, 3 * lanes, 1, lanes) > lane_score(ncol, width, 1, lanes) + 0.05:
+        width = 3 * lanes
+    if not chosen or not ncol % width or math.ceil(ncol / width) >= 2 * threads \
+            or FLOAT32_BYTES * _footprint(b, st) <= target.l2_bytes:
+        return width
+    return next((w * lanes for w in (3, 2) if w * lanes < width and math.ceil(ncol / (w * lanes)) >= 2 * threads
+                 and (w * lanes) % inner == 0), width)
+
+
+def row_tile_width(width: int, ncol: int, inner: int, window: bool, b: Access, st: Statement,
+                   target: Target) -> int:
+    """The width of the tile that the row dim is chosen for, the chosen columns' ``width`` as their panels will
+    narrow it (:func:`_panel_width`): rows picked to fill a tile of 4 vectors may fill one of 2 badly (5 rows of k,
+    where 27 of m make 4 tiles of 7 rows)."""
+    return _panel_width(width, ncol, inner, window, True, b, st, target)
+
+
 def _slice(acc: Access, st: Statement, outer: list[str]) -> float:
     """Elements of the operand read under one iteration of the ``outer`` loops (dims of the statement)."""
     dims = {d for ix in acc.index for d in ix.dims}
@@ -424,13 +452,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         m_dims = [d for d in m_dims if d != shared[-1]] + [shared[-1]]
     if len(row_dims) > 1 and m_dims[-1] in row_dims and keep is None:
         row_at = len(row_dims) - 1
-        most = tile_rows(math.ceil(layout.width / VECTOR), target.vector_registers) if layout is not None else 8
+        vecs = math.ceil(row_tile_width(layout.width, math.prod(ext[d] for d in n_dims), ext[n_dims[-1]]
+                                        if len(n_dims) > 1 else 1, window, b, st, target) / VECTOR) \
+            if layout is not None else 3
+        most = tile_rows(vecs, target.vector_registers) if layout is not None else 8
         if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
             flat = flat_offset(a.index, types[a.tensor].shape)
-            row_at = row_dims.index(row_dim(shared, ext, most, math.ceil(layout.width / VECTOR),
-                                            {d for d in shared if abs(flat.coeff(d)) == 1}))
+            row_at = row_dims.index(row_dim(shared, ext, most, vecs, {d for d in shared if abs(flat.coeff(d)) == 1}))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
@@ -495,19 +525,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         width = 2 * VECTOR
     if layout is not None and not few_rows and (moved or width % VECTOR and width < ncol):
         width = layout.width  # (the position-chosen columns keep a width of whole vectors)
-    if not window and width == 4 * VECTOR and ncol > width and (not fused or 3 * VECTOR % ext[n_dims[-1]] == 0) \
-            and lane_score(ncol, 3 * VECTOR, 1, VECTOR) > lane_score(ncol, width, 1, VECTOR) + 0.05:
-        # the last panel's lanes: 329 columns as 7 x 48 (98% of the lanes used) rather than 6 x 64 (86%), 1.12x on
-        # one core; 132 x 4 fused columns as 11 x 48 (all used) rather than 9 x 64 (92%), 1.13x
-        width = 3 * VECTOR
-    if layout is not None and ncol % width and math.ceil(ncol / width) < 2 * threads \
-            and FLOAT32_BYTES * _footprint(b, st) > target.l2_bytes:
-        # a column operand past L2 in too few panels for the threads to share evenly, the last one partial: the
-        # panels would go inside the row loops (see panel_outer below), which then read all of the operand from
-        # memory again for every block of rows. Narrower panels, enough for every thread, keep them outermost
-        # (137 columns over 4 MB: 5 panels of 32 rather than 3 of 48, 1.4x on 2 cores of an Intel Xeon)
-        width = next((w * VECTOR for w in (3, 2) if w * VECTOR < width and math.ceil(ncol / (w * VECTOR)) >= 2 * threads
-                      and (not fused or w * VECTOR % ext[n_dims[-1]] == 0)), width)
+    width = _panel_width(width, ncol, ext[n_dims[-1]] if fused else 1, window, layout is not None, b, st, target)
     # the search's tiles fit the register file with the column vectors and a broadcast (rows2 x rows x vectors of
     # accumulators): past it gcc spills inside the reduction, and spends seconds allocating registers for
     # the unrolled tile, which a tuning budget of seconds cannot afford
