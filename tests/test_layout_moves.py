@@ -446,6 +446,29 @@ def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(
     assert packed == {"B past L2": [(2, 0, 1)], "B in L2": []}, packed
 
 
+def test_a_row_operand_read_again_per_outer_loop_counts_the_whole_column_panel_read_between(monkeypatch):
+    """The benchmark case rand31_20: C[l,i,j,k] += A[o,n,i,m] * B[l,j,m,o,n,k], rows l from the 4 MB B, columns
+    i from A in panels of 48, and k, B's unit-stride dim, an outer loop. Between two k the tile reads B's slice
+    for one j (850 KB) and one panel of A (48 columns x 3364 steps, 650 KB): past half of a 2 MB L2, so B's lines
+    are gone by the next k and come from memory 9 times; the default packs B. Counted as one column of A (13 KB),
+    the slice seemed to stay cached and B stayed unpacked (1.23x slower on 2 cores of an Intel Xeon)."""
+    from dataclasses import replace
+
+    import superopt.schedule.contraction as contraction
+
+    c = compile_op("C[l,i,j,k] += A[o,n,i,m] * B[l,j,m,o,n,k]", {"A": (29, 29, 364, 4), "B": (7, 19, 4, 29, 29, 9)})
+    target = replace(host_target(2), l2_bytes=2 << 20)
+
+    def b_packs():
+        trace = default_schedule(c, target, frozenset())
+        assert Split("C", "i", 48) in trace and Vectorize("C", "i_i") in trace, trace
+        return [p.perm for p in trace if isinstance(p, Pack) and p.stage == "B"]
+
+    assert b_packs() == [(1, 5, 0, 2, 3, 4)]
+    monkeypatch.setattr(contraction, "refetch_blocks", lambda blocks: {})
+    assert b_packs() == []
+
+
 def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_keeps_them_outermost(kernel_cache):
     """137 columns of a B past a 128 KB L2: 3 panels of 48 are too few for two threads to share (the last one
     partial), which would put the panels inside the row loops, each block of rows reading all of B from memory
