@@ -469,6 +469,37 @@ def test_a_row_operand_read_again_per_outer_loop_counts_the_whole_column_panel_r
     assert b_packs() == []
 
 
+@pytest.mark.parametrize("text,shapes,rows", [
+    # the column operand A reads the innermost row dim i: rows l of B instead (each column vector feeds 6 FMAs)
+    ("C[l,i,k,j] += A[i,m,n,k,j] * B[n,m,l]", {"A": (11, 9, 11, 13, 32), "B": (11, 9, 3201)}, ("l", "i")),
+    # j's 5 rows, short, where i runs along A's unit stride and the lanes (l, 5 floats apart) share lines
+    ("C[i,k,l,j] += A[m,j,k,i] * B[l,m]", {"A": (600, 5, 3, 65), "B": (856, 600)}, ("i", "j")),
+    # k's 7 rows kept: the lanes (i, 49 floats apart) would each write a line of their own under rows j
+    ("C[j,i,l,k] += A[m,i] * B[m,k,l,j]", {"A": (975, 672), "B": (975, 7, 7, 39)}, ("k", "k")),
+])
+def test_the_rows_are_chosen_again_where_the_innermost_row_dim_is_read_by_the_columns_or_short(text, shapes, rows,
+                                                                                              monkeypatch):
+    import superopt.schedule.contraction as contraction
+
+    c = compile_op(text, shapes)
+
+    def row():
+        trace = default_schedule(c, host_target(2), frozenset())
+        unrolled = [p.loop for p in trace if type(p).__name__ == "Unroll"]
+        return unrolled[0].removesuffix("_i")
+
+    assert row() == rows[0]
+    monkeypatch.setattr(contraction, "rows_to_repick", lambda *a, **k: False)
+    assert row() == rows[1]
+
+
+def test_rows_of_a_dim_the_column_operand_does_not_read_match_the_reference(kernel_cache):
+    c = compile_op("C[l,i,k,j] += A[i,m,n,k,j] * B[n,m,l]", {"A": (5, 3, 4, 6, 32), "B": (4, 3, 200)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    assert "l" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
+    _check_against_reference(c, [trace], kernel_cache)
+
+
 def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_keeps_them_outermost(kernel_cache):
     """137 columns of a B past a 128 KB L2: 3 panels of 48 are too few for two threads to share (the last one
     partial), which would put the panels inside the row loops, each block of rows reading all of B from memory

@@ -137,6 +137,19 @@ def row_tile_width(width: int, ncol: int, inner: int, window: bool, b: Access, s
     return _panel_width(width, ncol, inner, window, True, b, st, target)
 
 
+def rows_to_repick(inner: str, shared: Collection[str], along: Collection[str], ext: Mapping[str, int],
+                   lane_stride: int, line_bytes: int = 64) -> bool:
+    """Whether the tile's rows are chosen again among the ``shared`` dims (those the column operand does not read)
+    instead of the innermost row dim ``inner``: where the column operand reads ``inner`` (every FMA of the tile would
+    load its own column vector: rows i of A[i,m,n,k,j] over columns k, j of A, 2.05x), or where ``inner`` is too
+    short to fill a tile and too long to pair with a second row dim (5 to 8 rows) while a shared dim runs
+    ``along`` the row operand's unit stride (rows i of A[m,j,k,i] over j's 5: each step's broadcasts from one cache
+    line, 1.14x), unless the tile's lanes lie more than a cache line apart in the output (``lane_stride`` bytes):
+    the rows of ``inner``, its innermost dim, then write the tile back as a few runs, where other rows would write
+    each lane to a line of its own (C[j,i,l,k] over columns i 49 floats apart: rows j 0.76x)."""
+    return inner not in shared or 4 < ext[inner] <= 8 and bool(set(along) - {inner}) and lane_stride <= line_bytes
+
+
 def _slice(acc: Access, st: Statement, outer: list[str], parts: Mapping[str, int] | None = None) -> float:
     """Elements of the operand read under one iteration of the ``outer`` loops (dims of the statement); ``parts``:
     the iterations of a loop that walks its dim in blocks (a column panel's), where not one per element."""
@@ -467,11 +480,15 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                         if len(n_dims) > 1 else 1, window, b, st, target) / VECTOR) \
             if layout is not None else 3
         most = tile_rows(vecs, target.vector_registers) if layout is not None else 8
-        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75):
+        flat = flat_offset(a.index, types[a.tensor].shape) if layout is not None else None
+        along = {d for d in shared if flat is not None and abs(flat.coeff(d)) == 1}
+        lane_stride = FLOAT32_BYTES * abs(flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
+                                          .coeff(n_dims[-1])) if layout is not None else 0
+        if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75
+                                              or rows_to_repick(m_dims[-1], shared, along, ext, lane_stride)):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
-            flat = flat_offset(a.index, types[a.tensor].shape)
-            row_at = row_dims.index(row_dim(shared, ext, most, vecs, {d for d in shared if abs(flat.coeff(d)) == 1}))
+            row_at = row_dims.index(row_dim(shared, ext, most, vecs, along))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
