@@ -150,6 +150,15 @@ def rows_to_repick(inner: str, shared: Collection[str], along: Collection[str], 
     return inner not in shared or 4 < ext[inner] <= 8 and bool(set(along) - {inner}) and lane_stride <= line_bytes
 
 
+def fused_vector_step(n_dims: Sequence[str], ext: Mapping[str, int], lanes: int, linear: bool) -> int:
+    """The least tile width of whole vectors that the column loop over ``n_dims`` splits by: a fused pair splits only
+    by multiples of its inner extent (unless ``linear``: one contiguous run in every tensor), so by multiples of the
+    least common multiple of that and the vector width."""
+    if len(n_dims) < 2 or linear:
+        return lanes
+    return math.lcm(ext[n_dims[-1]], lanes)
+
+
 def _slice(acc: Access, st: Statement, outer: list[str], parts: Mapping[str, int] | None = None) -> float:
     """Elements of the operand read under one iteration of the ``outer`` loops (dims of the statement); ``parts``:
     the iterations of a loop that walks its dim in blocks (a column panel's), where not one per element."""
@@ -520,16 +529,21 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     # 4 x 4 loads a vector per 4 FMAs; without a second row dim the tile widens instead
     rows2_dims = [d for d in m_dims[:-1] if ext[d] >= 2] if keep is None else []
     few_rows = bool(m_dims) and ext[m_dims[-1]] <= 4 and ncol >= 3 * VECTOR
+    # the least width of whole vectors that fused columns split by (112 for an inner extent of 7: the tiles of few
+    # rows below, 4 or 8 vectors wide, would be cut to 63 or 126 columns, a tile printed as scalars, 0.34x)
+    whole_step = fused_vector_step(n_dims, ext, VECTOR, types is not None and len(n_dims) > 1
+                                   and contiguous_dims(st, types, *n_dims))
     rows2_dim, rows2 = None, 1
     if rows2_dims and ext[m_dims[-1]] <= 8:
         even = [d for d in rows2_dims if ext[d] % 2 == 0]
         rows2_dim = rows2_dims[kn.get(f"{s}.rows2_dim", rows2_dims.index(even[0]) if even else len(rows2_dims) - 1,
                                       tuple(range(len(rows2_dims))))]
-        rows2 = kn.get(f"{s}.rows2", 2 if few_rows and wide == 4 else 1,
+        rows2 = kn.get(f"{s}.rows2", 2 if few_rows and wide == 4 and (4 * VECTOR) % whole_step == 0 else 1,
                        [r for r in (1, 2, 3, 4) if r <= ext[rows2_dim]])
     if few_rows and rows2 == 1 and ncol >= 4 * VECTOR:
         # 4 rows x 8 vectors: each broadcast feeds 8 FMAs instead of 4 (fits 16 registers with the rows rolled)
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
+        width = max(whole_step, width // whole_step * whole_step)
     elif few_rows and rows2 > 1:
         width = min(4, max(1, (target.vector_registers - 8) // (ext[m_dims[-1]] * rows2))) * VECTOR
     fused = len(n_dims) > 1
