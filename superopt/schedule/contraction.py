@@ -494,7 +494,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         lane_stride = FLOAT32_BYTES * abs(flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
                                           .coeff(n_dims[-1])) if layout is not None else 0
         if layout is not None and shared and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75
-                                              or rows_to_repick(m_dims[-1], shared, along, ext, lane_stride)):
+                                              or rows_to_repick(m_dims[-1], shared, along, ext, lane_stride,
+                                                                target.cache_line_bytes)):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
             row_at = row_dims.index(row_dim(shared, ext, most, vecs, along))
