@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.contraction_defaults import ab_main, traces_differ  # noqa: E402
 
 
-def _one_column(blocks):
+def _one_column(n_dims, panels, row, row_blocks):
     return {}
 
 

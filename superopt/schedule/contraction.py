@@ -305,12 +305,20 @@ def _refetched_rows(a: Access, flat: Affine | None, rows: Collection[str | None]
     return min(st.extent[unit[0]], line)
 
 
-def refetch_blocks(blocks: Mapping[str, int]) -> Mapping[str, int]:
-    """The iterations of the loops outside the tile that walk their dims in blocks (column panels, row blocks), as
-    :func:`_refetched_rows` counts what one iteration reads: a panel of 48 columns reads 48 columns' worth of the
-    column operand, not one (counted as one, a 650 KB panel passed for 13 KB, and a 4 MB row operand read 9 times
-    over stayed unpacked: 1.23x packed)."""
-    return blocks
+def refetch_blocks(n_dims: Sequence[str], panels: int | None, row: str | None, row_blocks: int | None
+                   ) -> dict[str, int]:
+    """The iterations of the loops outside the tile that walk their dims in blocks, by dim, as
+    :func:`_refetched_rows` counts what one iteration reads: ``panels`` of the columns ``n_dims`` (a fused pair's
+    inner dim whole in each) and ``row_blocks`` of ``row`` (None: not split). A panel of 48 columns reads 48 columns'
+    worth of the column operand, not one (counted as one, a 650 KB panel passed for 13 KB, and a 4 MB row operand
+    read 9 times over stayed unpacked: 1.23x packed)."""
+    out: dict[str, int] = {}
+    if panels is not None:
+        out[n_dims[0]] = panels
+        out.update({d: 1 for d in n_dims[1:]})
+    if row is not None and row_blocks is not None:
+        out[row] = row_blocks
+    return out
 
 
 def _short_runs(a: Access, flat: Affine | None, row: str | None, reduce_order: Sequence[str], st: Statement,
@@ -532,8 +540,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     few_rows = bool(m_dims) and ext[m_dims[-1]] <= 4 and ncol >= 3 * VECTOR
     # the least width of whole vectors that fused columns split by (112 for an inner extent of 7: the tiles of few
     # rows below, 4 or 8 vectors wide, would be cut to 63 or 126 columns, a tile printed as scalars, 0.34x)
-    whole_step = fused_vector_step(n_dims, ext, VECTOR, types is not None and len(n_dims) > 1
-                                   and contiguous_dims(st, types, *n_dims))
+    # (a fused pair that every tensor holds as one run splits by any width: its loop is made linear)
+    any_split = types is not None and len(n_dims) > 1 and contiguous_dims(st, types, *n_dims)
+    whole_step = fused_vector_step(n_dims, ext, VECTOR, any_split)
     rows2_dim, rows2 = None, 1
     if rows2_dims and ext[m_dims[-1]] <= 8:
         even = [d for d in rows2_dims if ext[d] % 2 == 0]
@@ -575,8 +584,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     width = kn.get(f"{s}.width", width, [w * VECTOR for w in (1, 2, 3, 4, 6, 8) if w * VECTOR <= max(ncol, VECTOR)
                                          and rows2 <= _register_rows(w, target)]
                    + ([ncol] if ncol < 8 * VECTOR and rows2 <= _register_rows(math.ceil(ncol / VECTOR), target) else []))
-    if fused and ncol > width and width % ext[n_dims[-1]] and not (
-            types is not None and contiguous_dims(st, types, *n_dims)):
+    if fused and ncol > width and width % ext[n_dims[-1]] and not any_split:
         width = ext[n_dims[-1]] * max(1, width // ext[n_dims[-1]])
     col_o = None
     if ncol > width:
@@ -838,9 +846,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         # panels of 96 and 72 columns: the panels outside, each shared by the threads as 9 x 13 row tiles, 1.16x)
         if len(chain) == 1 and spread(fext, threads) > BLOCKER_OUT_SPREAD and first + 2 < len(outer):
             blocker, partner = outer[first + 1], outer[first + 2]
-            movable = blocker in tailed and partner not in tailed and blocker not in hoisted \
-                and partner not in hoisted and not blocker.startswith(f"{r0}_o") and not partner.startswith(f"{r0}_o") \
-                and (keep is None or walks[partner] <= keep)
+            movable = blocker in tailed and blocker not in hoisted and not blocker.startswith(f"{r0}_o") \
+                and fusable(partner)
             if movable and spread(fext * extents[partner], threads) < spread(fext, threads) \
                     and kn.get(f"{s}.par_inside", True, (True, False)):
                 outer = outer[:first] + [blocker, chain[0], partner] + outer[first + 3:]
@@ -867,10 +874,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
             # again by the tiles beside it, a pass each (27 rows in tiles of 7: a line of 16 by 3 tiles)
             passes *= math.ceil(min(target.cache_line_bytes // types[a.tensor].np_dtype.itemsize, extents[row])
                                 / factor)
-        blocks = ({n_dims[0]: extents[col_o]} if col_o else {}) | ({n_dims[1]: 1} if col_o and fused else {}) \
-            | ({row: extents[rows_o]} if rows_o else {})
+        blocks = refetch_blocks(n_dims, extents[col_o] if col_o else None, row, extents[rows_o] if rows_o else None)
         refetched = _refetched_rows(a, flat_a, {row, rows2_dim if rows2_i else None}, st, types, target, b,
-                                    order_dims, refetch_blocks(blocks))
+                                    order_dims, blocks)
         short = _short_runs(a, flat_a, row, reduce_order, st, types, target)
         if kn.get(f"{s}.pack_rows", scores is not None and (line_per_step and passes >= ROW_PACK_PASSES
                                                             or refetched > 1 and refetched * passes >= ROW_REFETCH
