@@ -161,6 +161,12 @@ def traces_differ(a, b) -> bool:
     return [t for _, t in sorted(a.executor.traces.items())] != [t for _, t in sorted(b.executor.traces.items())]
 
 
+def sources_differ(a, b) -> bool:
+    """Whether two programs' kernels were printed as different C (the ``differ`` of a printer rule's
+    :func:`ab_main`: the same schedules, printed otherwise)."""
+    return [k.source.code for k in a.executor.kernels] != [k.source.code for k in b.executor.kernels]
+
+
 @contextmanager
 def constant_set(module, name: str, value) -> Iterator[None]:
     """``module.name`` set to ``value`` inside the block (a rule's threshold, to build a program without the rule)."""

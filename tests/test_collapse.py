@@ -30,7 +30,7 @@ def _reduction_loops(nest) -> list[tuple[str, int]]:
 
 @pytest.mark.parametrize("text, shapes, collapsed", [
     # A packed to (l, m, i, j): l and m run together in the pack and in B as read
-    ("C[k,i,j] += A[l,j,m,i] * B[k,l,m]", {"A": (5, 7, 6, 40), "B": (30, 5, 6)}, [("l_m", 30)]),
+    ("C[k,i,j] += A[l,j,m,i] * B[k,l,m]", {"A": (5, 7, 6, 45), "B": (30, 5, 6)}, [("l_m", 30)]),
     # B packed to (m, k, l, j): the three reduction dims run together in it and in A as read
     ("C[i,j] += A[i,m,k,l] * B[m,j,k,l]", {"A": (40, 6, 4, 5), "B": (6, 50, 4, 5)}, [("m_k_l", 120)]),
 ])

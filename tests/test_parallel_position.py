@@ -76,10 +76,32 @@ def test_uneven_panels_run_in_turn_with_the_threads_sharing_their_rows(kernel_ca
 def test_panels_stay_parallel_where_the_threads_would_split_short_output_rows():
     """15 uneven panels of k, then j: j is the output's contiguous dim, 57 floats a row, so threads sharing j would
     write the same cache lines at their shares' edges in every row (1.1x on 2 threads over 1): the panels stay
-    the parallel loop."""
-    c = compile_op("C[i,k,j] += A[i,j,l] * B[k,l]", {"A": (54, 57, 567), "B": (915, 567)})
+    the parallel loop. (Over 1100 reduction steps the rows are i; over a short reduction they would run along j.)"""
+    c = compile_op("C[i,k,j] += A[i,j,l] * B[k,l]", {"A": (54, 57, 1100), "B": (915, 1100)})
     space = ScheduleSpace(c, host_target(2), frozenset())
     trace, used, domains = space.resolve(space.default_point())
     order = [p for p in trace if isinstance(p, Reorder)][-1].order
     assert order[:2] == ("k_o", "j") and used["C.par_pos"] == 0 and 1 in domains["C.par_pos"]
     assert _parallel_position(trace) == 0
+
+
+def test_a_peeled_parallel_loop_is_one_parallel_region_and_matches_the_reference(kernel_cache, monkeypatch):
+    """Panels of 32 columns over 104 (3 full, the last of 8) in parallel, rows in whole tiles of 6: the panel loop is
+    peeled into its full tiles and the rest. Printed as two loops, that is two parallel regions, 3 panels on 2
+    threads and then 1, three panels' time where two would do; printed as one, each iteration runs its copy."""
+    import superopt.loopnest.versioning as versioning
+    from superopt.runtime.kernel import build_kernel
+
+    c = compile_op(MATMUL, {"A": (60, 40), "B": (40, 104)})
+    trace = _tiles("j_o")
+
+    def code() -> str:
+        return emit_c(lower(c, trace, host_target(2)), "k").code
+
+    assert code().count("#pragma omp parallel for") == 1 and "if (j_o < 3)" in code(), code()
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((60, 40), np.float32), rng.standard_normal((40, 104), np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2)(A, B)
+    np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(versioning, "one_parallel_region", lambda extent, split, threads: False)
+    assert code().count("#pragma omp parallel for") == 2

@@ -359,6 +359,9 @@ class _CPrinter:
     def peeled(self, n: PeeledLoop) -> None:
         lp, v = n.loop, n.loop.var
         full = str(n.split)
+        if n.branch:  # (one parallel region: see superopt.loopnest.versioning)
+            self.loop(lp, split=(full, n.general))
+            return
         if n.outer_full:  # in a block of its own: index-set splitting may repeat the loop in one scope
             self.line("{")
             self.ind += 1
@@ -386,12 +389,15 @@ class _CPrinter:
             self.ind -= 1
             self.line("}")
 
-    def loop(self, lp: Loop, start: str = "0", stop: str | None = None) -> None:
+    def loop(self, lp: Loop, start: str = "0", stop: str | None = None,
+             split: tuple[str, tuple[Node, ...]] | None = None) -> None:
+        """``lp`` printed from ``start`` to ``stop``; ``split`` = (full, rest): its body for the iterations below
+        ``full``, ``rest`` for the others (a :class:`PeeledLoop` in one loop)."""
         tests = hoisted_tests(lp)
         if tests:  # (a write-back nest of one kind of reduction block: tested once, around it)
             self.line(f"if ({c_conds(tests)}) {{")
             self.ind += 1
-            self.loop(without_tests(lp, tests), start, stop)
+            self.loop(without_tests(lp, tests), start, stop, split)
             self.ind -= 1
             self.line("}")
             return
@@ -421,7 +427,18 @@ class _CPrinter:
         fence, self._fence = self._fence, False
         self.line(f"for (int {v} = {start}; {v} < {bound}; ++{v}) {{")
         self.ind += 1
-        self.nodes(lp.body)
+        if split is None:
+            self.nodes(lp.body)
+        else:
+            self.line(f"if ({v} < {split[0]}) {{  /* full register tiles, constant trip counts */")
+            self.ind += 1
+            self.nodes(lp.body)
+            self.ind -= 1
+            self.line("} else {")
+            self.ind += 1
+            self.nodes(split[1])
+            self.ind -= 1
+            self.line("}")
         if fence:
             self.line("so_stream_fence();")
         self.ind -= 1

@@ -57,7 +57,7 @@ def build_loopnest(plan: KernelPlan) -> LoopNest:
     """The loop nest of ``plan`` (a legal lowering): kernel body and pack routines."""
     nest = _Builder(plan).kernel()
     if plan.target.kind == "cpu":  # (the CUDA printer maps tiles to threads: no tails to version there)
-        nest = peel_tile_tails(split_index_sets(nest, min_parallel=2 * plan.target.threads))
+        nest = peel_tile_tails(split_index_sets(nest, min_parallel=2 * plan.target.threads), plan.target.threads)
     return nest
 
 

@@ -65,7 +65,7 @@ def _lines(n: Node, depth: int, out: list[str]) -> None:
             _lines(c, depth + 1, out)
     elif isinstance(n, PeeledLoop):
         cond = "".join(f" if {_lin(t.offset)} + {extent} <= {t.limit}" for extent, t in n.outer_full)
-        out.append(f"{pad}peeled {n.loop.var} < {n.split}{cond}: full tiles")
+        out.append(f"{pad}peeled {n.loop.var} < {n.split}{cond}: full tiles" + (", in one loop" if n.branch else ""))
         _lines(n.loop, depth + 1, out)
         if n.middle is not None:
             out.append(f"{pad}else {n.loop.var} < {n.split}: constant rows, bounded stores")

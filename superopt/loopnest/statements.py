@@ -160,7 +160,9 @@ class PeeledLoop:
     loop's own tails dropped (the enclosing loop's tails kept, as run-time bounds), run for ``[0, split)`` before
     ``general`` runs the rest: the last panel of columns keeps register tiles of constant rows. ``last``: where
     ``outer_full`` holds and the rest is one tile, that tile with every tail a constant (the last rows of a full
-    panel of columns), run instead of ``general``. See :mod:`superopt.loopnest.versioning`."""
+    panel of columns), run instead of ``general``. ``branch``: one loop over all the iterations instead, each running
+    ``loop.body`` below ``split`` and ``general`` from there (a parallel loop as one parallel region). See
+    :mod:`superopt.loopnest.versioning`."""
 
     loop: Loop
     general: tuple[Node, ...]
@@ -168,6 +170,7 @@ class PeeledLoop:
     outer_full: tuple[tuple[int, TailLimit], ...] = ()
     middle: tuple[Node, ...] | None = None
     last: tuple[Node, ...] | None = None
+    branch: bool = False
 
 
 Node = (Loop | Alloc | Fill | StageNest | Scope | Assign | Accumulate | RestoreNan | WriteBack | Epilogue | Guard

@@ -26,8 +26,13 @@ that last iteration is a float array bounded at run time.
 
 ``full`` is the number of leading iterations for which every tail of the tile is inactive (a
 constant, or 0 when a tail on an outer loop's variable is active for this block). A condition
-inside the loop (``if (full) ... else ...``) would be simpler, but gcc then no longer unrolls the
+inside the tile (``if (full) ... else ...``) would be simpler, but gcc then no longer unrolls the
 tile completely. The fast copy is exact: wherever it runs, each dropped tail bound equals the extent.
+
+A parallel loop peeled so is two parallel regions, and each whose iterations the threads share unevenly leaves
+one idle: 3 full panels and the last on 2 threads take 3 panels' time where 2 would do. Where that costs the threads
+:data:`ONE_REGION_GAIN` or more rounds of iterations, the loop stays one, each iteration running one copy or the
+other (``PeeledLoop.branch``, :func:`one_parallel_region`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,18 @@ from superopt.loopnest.loop import Loop, TailLimit
 from superopt.loopnest.statements import Accumulate, Epilogue, Guard, Node, PeeledLoop, Scope, StageNest
 
 Tail = tuple[int, TailLimit]  # (the extent of the loop it cuts, the tail)
+
+# how many more rounds of iterations two parallel regions must take than one before a peeled parallel loop is
+# printed as one (its iterations branching): over 2 threads 3 full panels and a last are 3 rounds against 2, 1.43x
+# on the contraction it was written from; 31 and a last, 17 against 16, ran slower as one region
+ONE_REGION_GAIN = 1.1
+
+
+def one_parallel_region(extent: int, split: int, threads: int) -> bool:
+    """Whether a parallel loop of ``extent`` iterations peeled at ``split`` runs as one parallel region: the rounds
+    of ``threads`` iterations its full and its other iterations take as two regions, against as one."""
+    t = max(1, threads)
+    return -(-split // t) + -(-(extent - split) // t) >= ONE_REGION_GAIN * -(-extent // t)
 
 
 def _children(n: Node) -> tuple[Node, ...]:
@@ -147,7 +164,7 @@ def _full_iterations(lp: Loop, tails: list[Tail]) -> int | None:
     return n
 
 
-def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
+def _peel(lp: Loop, outer: tuple[Loop, ...], threads: int) -> Node:
     """``lp`` with its body's tiles peeled when their tails depend on ``lp`` (and maybe outer loops)."""
     found = _tiles_tails(lp.body)
     if not found or lp.kind not in ("serial", "parallel"):
@@ -186,7 +203,8 @@ def _peel(lp: Loop, outer: tuple[Loop, ...]) -> Node:
         own_tails = {t for _, t in own}
         last = tuple(_resolve_tails(_strip_tiles(c, {t for _, t in rest}), lp.var, split, own_tails)
                      for c in lp.body)
-    return PeeledLoop(fast, general, split, tuple(rest), middle, last)
+    branch = lp.kind == "parallel" and not rest and not lp.tail and one_parallel_region(lp.extent, split, threads)
+    return PeeledLoop(fast, general, split, tuple(rest), middle, last, branch)
 
 
 def _tile_loop_inside(body: tuple[Node, ...]) -> bool:
@@ -218,19 +236,20 @@ def _peel_from_outside(lp: Loop) -> PeeledLoop | None:
                       tuple(_resolve_tails(c, lp.var, split, tails) for c in lp.body), split)
 
 
-def _walk(n: Node, outer: tuple[Loop, ...]) -> Node:
+def _walk(n: Node, outer: tuple[Loop, ...], threads: int) -> Node:
     if isinstance(n, Loop) and (pl := _peel_from_outside(n)) is not None:
-        return replace(pl, loop=replace(pl.loop, body=tuple(_walk(c, outer + (n,)) for c in pl.loop.body)),
-                       general=tuple(_walk(c, outer + (n,)) for c in pl.general))
+        return replace(pl, loop=replace(pl.loop, body=tuple(_walk(c, outer + (n,), threads) for c in pl.loop.body)),
+                       general=tuple(_walk(c, outer + (n,), threads) for c in pl.general))
     if isinstance(n, Loop):
-        n = replace(n, body=tuple(_walk(c, outer + (n,)) for c in n.body))
-        return _peel(n, outer)
+        n = replace(n, body=tuple(_walk(c, outer + (n,), threads) for c in n.body))
+        return _peel(n, outer, threads)
     if isinstance(n, (StageNest, Scope)):
-        return replace(n, body=tuple(_walk(c, outer) for c in n.body))
+        return replace(n, body=tuple(_walk(c, outer, threads) for c in n.body))
     return n
 
 
-def peel_tile_tails(nest: LoopNest) -> LoopNest:
+def peel_tile_tails(nest: LoopNest, threads: int = 1) -> LoopNest:
     """``nest`` with each loop over register tiles that have tails peeled into full tiles (constant
-    trip counts) and the rest (a no-op for nests without such tiles)."""
-    return replace(nest, body=tuple(_walk(s, ()) for s in nest.body))
+    trip counts) and the rest (a no-op for nests without such tiles); ``threads``: those that share its parallel
+    loops (:func:`one_parallel_region`)."""
+    return replace(nest, body=tuple(_walk(s, (), threads) for s in nest.body))
