@@ -425,9 +425,9 @@ def test_a_column_operand_filling_most_of_l2_goes_outermost_where_rows_outermost
     for name, l2 in {"B most of L2": 128 << 10, "B under half of L2": 256 << 10}.items():
         trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
-        orders[name] = [x for x in order if x in ("i", "k_o")]
+        orders[name] = [x for x in order if x in ("j", "k_o")]  # (rows i, the output's unit stride: j the outer)
         _check_against_reference(c, [trace], kernel_cache)
-    assert orders == {"B most of L2": ["k_o", "i"], "B under half of L2": ["i", "k_o"]}, orders
+    assert orders == {"B most of L2": ["k_o", "j"], "B under half of L2": ["j", "k_o"]}, orders
 
 
 def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(kernel_cache):
@@ -567,10 +567,10 @@ def test_the_row_dim_is_chosen_for_the_tile_as_wide_as_its_narrowed_panels(kerne
 
 
 def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
-    """A[o,i,m,n,j,p] as the rows' operand (rows j, reductions o, m, n, p): each reduction step reads 8 rows x 6
-    p, three cache lines, then jumps 2 KB, a walk the prefetchers follow poorly, and each of 6 column panels
-    reads it so. Past a 1 MB L2 (A is 1.5 MB) the default packs A so each row's reductions are one run; where it
-    fits a 4 MB L2 it is read in place."""
+    """A[o,i,m,n,j,p] as the rows' operand (rows i, the output's unit stride, reductions o, m, n, p): each reduction
+    step reads 7 rows x 6 p, several cache lines, then jumps, a walk the prefetchers follow poorly, and each of 6
+    column panels reads it so. Past a 1 MB L2 (A is 1.5 MB) the default packs A so each row's reductions are one run;
+    where it fits a 4 MB L2 it is read in place."""
     from dataclasses import replace
 
     c = compile_op("C[j,k,l,i] += A[o,i,m,n,j,p] * B[k,o,n,l,p,m]",
@@ -580,7 +580,7 @@ def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
         trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
         packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "A"]
         _check_against_reference(c, [trace], kernel_cache)
-    assert packed == {"A past L2": [(1, 4, 0, 2, 3, 5)], "A in L2": []}, packed
+    assert packed == {"A past L2": [(4, 1, 0, 2, 3, 5)], "A in L2": []}, packed
 
 
 def test_the_column_operands_own_dims_go_outside_the_row_operands_where_its_panel_would_be_reread(kernel_cache):
@@ -616,3 +616,30 @@ def test_the_column_operands_dims_stay_inside_where_one_would_scatter_the_output
     assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 2 << 20, 16) == ["l", "m", "i"]
     assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 2 << 20, 1) == ["i", "l", "m"]
     assert column_dims_first(["l", "m", "i"], rows, cols, st, panel, 64 << 20, 1) == ["l", "m", "i"]  # (cached)
+
+
+@pytest.mark.parametrize("o,rows", [(64, ("i", "j")), (2048, ("j", "j"))])
+def test_rows_follow_the_outputs_unit_stride_where_the_lanes_lie_lines_apart_and_the_reduction_is_short(
+        o, rows, monkeypatch):
+    """The benchmark case rand43_19's shape, a shorter reduction: C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m], columns
+    l of B (1632 floats apart in C), rows among A's i, k, j. Rows j fill the tile best, but each write-back then puts every
+    accumulator lane on a line of its own; rows i, the output's unit stride, write each lane's rows as one run (1.37x
+    on the case). Over a long reduction the write-back is too rare to choose the rows by."""
+    import superopt.schedule.contraction as contraction
+
+    c = compile_op("C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m]", {"A": (68, 3, 8, o), "B": (3, 163, o, 3)})
+
+    def row():
+        trace = default_schedule(c, host_target(2), frozenset())
+        return [p.loop for p in trace if type(p).__name__ == "Unroll"][0].removesuffix("_i")
+
+    assert row() == rows[0]
+    monkeypatch.setattr(contraction, "output_run_rows", lambda *a, **k: ())
+    assert row() == rows[1]
+
+
+def test_rows_along_the_outputs_unit_stride_match_the_reference(kernel_cache):
+    c = compile_op("C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m]", {"A": (20, 4, 8, 64), "B": (2, 48, 64, 3)})
+    trace = default_schedule(c, host_target(2), frozenset())
+    assert "i" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
+    _check_against_reference(c, [trace], kernel_cache)

@@ -82,6 +82,7 @@ ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
 # before the default packs it: the copy reads it once and writes it once
 ROW_REFETCH = 8
+SHORT_REDUCTION = 1024  # reduction steps at most between a tile's write-backs for the rows to follow the output's runs
 SHORT_RUN_LINES = 4  # cache lines a row operand's contiguous run spans at least, unpacked (_short_runs)
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
 TILE_LOADS = 24  # vector loads at most in one unrolled block of a tile whose every FMA loads its column vector
@@ -148,6 +149,16 @@ def rows_to_repick(inner: str, shared: Collection[str], along: Collection[str], 
     the rows of ``inner``, its innermost dim, then write the tile back as a few runs, where other rows would write
     each lane to a line of its own (C[j,i,l,k] over columns i 49 floats apart: rows j 0.76x)."""
     return inner not in shared or 4 < ext[inner] <= 8 and bool(set(along) - {inner}) and lane_stride <= line_bytes
+
+
+def output_run_rows(out_dims: Sequence[str], lane_stride: int, steps: int, line_bytes: int = 64) -> tuple[str, ...]:
+    """The row dims that a chosen tile's rows should run along: the output's innermost dim where the tile's lanes lie
+    more than a cache line apart in the output (``lane_stride`` bytes) and the tile is written back every ``steps``
+    reduction steps, at most :data:`SHORT_REDUCTION`; else none. Rows along another dim write a line per
+    accumulator lane, 16 lines per vector of FMAs over ``steps``; rows along the output's unit stride write each
+    lane's rows as one run (C[m,n,l,k,j,i] over columns l 1632 floats apart, 418 steps: rows i 1.45x rows j). Over
+    longer reductions the write-back is too rare to choose the rows by."""
+    return (out_dims[-1],) if lane_stride > line_bytes and steps <= SHORT_REDUCTION else ()
 
 
 def fused_vector_step(n_dims: Sequence[str], ext: Mapping[str, int], lanes: int, linear: bool) -> int:
@@ -506,7 +517,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                                                 target.cache_line_bytes)):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
-            row_at = row_dims.index(row_dim(shared, ext, most, vecs, along))
+            runs = output_run_rows(st.out_dims, lane_stride, math.prod(ext[d] for d in st.reduce_dims),
+                                   target.cache_line_bytes)
+            row_at = row_dims.index(row_dim(shared, ext, most, vecs, along, runs))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)

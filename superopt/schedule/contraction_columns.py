@@ -26,6 +26,7 @@ SCALAR_TILE = 0.2  # a tile not of whole vectors, printed as a scalar loop: its 
 # tile at which the loads no longer bound it: 8 x 3 and 6 x 4 reach it, 8 x 1 (8 FMAs for 9 loads) less than half
 TILE_INTENSITY = 2.2
 CONTIGUOUS_ROWS = 1.1
+OUTPUT_RUN_ROWS = 1.1  # rows along the output's unit stride, where the tile's lanes lie lines apart there
 WIDE_TILE = 0.95  # a tile wider than the usual micro-kernel's (8 x 3, 6 x 4 vectors) only where it fills better
 SWITCH_GAIN = 1.15  # a candidate replaces the position-chosen columns only when it scores this much higher
 # the output's dims reordered so that a run of the column operand's dims is innermost, only where that pair's
@@ -159,10 +160,13 @@ def row_use(n: int, rows: int = 8, vectors: int = 3) -> float:
 
 
 def row_dim(candidates: Sequence[str], ext: Mapping[str, int], rows: int = 8, vectors: int = 3,
-            contiguous: Collection[str] = ()) -> str:
+            contiguous: Collection[str] = (), output_run: Collection[str] = ()) -> str:
     """The row dim of the register tile among ``candidates`` (output dims the column operand does not read,
     innermost last): the best :func:`row_use` in blocks of at most ``rows``, the innermost of equals. A dim along
     which the row operand is ``contiguous`` scores :data:`CONTIGUOUS_ROWS` times more: a step's broadcasts of the
-    block's rows then come from one cache line instead of one line each."""
+    block's rows then come from one cache line instead of one line each. One in ``output_run`` (the output's unit
+    stride, where the tile's lanes lie lines apart there) scores :data:`OUTPUT_RUN_ROWS` times more: the tile is
+    then written back as one run of rows per lane instead of one line per accumulator."""
     return max(reversed(candidates),
-               key=lambda d: row_use(ext[d], rows, vectors) * (CONTIGUOUS_ROWS if d in contiguous else 1.0))
+               key=lambda d: row_use(ext[d], rows, vectors) * (CONTIGUOUS_ROWS if d in contiguous else 1.0)
+               * (OUTPUT_RUN_ROWS if d in output_run else 1.0))
