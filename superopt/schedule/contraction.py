@@ -156,7 +156,7 @@ def output_run_rows(out_dims: Sequence[str], lane_stride: int, steps: int, line_
     more than a cache line apart in the output (``lane_stride`` bytes) and the tile is written back every ``steps``
     reduction steps, at most :data:`SHORT_REDUCTION`; else none. Rows along another dim write a line per
     accumulator lane, 16 lines per vector of FMAs over ``steps``; rows along the output's unit stride write each
-    lane's rows as one run (C[m,n,l,k,j,i] over columns l 1632 floats apart, 418 steps: rows i 1.45x rows j). Over
+    lane's rows as one run (C[m,n,l,k,j,i] over columns l 1632 floats apart, 418 steps: rows i 1.37x rows j). Over
     longer reductions the write-back is too rare to choose the rows by."""
     return (out_dims[-1],) if lane_stride > line_bytes and steps <= SHORT_REDUCTION else ()
 
