@@ -21,8 +21,6 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,7 +104,7 @@ def render(result: dict) -> str:
 
 
 def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: str) -> None:
-    """The options of a before/after benchmark on random contractions (this one, ``pack_order.py``, ``pack_at.py``)."""
+    """The options of a before/after benchmark on random contractions (this one and ``default_rules.py``)."""
     ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--random", type=int, default=random)
     ap.add_argument("--threads", type=int, default=2)
@@ -114,106 +112,6 @@ def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: s
     ap.add_argument("--tie", type=float, default=0.03, help="speed-ups within this of 1 count as ties")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     ap.add_argument("--name", default=name)
-
-
-def ab_rule(args: argparse.Namespace, off: Callable[[], AbstractContextManager], differ: Callable, before: str
-            ) -> dict:
-    """A rule of the default on and off, on ``random_contractions(args.random, args.seed)``: each compiled as a user
-    does (``superopt.op``) with the rule as it is (``this``) and inside ``off()`` (``before``); the contractions
-    whose programs ``differ(before_program, this_program)`` run on the same seeded inputs, are checked equal, and
-    timed as whole calls (run-time packs inside) in alternating blocks (medians). Each changed case's speed-up is
-    the ``before`` time over this one; ``summary`` from :func:`ab_summary`."""
-    import numpy as np
-
-    import superopt
-    from benchmarks.contraction_cases import random_contractions
-    from benchmarks.machine import cpu_model
-    from superopt.measure.timing import TimingConfig, time_alternating
-
-    result: dict = {"cpu": cpu_model(), "threads": args.threads, "seed": args.seed, "random": args.random,
-                    "rounds": args.rounds, "tie": args.tie, "changed": {}}
-    for case in random_contractions(args.random, args.seed):
-        rng = np.random.default_rng(args.seed)
-        inputs = [rng.standard_normal(s).astype(np.float32) for s in case.shapes]
-        programs = {"this": superopt.op(case.text, threads=args.threads, verify=False).program(*inputs)}
-        with off():
-            programs[before] = superopt.op(case.text, threads=args.threads, verify=False).program(*inputs)
-        if not differ(programs[before], programs["this"]):
-            continue
-        outs = {w: np.asarray(p(*inputs)) for w, p in programs.items()}
-        scale = max(float(np.abs(outs[before]).max()), 1e-30)
-        if not np.abs(outs[before] - outs["this"]).max() <= 1e-5 * scale:
-            raise SystemExit(f"{case.name}: the two programs give different outputs")
-        timed = time_alternating({w: (lambda p=p, x=inputs: p(*x)) for w, p in programs.items()},
-                                 TimingConfig(warmup_calls=2, rounds=args.rounds))
-        r = {"text": case.text, "shapes": [list(s) for s in case.shapes], f"{before}_s": timed[before].median_s,
-             "this_s": timed["this"].median_s}
-        r["speedup"] = r[f"{before}_s"] / r["this_s"]
-        result["changed"][case.name] = r
-        print(f"{case.name:12s} {case.text:48s} {r['speedup']:.2f}x", flush=True)
-    result["summary"] = ab_summary([r["speedup"] for r in result["changed"].values()], args.tie)
-    return result
-
-
-def traces_differ(a, b) -> bool:
-    """Whether two programs' kernels have different schedules (the ``differ`` of a schedule rule's
-    :func:`ab_main`)."""
-    return [t for _, t in sorted(a.executor.traces.items())] != [t for _, t in sorted(b.executor.traces.items())]
-
-
-def sources_differ(a, b) -> bool:
-    """Whether two programs' kernels were printed as different C (the ``differ`` of a printer rule's
-    :func:`ab_main`: the same schedules, printed otherwise)."""
-    return [k.source.code for k in a.executor.kernels] != [k.source.code for k in b.executor.kernels]
-
-
-@contextmanager
-def constant_set(module, name: str, value) -> Iterator[None]:
-    """``module.name`` set to ``value`` inside the block (a rule's threshold, to build a program without the rule)."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
-def ab_main(doc: str, name: str, seed: int, random: int, module, constant: str, value, differ: Callable,
-            before: str, title: str, intro: str, this: str) -> None:
-    """The command line of a before/after benchmark: ``module.constant`` set to ``value`` builds the programs
-    without the rule (:func:`ab_rule`); writes ``results/NAME.md`` (:func:`ab_render` with ``title``, ``intro``
-    and the columns ``before`` and ``this``) and ``.json``."""
-
-    def render(result: dict) -> str:
-        return ab_render(result, title, intro, before, (before, this))
-
-    from benchmarks.machine import write_result
-
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ab_arguments(ap, seed=seed, random=random, name=name)
-    args = ap.parse_args()
-    result = ab_rule(args, lambda: constant_set(module, constant, value), differ, before)
-    write_result(args.out, args.name, result, render(result))
-    print(render(result))
-
-
-def ab_render(result: dict, title: str, intro: str, before: str, columns: tuple[str, str]) -> str:
-    """The markdown of an :func:`ab_rule` result: ``title`` (the machine appended), ``intro``, a row per changed
-    case (``columns``: the headers of the ``before`` and this checkout's times) and the summary."""
-    s = result["summary"]
-    lines = [f"# {title} ({result['cpu']}, {result['threads']} threads)", "",
-             f"`random_contractions({result['random']}, {result['seed']})` of `benchmarks/contraction_cases.py`, each "
-             f"compiled as `superopt.op` does, {intro}, timed as whole calls in {result['rounds']} alternating rounds "
-             "of blocks (medians).", "", f"{len(result['changed'])} of {result['random']} contractions differ.", "",
-             f"| case | contraction | {columns[0]} ms | {columns[1]} ms | speed-up |", "|---|---|---:|---:|---:|"]
-    for name, r in result["changed"].items():
-        shapes = " x ".join("x".join(map(str, sh)) for sh in r["shapes"])
-        lines.append(f"| {name} | `{r['text']}` {shapes} | {r[f'{before}_s'] * 1e3:.3f} | {r['this_s'] * 1e3:.3f} | "
-                     f"{r['speedup']:.2f}x |")
-    lines += ["", f"Geomean {s['geomean']:.2f}x over the changed cases: {s['wins']} faster by more than "
-              f"{result['tie']:.0%}, {s['losses']} slower by more than that, {s['ties']} within it. Every pair's "
-              "outputs agreed within 1e-5 of the largest output.", ""]
-    return "\n".join(lines)
 
 
 def ab_summary(speedups: list[float], tie: float) -> dict:
