@@ -188,7 +188,7 @@ def test_runtime_packed_input_is_packed_inside_the_timing(tmp_path):
               MeasureInput(c, PACKED[:-1], constant_inputs=frozenset())]  # nothing to pack
     const, runtime, unpacked = measure(inputs, _cfg(tmp_path, dataset_dir=ds, repeats=5, min_repeat_s=0.01))
     assert [r.error_code for r in (const, runtime, unpacked)] == [ErrorCode.OK] * 3, runtime.error_msg
-    # the per-call pack reads and writes 2 MiB (and allocates): clearly more than the 4-row product
+    # the per-call pack reads and writes 2 MiB: clearly more than the 4-row product
     assert runtime.median_s > 1.3 * const.median_s, (const.median_s, runtime.median_s)
     recs = load_records(records_path(ds))
     assert [r.constant_inputs for r in recs] == [("B",), (), ()]
@@ -322,6 +322,33 @@ def test_cold_measurement_cycles_through_copies_of_the_constants(mm, tmp_path):
     ok, wrong = measure(cold, _cfg(tmp_path))
     assert ok.error_code is ErrorCode.OK and len(ok.times_s) == 3, ok.error_msg
     assert wrong.error_code is ErrorCode.WRONG_ANSWER
+
+
+def test_a_run_time_input_is_packed_every_call_into_the_same_buffer_the_kernel_reads():
+    """As the executor packs into its planned buffers: a fresh buffer per call would time its page faults too."""
+    import numpy as np
+
+    from superopt.measure.worker import _runner
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.packed: list[int] = []
+            self.calls: list[tuple[int, ...]] = []
+
+        def pack_into(self, name, src, dst) -> None:
+            assert name == "B" and src is b
+            self.packed.append(dst.ctypes.data)
+
+        def run_raw(self, args) -> None:
+            self.calls.append(tuple(a.ctypes.data for a in args))
+
+    a, b, packed, c = (np.ones((N, N), np.float32) for _ in range(4))
+    k = Recorder()
+    run = _runner(k, [a, packed, c], [(1, "B", b)])
+    for _ in range(3):
+        run()
+    assert k.packed == [packed.ctypes.data] * 3
+    assert k.calls == [(a.ctypes.data, packed.ctypes.data, c.ctypes.data)] * 3
 
 
 def test_the_callers_time_cuts_a_slow_build_without_retrying_each_candidate(mm, tmp_path):
