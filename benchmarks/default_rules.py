@@ -102,6 +102,16 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "with this checkout's pack loop order and with the plain packed order (`PACK_RUN_LINES = 0`); each "
          "contraction whose pack routines differ (its run-time packs inside the call). Speed-up: the plain order's "
          "time over this one's"),
+    Rule("pack_merged_runs", "superopt.loopnest.build_packs", "merge_shared_runs", lambda loops, src, shape:
+         (loops, src, shape), packs_differ, "axis by axis", "merged", 71, 300,
+         "where a transposed pack's blocks would be slivers (an axis under a quarter of a block), the axes that lie "
+         "next to each other in both the source and the packed layout merged into one loop (`merge_shared_runs`), "
+         "against every axis a loop of its own",
+         "Pack axes adjacent in both layouts merged where the transposed blocks would be slivers",
+         "with the axes of the pack routines whose transposed blocks would be slivers merged where they lie next to "
+         "each other, in the same order, in the source and the packed layout, and with every axis a loop of its "
+         "own; each contraction whose pack routines differ (its run-time packs inside the call). Speed-up: the time "
+         "axis by axis over the time merged"),
     Rule("pack_at", "superopt.schedule.panel_packing", "PANEL_L2_SHARE", 0.0, traces_differ, "whole", "panels", 29,
          120,
          "the column panels packed inside the kernel (`PackAt`) against the whole operand packed before the call "

@@ -29,11 +29,11 @@ def _packs(text, shapes, l2_bytes):
     return c, trace, target, build_loopnest(lower(c, trace, target)).packs
 
 
-def _matches_reference(c, trace, target, kernel_cache):
+def _matches_reference(c, trace, target, kernel_cache, atol=1e-4):
     args = [np.random.default_rng(0).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
     (kernel,) = build_kernels([(c, trace)], kernel_cache, 2, target)
-    np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=atol)
 
 
 def test_a_short_source_run_is_walked_whole_inside_each_block_of_the_packed_innermost_axis(kernel_cache):
@@ -67,3 +67,21 @@ def test_column_panels_of_a_source_row_are_copied_in_one_pass_where_passes_would
     order = [st.var for st in pack.order]
     assert order == ([*(f"a{i}" for i in range(1, 6)), "a0", "a6"] if moved else [f"a{i}" for i in range(7)])
     _matches_reference(c, trace, target, kernel_cache)
+
+
+def test_axes_next_to_each_other_in_both_layouts_are_packed_as_one_axis(kernel_cache, monkeypatch):
+    """B[n,o,k,l,m] packed as [k/48][o][l][m][n][48]: l and m lie next to each other, in that order, in both, so
+    the pack walks them as one axis of 43 x 3 and transposes it against the panel's columns in whole blocks of
+    16 (m's 3 alone made every block a sliver copied element by element); without the merge, one loop each."""
+    import superopt.loopnest.build_packs as build_packs
+
+    text = "C[k,i,j] += A[o,l,m,i,n,j] * B[n,o,k,l,m]"
+    shapes = {"A": (5, 43, 3, 3, 9, 27), "B": (9, 5, 92, 43, 3)}
+    c, trace, target, packs = _packs(text, shapes, l2_bytes=2 << 20)
+    (pack,) = [p for p in packs if p.tensor == "B"]
+    assert pack.loops == (("a0", 2), ("a1", 5), ("a2", 129), ("a4", 9), ("a5", 48))
+    assert pack.src_shape == (9, 5, 92, 129) and pack.transpose[:3] == ("a5", "a2", 16)
+    _matches_reference(c, trace, target, kernel_cache, atol=1e-3)  # (sums of 5805 products, about 76 in size)
+    monkeypatch.setattr(build_packs, "merge_shared_runs", lambda loops, src, shape: (loops, src, shape))
+    (pack,) = [p for p in _packs(text, shapes, l2_bytes=2 << 20)[3] if p.tensor == "B"]
+    assert len(pack.loops) == 6 and pack.transpose[1] == "a3"

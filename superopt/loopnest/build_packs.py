@@ -22,6 +22,38 @@ PACK_WRITE_STREAMS = 16  # at most this many runs of a packed layout written in 
 PARALLEL_PACK_ELEMENTS = 1 << 16  # a pack this large is split among the threads (a parallel region costs a few us)
 
 
+def sliver(transpose: tuple[str, str, int, int, int, int], extent: dict[str, int]) -> bool:
+    """Whether a transposed pack's blocks are slivers: one of its two axes shorter than a quarter of a block, so
+    that every block is copied element by element (``print_pack``: 3 x 16 is 48 single copies)."""
+    p, q, block = transpose[:3]
+    return min(extent[p], extent[q]) * 4 < block
+
+
+def merge_shared_runs(loops: tuple[tuple[str, int], ...], src: list[str | Joined], src_shape: tuple[int, ...]
+                      ) -> tuple[tuple[tuple[str, int], ...], list[str | Joined], tuple[int, ...]]:
+    """The pack's loops with each pair of axes that lie next to each other, in the same order, in both the packed
+    layout and the source merged into one loop (the outer's name, the product of the extents): both flat offsets
+    are unchanged, and the merged axis is one run where its inner part was short. Taken where a transpose's blocks
+    would be slivers (:func:`sliver`): B[n,o,k,l,m] packed as [k/48][o][l][m][n][48] keeps l,m together, and as
+    one axis of 129 it is transposed in whole blocks of 16, where m's 3 alone made every block a sliver. (Where the
+    blocks were whole or masked, merging the packed innermost axis with the ones outside it changed the pack's
+    order of passes over the source instead, as often slower as faster.)"""
+    loops, src, src_shape = tuple(loops), list(src), tuple(src_shape)
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(loops) - 1):
+            (u, nu), (v, nv) = loops[i], loops[i + 1]
+            a = src.index(u) if u in src else -1
+            if a >= 0 and a + 1 < len(src) and src[a + 1] == v:
+                loops = loops[:i] + ((u, nu * nv),) + loops[i + 2:]
+                src = src[:a + 1] + src[a + 2:]
+                src_shape = src_shape[:a] + (src_shape[a] * src_shape[a + 1],) + src_shape[a + 2:]
+                merged = True
+                break
+    return loops, src, src_shape
+
+
 class PacksAndPrefetches:
     """Mixed into the loop-nest builder (``superopt.loopnest.build``): the state it reads is the builder's."""
 
@@ -102,20 +134,25 @@ class PacksAndPrefetches:
         if box is None and lay.split_axis >= 0 and lay.shape[0] * lay.factor != lay.src_shape[lay.perm[lay.split_axis]]:
             in_range = (permuted[lay.split_axis], lay.src_shape[lay.perm[lay.split_axis]])  # a partial last panel
         loops = tuple(zip(names, shape))
+        src_shape = lay.src_shape
         dtype = self.types[tensor].dtype
-        transpose = self.pack_transpose(loops, tuple(src), lay.src_shape, dtype)
-        order = self.pack_order(loops, tuple(src), lay.src_shape, transpose, self.types[tensor].np_dtype.itemsize)
+        transpose = self.pack_transpose(loops, tuple(src), src_shape, dtype)
+        if box is None and transpose is not None and sliver(transpose, dict(loops)):
+            # (not a box: its loops are its caller's counts, one per axis of the layout)
+            loops, src, src_shape = merge_shared_runs(loops, src, src_shape)
+            transpose = self.pack_transpose(loops, tuple(src), src_shape, dtype)
+        order = self.pack_order(loops, tuple(src), src_shape, transpose, self.types[tensor].np_dtype.itemsize)
         if box is not None:  # (its caller's thread packs it)
-            return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), None, 0, transpose, order, True)
+            return PackNest(tensor, dtype, lay, loops, src_shape, tuple(src), None, 0, transpose, order, True)
         lead: list[int] = []  # (the leading headers' trip counts, for the threads to share)
         for step in order:
-            if step.how == "blocks" or (in_range is not None and isinstance(in_range[0], Joined)
-                                        and step.var == in_range[0].inner):
-                break  # (a bound that moves with an outer loop: not collapsed)
+            if step.how == "blocks" and any(x.how == "runs" and x.var == step.var for x in order) \
+                    or (in_range is not None and isinstance(in_range[0], Joined) and step.var == in_range[0].inner):
+                break  # (a bound that moves with an outer loop: not collapsed; blocks alone are rectangular)
             n = dict(loops)[step.var]
-            lead.append(n if step.how == "each" else -(-n // transpose[5]))
+            lead.append(n if step.how == "each" else -(-n // transpose[5 if step.how == "runs" else 2]))
         parallel = self.pack_parallel(tuple(lead), math.prod(lay.shape))
-        return PackNest(tensor, dtype, lay, loops, lay.src_shape, tuple(src), in_range, parallel, transpose, order)
+        return PackNest(tensor, dtype, lay, loops, src_shape, tuple(src), in_range, parallel, transpose, order)
 
     def box_pack(self, s: Stage, box: PackBox) -> PackBoxNode:
         """The copy of ``box`` at the top of its loop's body: where in the source it starts and how far each of
