@@ -18,6 +18,7 @@ from superopt.schedule.kernel_plan import ScheduleError
 from superopt.schedule.plan import lower
 from superopt.schedule.primitives import (
     CacheWrite,
+    Fuse,
     Pack,
     PackAt,
     Parallel,
@@ -81,6 +82,19 @@ def test_a_box_packed_inside_the_kernel_matches_the_reference(name, kernel_cache
     # the caller passes B as it is: nothing packs it before the call, and the kernel's workspace holds the boxes
     assert "B" not in kernel.source.packs and kernel.source.workspace
     assert "_packbox_B" in kernel.source.code
+
+
+@pytest.mark.parametrize("parallel", ["l_k_o", "i_o"])
+def test_a_panel_of_fused_columns_is_packed_inside_the_kernel(parallel, kernel_cache):
+    """Columns l,k fused and split into panels of 32 (4 l x 8 k; the last of 2 l): the panel's packed axes are
+    read through div/mod of the fused loop inside it, and its box spans them whole."""
+    text, shapes = "C[i,l,k] += A[i,n] * B[l,n,k]", {"A": (37, 29), "B": (10, 29, 8)}
+    order = ("l_k_o", "i_o", "n", "i_i", "l_k_i")
+    trace = [Fuse("C", "l", "k"), Split("C", "l_k", 32), Split("C", "i", 4), Reorder("C", order),
+             CacheWrite("C", "n"), Unroll("C", "i_i"), Vectorize("C", "l_k_i"), Parallel("C", parallel),
+             Pack("B", (1, 0, 2), 1, 4), PackAt("C", "B", "l_k_o")]
+    kernel = _run(text, shapes, trace, kernel_cache=kernel_cache)
+    assert "B" not in kernel.source.packs and "_packbox_B" in kernel.source.code
 
 
 def test_more_threads_than_the_kernel_was_built_for_share_its_boxes_safely(kernel_cache):
@@ -156,6 +170,24 @@ def test_the_default_packs_no_boxes_that_take_part_of_each_source_line_the_l2_ca
     trace = default_schedule(c, host_target(2), frozenset())
     assert any(isinstance(p, Pack) and p.stage == "B" for p in trace)
     assert not any(isinstance(p, PackAt) for p in trace), trace
+
+
+def test_panels_of_fused_columns_are_the_searchs_to_pack_inside_not_the_defaults():
+    """Columns l,k fused, their panels packed inside the kernel where the panel loop is alone outermost: the knob
+    offers it, the default packs the whole operand before the call (as often slower as faster on random
+    contractions), and the search's pick is a PackAt record at the panel loop."""
+    from superopt.schedule.space import Point, ScheduleSpace
+
+    c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", {"A": (10, 66, 38, 18), "B": (88, 66, 8, 38)})
+    space = ScheduleSpace(c, host_target(2), frozenset())
+    p0 = space.default_point()
+    outer = Point.of(p0.sketch, {**p0.knob_map, "C.par_pos": 1})
+    trace, used, domains = space.resolve(outer)
+    assert domains["C.pack_at"] == (False, True) and used["C.pack_at"] is False
+    assert not any(isinstance(p, PackAt) for p in trace)
+    trace = space.trace(Point.of(p0.sketch, {**outer.knob_map, "C.pack_at": True}))
+    (record,) = [p for p in trace if isinstance(p, PackAt)]
+    assert record.tensor == "B" and "_" in record.at and lower(c, trace, host_target(2)).stages["C"].pack_at
 
 
 def test_the_outline_shows_where_each_thread_packs_its_box():

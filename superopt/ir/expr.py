@@ -199,7 +199,9 @@ def box_split(lin: Affine, inner: set[str], extents: Mapping[str, int]) -> tuple
     """``lin`` as ``origin + local``: ``local`` over the variables of ``inner`` (shifted to start at 0), ``origin``
     over the rest; and the extent ``local`` spans over the box ``0 <= var < extent`` (the box a loop's iterations
     read of one axis: an origin per iteration of the loops outside, a range inside)."""
-    org = lin.substitute({v: Affine.of({}, 0) for v in lin.vars() & inner}).simplify()
+    # (by terms: a div/mod atom of a variable inside, a fused loop's part, is local whole)
+    org = Affine.of({a: c for a, c in lin.terms if (a if isinstance(a, str) else a.var) not in inner},
+                    lin.const).simplify()
     loc = (lin + org.scale(-1)).simplify()
     lo, hi = loc.bounds(extents)
     return (org + Affine.of({}, lo)).simplify(), (loc + Affine.of({}, -lo)).simplify(), hi - lo + 1

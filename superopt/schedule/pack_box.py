@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from superopt.ir.expr import Affine, DivMod, box_split, exact_divmod
+from superopt.ir.expr import Affine, box_split, exact_divmod
 from superopt.schedule.kernel_plan import KernelPlan, ScheduleError, Stage
 
 
@@ -76,8 +76,6 @@ def pack_box(plan: KernelPlan, s: Stage, tensor: str, at: str) -> PackBox:
     shape, origin, local, cut = [], [], [], []
     packed = lay.shape
     for axis, (lin, n) in enumerate(zip(parts, packed)):
-        if any(isinstance(a, DivMod) and a.var in inner for a, _ in lin.terms):
-            raise ScheduleError(f"{prim}: {tensor!r} is indexed through a fused loop inside {at!r} (div/mod)")
         org, loc, span = box_split(lin, inner, extents)
         olo, ohi = org.bounds(extents)
         if olo < 0:
