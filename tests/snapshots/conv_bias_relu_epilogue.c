@@ -52,16 +52,7 @@ void conv_bias_relu_epilogue(void **args) {
 void conv_bias_relu_epilogue_pack_W(const void *src_, void *dst_) {
     const float *restrict src = (const float *)src_;
     float *restrict dst = (float *)dst_;
-    for (int a0 = 0; a0 < 16; ++a0)
-        for (int a1 = 0; a1 < 3; ++a1)
-            for (int a2 = 0; a2 < 3; a2 += 16)
-                for (int a3 = 0; a3 < 32; a3 += 16)
-                    if (a2 + 16 <= 3 && a3 + 16 <= 32) so_transpose16(src + ((((0) * 32 + a3) * 16 + a0) * 3 + a1) * 3 + a2, 144, dst + ((((0) * 16 + a0) * 3 + a1) * 3 + a2) * 32 + a3, 32);
-                    else {
-                        const int so_r = SO_MIN(16, 32 - a3), so_c = SO_MIN(16, 3 - a2);
-                        if (so_r * so_c >= 64) so_transpose16p(src + ((((0) * 32 + a3) * 16 + a0) * 3 + a1) * 3 + a2, 144, dst + ((((0) * 16 + a0) * 3 + a1) * 3 + a2) * 32 + a3, 32, so_r, so_c);
-                        else for (int a2_e = a2; a2_e < a2 + so_c; ++a2_e)
-                            for (int a3_e = a3; a3_e < a3 + so_r; ++a3_e)
-                                dst[((((0) * 16 + a0) * 3 + a1) * 3 + a2_e) * 32 + a3_e] = src[((((0) * 32 + a3_e) * 16 + a0) * 3 + a1) * 3 + a2_e];
-                    }
+    for (int a0 = 0; a0 < 144; a0 += 16)
+        for (int a3 = 0; a3 < 32; a3 += 16)
+            so_transpose16(src + ((0) * 32 + a3) * 144 + a0, 144, dst + ((0) * 144 + a0) * 32 + a3, 32);
 }
