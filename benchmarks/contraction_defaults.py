@@ -103,7 +103,7 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ab_arguments(ap: argparse.ArgumentParser, *, seed: int, random: int, name: str) -> None:
+def ab_arguments(ap: argparse.ArgumentParser, *, seed: int | None, random: int | None, name: str | None) -> None:
     """The options of a before/after benchmark on random contractions (this one and ``default_rules.py``)."""
     ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--random", type=int, default=random)

@@ -275,26 +275,26 @@ def ab_render(result: dict, rule: Rule) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--list" in argv:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rule", nargs="?", help="the rule to turn off (--list names them)")
+    ap.add_argument("--list", action="store_true", help="name the rules, their seeds and what each does")
+    ab_arguments(ap, seed=None, random=None, name=None)  # (None: the rule's own)
+    args = ap.parse_args(argv)
+    if args.list:
         for rule in RULES.values():
             print(f"{rule.name:20s} --seed {rule.seed} --random {rule.count}: {rule.what}")
         return
-    pick = argparse.ArgumentParser(add_help=False)
-    pick.add_argument("rule", nargs="?")
-    known, _ = pick.parse_known_args(argv)
-    if known.rule is not None and known.rule not in RULES:
-        raise SystemExit(f"no rule named {known.rule!r}; the rules: {', '.join(RULES)}")
-    rule = RULES.get(known.rule) if known.rule else None
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rule", choices=sorted(RULES), help="the rule to turn off (--list names them)")
-    ap.add_argument("--list", action="store_true", help="name the rules, their seeds and what each does")
-    ab_arguments(ap, seed=rule.seed if rule else 0, random=rule.count if rule else 0, name=known.rule or "")
-    args = ap.parse_args(argv)
+    if args.rule not in RULES:
+        said = f"no rule named {args.rule!r}" if args.rule else "no rule given"
+        raise SystemExit(f"{said}; the rules: {', '.join(RULES)}")
+    rule = RULES[args.rule]
+    args.seed = rule.seed if args.seed is None else args.seed
+    args.random = rule.count if args.random is None else args.random
+    args.name = args.name or rule.name
     from benchmarks.machine import write_result
 
-    result = ab_rule(args, RULES[args.rule])
-    markdown = ab_render(result, RULES[args.rule])
+    result = ab_rule(args, rule)
+    markdown = ab_render(result, rule)
     write_result(args.out, args.name, result, markdown)
     print(markdown)
 

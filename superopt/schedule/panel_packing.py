@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from superopt.ir.compute import Compute
+from superopt.ir.expr import DivMod
 from superopt.schedule.kernel_plan import KernelPlan, PackLayout, ScheduleError, Stage
 from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.pack_box import pack_box
@@ -47,7 +48,7 @@ def panel_loop(plan: KernelPlan, s: Stage, tensor: str) -> tuple[str, bool] | No
         boxes = math.prod(x.extent for x in s.loops[: k + 1])  # (each iteration at or outside it packs a box)
         shared = par is not None and par <= k  # (at or inside the parallel loop: the threads share the boxes)
         if box.size * boxes / (target.threads if shared else 1) <= whole:
-            fused = any(not isinstance(a, str) for loc in box.local for a, _ in loc.terms)
+            fused = any(isinstance(a, DivMod) for loc in box.local for a, _ in loc.terms)
             return lp.name, not fused
     return None
 
