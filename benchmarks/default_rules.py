@@ -202,6 +202,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "with the default's count of the loops inside unevenly shared panels (the next loop fused in where that "
          "evens the threads out) and with the loop alone; each contraction whose schedules differ. Speed-up: the "
          "time with the loop counted alone over the time with the fused loops"),
+    Rule("uneven_panels_outermost", _CONTRACTION, "rows_shared_under_panels", _returns(False), traces_differ,
+         "rows outermost", "panels outermost", 103, 300,
+         "column panels too few to share evenly kept outermost where the rules put them there and the loops inside "
+         "share evenly (`rows_shared_under_panels`), against the rows moved outermost",
+         "Uneven column panels kept outermost where the loops inside them share evenly",
+         "with uneven column panels kept outermost (one after the other, the threads sharing each one's rows) where "
+         "the loops inside them share evenly, and with the rows moved outermost for the threads' balance; each "
+         "contraction whose schedules differ. Speed-up: the time with the rows outermost over the time with the "
+         "panels outermost"),
 )}
 
 

@@ -105,3 +105,39 @@ def test_a_peeled_parallel_loop_is_one_parallel_region_and_matches_the_reference
     np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
     monkeypatch.setattr(versioning, "one_parallel_region", lambda extent, split, threads: False)
     assert code().count("#pragma omp parallel for") == 2
+
+
+def test_uneven_panels_put_outermost_stay_there_where_the_loops_inside_share_evenly(kernel_cache, monkeypatch):
+    """A's 139 columns in 3 panels of 48 (the last of 43) over 95 blocks of j,k: A fills most of a 128 KB L2, and
+    rows outermost would read all of it once per block, so the re-read rule puts its panels outermost. Three panels
+    are too few for two threads to share evenly, but the 95 blocks inside them are not: the panels run in turn, the
+    threads sharing each one's blocks, and B is read 3 times. Without that exemption
+    (``rows_shared_under_panels``) the balance rule moves the rows outermost. Both match the reference."""
+    from dataclasses import replace
+
+    import superopt.schedule.contraction as contraction
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+    from superopt.schedule.default import default_schedule
+
+    c = compile_op("C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]", {"A": (6, 139, 20), "B": (19, 8, 5, 6, 20)})
+    target = replace(host_target(2), l2_bytes=128 << 10)
+    panels = default_schedule(c, target, frozenset())
+    monkeypatch.setattr(contraction, "rows_shared_under_panels", lambda *args: False)
+    rows = default_schedule(c, target, frozenset())
+    order = [p for p in panels if isinstance(p, Reorder)][-1].order
+    assert order[0] == "i_o" and [p for p in panels if isinstance(p, Parallel)] == [Parallel("C", "j_k")], panels
+    assert [p for p in rows if isinstance(p, Reorder)][-1].order[:3] == ("j", "k", "i_o"), rows
+    args = [np.random.default_rng(3).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip((panels, rows), build_kernels([(c, panels), (c, rows)], kernel_cache, 2)):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
+def test_rows_shared_under_panels_counts_the_panels_and_the_loops_inside():
+    from superopt.schedule.contraction import rows_shared_under_panels
+
+    assert rows_shared_under_panels(3, [95], 2)  # (3 panels: 2 and 1; 95 blocks: 48 and 47)
+    assert rows_shared_under_panels(3, [5, 19], 2)  # (5 alone is uneven, 5 x 19 is not)
+    assert not rows_shared_under_panels(2, [95], 2)  # (as many panels as threads: they are the parallel loop)
+    assert not rows_shared_under_panels(3, [3], 2) and not rows_shared_under_panels(3, [], 2)
