@@ -203,7 +203,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "evens the threads out) and with the loop alone; each contraction whose schedules differ. Speed-up: the "
          "time with the loop counted alone over the time with the fused loops"),
     Rule("uneven_panels_outermost", _CONTRACTION, "rows_shared_under_panels", _returns(False), traces_differ,
-         "rows outermost", "panels outermost", 103, 300,
+         "rows outermost", "panels outermost", 107, 300,
          "column panels too few to share evenly kept outermost where the rules put them there and the loops inside "
          "share evenly (`rows_shared_under_panels`), against the rows moved outermost",
          "Uneven column panels kept outermost where the loops inside them share evenly",

@@ -134,10 +134,13 @@ def test_uneven_panels_put_outermost_stay_there_where_the_loops_inside_share_eve
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
 
 
-def test_rows_shared_under_panels_counts_the_panels_and_the_loops_inside():
-    from superopt.schedule.contraction import rows_shared_under_panels
+def test_few_uneven_panels_count_columns_and_the_loops_inside_share_evenly():
+    from superopt.schedule.contraction import few_uneven_panels, rows_shared_under_panels
 
-    assert rows_shared_under_panels(3, [95], 2)  # (3 panels: 2 and 1; 95 blocks: 48 and 47)
-    assert rows_shared_under_panels(3, [5, 19], 2)  # (5 alone is uneven, 5 x 19 is not)
-    assert not rows_shared_under_panels(2, [95], 2)  # (as many panels as threads: they are the parallel loop)
-    assert not rows_shared_under_panels(3, [3], 2) and not rows_shared_under_panels(3, [], 2)
+    assert few_uneven_panels(3, 48, 139, 2)  # (96 columns and 43)
+    assert few_uneven_panels(2, 48, 90, 2)  # (as many as the threads, but 48 columns and 42)
+    assert not few_uneven_panels(2, 48, 95, 2)  # (48 and 47: within 5%)
+    assert not few_uneven_panels(3, 48, 144, 2) and not few_uneven_panels(5, 48, 209, 2)  # (no partial; 2 a thread)
+    assert rows_shared_under_panels([95], 2)  # (95 blocks: 48 and 47)
+    assert rows_shared_under_panels([5, 19], 2)  # (5 alone is uneven, 5 x 19 is not)
+    assert not rows_shared_under_panels([3], 2) and not rows_shared_under_panels([], 2)

@@ -359,15 +359,21 @@ def spread(n: int, threads: int) -> float:
     return math.ceil(n / threads) * threads / n
 
 
-def rows_shared_under_panels(panels: int, inside: Sequence[int], threads: int) -> bool:
-    """Whether outermost column panels too few to share evenly by their count run one after the other, the
-    threads sharing each one's rows (the parallel loop one inside them): the loops inside them (their extents,
-    outermost first) give the threads even shares, the first, or it and the next fused where that evens them out
-    (``C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]``: 3 panels of i over 95 blocks of j,k, B read 3 times instead of the
-    1.5 MB of packed A once per block, 1.17x on 2 cores of an Intel Xeon). Panels as many as a multiple of the
-    threads, the last one narrower, would be the parallel loop themselves."""
-    if spread(panels, threads) <= BALANCED:
-        return False
+def few_uneven_panels(panels: int, width: int, ncol: int, threads: int) -> bool:
+    """Whether ``panels`` column panels of ``width`` (``ncol`` columns, the last panel partial) are too few for the
+    threads to share their columns evenly: fewer than two a thread, and the busiest thread's columns past
+    :data:`BALANCED` times an even share (3 panels of 48 on 2 threads: 96 columns and 43; 2 of 48 and 42: 48 and
+    42. Two of 48 and 47 share within it)."""
+    return panels < 2 * threads and ncol % width != 0 \
+        and math.ceil(panels / threads) * width * threads > BALANCED * ncol
+
+
+def rows_shared_under_panels(inside: Sequence[int], threads: int) -> bool:
+    """Whether outermost column panels too few to share evenly (:func:`few_uneven_panels`) run one after the
+    other, the threads sharing each one's rows (the parallel loop one inside them): the loops inside them (their
+    extents, outermost first) give the threads even shares, the first, or it and the next fused where that evens
+    them out (``C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]``: 3 panels of i over 95 blocks of j,k, B read 3 times
+    instead of the 1.5 MB of packed A once per block, 1.17x on 2 cores of an Intel Xeon)."""
     n = inside[0] if inside else 1
     if len(inside) > 1 and spread(n, threads) > BALANCED:
         n = min(n, n * inside[1], key=lambda m: spread(m, threads))
@@ -708,14 +714,13 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     inside = [extents.get(d, ext.get(d, 1)) for d in outer_m]
     if rows_o and not (inside and extents[row] % factor):  # (a tailed row loop fuses with none before it)
         inside.append(extents[rows_o])
-    uneven_panels = bool(col_o) and extents[col_o] < 2 * threads and ncol % width and (outer_m or rows_o) \
-        and math.ceil(extents[col_o] / threads) * width * threads > BALANCED * ncol
+    uneven_panels = bool(col_o) and bool(outer_m or rows_o) and few_uneven_panels(extents[col_o], width, ncol, threads)
     # (only where rows outermost would re-read more than half of L2 of the column operand between two iterations of
     # the loops outside the rows: a smaller slice stays cached, 0.93x with panels in turn over a 0.2 MB slice)
     panels_in_turn = uneven_panels and panel_outer and not _batch_dims(a, b, st) \
         and not (_is_window(a) or _is_window(b) or consts and {a.tensor, b.tensor} & consts) \
         and FLOAT32_BYTES * _slice(b, st, outer_m) > target.l2_bytes // 2 \
-        and rows_shared_under_panels(extents[col_o], inside, threads)
+        and rows_shared_under_panels(inside, threads)
     if uneven_panels and not panels_in_turn:
         # too few panels for the threads to share their columns evenly, the last one partial (a tailed loop is not
         # fused with the next): rows outermost, or one thread would do most of the work (a depthwise 3x3 conv over
@@ -864,7 +869,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         inner_dim = st.out_dims[-1]
         short_rows = inner_dim in walks.get(outer[1], {outer[1]}) \
             and ext[inner_dim] * FLOAT32_BYTES < threads * SHARED_ROW_LINES * target.cache_line_bytes
-        uneven = outer[0] == col_o and ncol % width and spread(extents[col_o], threads) > BALANCED and 1 in starts \
+        uneven = outer[0] == col_o and ncol % width and 1 in starts \
+            and (spread(extents[col_o], threads) > BALANCED or few_uneven_panels(extents[col_o], width, ncol, threads)) \
             and spread(shared_inside(outer, extents, threads, fusable), threads) <= BALANCED and not short_rows
         first = kn.get(f"{s}.par_pos", 1 if uneven else 0, tuple(starts) or (0,))
     if outer and not outer[first].startswith(f"{r0}_o") and (keep is None or walks[outer[first]] <= keep):
