@@ -202,6 +202,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "with the default's count of the loops inside unevenly shared panels (the next loop fused in where that "
          "evens the threads out) and with the loop alone; each contraction whose schedules differ. Speed-up: the "
          "time with the loop counted alone over the time with the fused loops"),
+    Rule("whole_row_tile", _CONTRACTION, "whole_row_tile", _returns(0), traces_differ, "fewer rows", "whole rows",
+         131, 300,
+         "the innermost row dim along the row operand's unit stride taken whole in a tile of 3 vectors where the "
+         "planned tile holds fewer rows and a 3-vector tile fits them (`whole_row_tile`), against the planned tile",
+         "A row dim along the row operand's unit stride in one tile of 3 vectors",
+         "with the innermost row dim along the row operand's unit stride taken whole in a tile of 3 vectors (where "
+         "the planned tile holds fewer of its rows and a 3-vector tile fits them all) and with the planned tile; "
+         "each contraction whose schedules differ. Speed-up: the time with the planned tile over the time with "
+         "the whole rows"),
     Rule("uneven_panels_outermost", _CONTRACTION, "rows_shared_under_panels", _returns(False), traces_differ,
          "rows outermost", "panels outermost", 107, 300,
          "column panels too few to share evenly kept outermost where the rules put them there and the loops inside "

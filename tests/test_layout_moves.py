@@ -40,6 +40,14 @@ def _check_against_reference(c, traces, kernel_cache, seed=0):
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
 
 
+def _rows_as_planned(monkeypatch):
+    """Keep the planned tile's rows: the tests of rules written for rows l of ``B[l,m,k]`` (k, B's unit stride, an
+    outer loop), which ``whole_row_tile`` would run along k's 9 rows instead."""
+    import superopt.schedule.contraction as contraction
+
+    monkeypatch.setattr(contraction, "whole_row_tile", lambda *args: 0)
+
+
 def _contraction_loops(trace, stage):
     """The loop order of the last Reorder of ``stage`` (the tile's final order) and its vector loop."""
     order = [p for p in trace if isinstance(p, Reorder) and p.stage == stage][-1].order
@@ -251,12 +259,13 @@ def test_a_row_operand_read_along_its_rows_or_through_a_window_is_not_packed():
     assert row_pack_perm(image, "x", list(st.reduce_dims), ["n", "y"], st) is None
 
 
-def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_unevenly(kernel_cache):
+def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_unevenly(kernel_cache, monkeypatch):
     """C[l,k,j,i] += A[m,i,j] * B[l,m,k]: the outermost loop (k, 9 iterations) alone gives 2 threads 5 and 4;
     fused with the row blocks of l (9 x 52) they share it within 1%. (l is long enough that the rows are the
     bigger operand under each k, which keeps the column panels inside the row loop.)"""
     from superopt.schedule.primitives import Fuse, Parallel
 
+    _rows_as_planned(monkeypatch)
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (208, 300, 9)})
     trace = default_schedule(c, host_target(2), frozenset())
     par = next(p.loop for p in trace if isinstance(p, Parallel))
@@ -265,13 +274,15 @@ def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_uneven
     _check_against_reference(c, [trace], kernel_cache)
 
 
-def test_a_parallel_loop_shared_unevenly_goes_inside_the_panel_loop_that_blocked_its_fusion(kernel_cache):
+def test_a_parallel_loop_shared_unevenly_goes_inside_the_panel_loop_that_blocked_its_fusion(kernel_cache,
+                                                                                             monkeypatch):
     """rand2024_2's shape, smaller: C[l,k,j,i] += A[m,i,j] * B[l,m,k], k (9 iterations) outermost gives 2 threads 5
     and 4, and the column panels after it (168 columns as 96 + 72, a tail) cannot fuse with it. The panel loop goes
     outside, and k fuses with the row blocks of l (9 x 13, shared within 1%); the search can keep it outermost."""
     from superopt.schedule.primitives import Fuse, Parallel, Reorder
     from superopt.schedule.space import Point, ScheduleSpace
 
+    _rows_as_planned(monkeypatch)
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
     trace = default_schedule(c, host_target(2), frozenset())
     order = [p for p in trace if isinstance(p, Reorder)][-1].order
@@ -430,13 +441,14 @@ def test_a_column_operand_filling_most_of_l2_goes_outermost_where_rows_outermost
     assert orders == {"B most of L2": ["k_o", "j"], "B under half of L2": ["j", "k_o"]}, orders
 
 
-def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(kernel_cache):
+def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(kernel_cache, monkeypatch):
     """B[l,m,k] as the rows' operand (rows l, reduction m) with k, its unit-stride dim, an outer loop: each k
     reads one element of every 9 in a line, so past a 256 KB L2 each line of B (345 KB) comes from memory once
     per k and per column panel. The default packs B into [k][l][m] (read once, written once); where B fits a
     1 MB L2 its lines stay cached between the k and it is read in place."""
     from dataclasses import replace
 
+    _rows_as_planned(monkeypatch)
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (600, 6, 28), "B": (16, 600, 9)})
     packed = {}
     for name, l2 in {"B past L2": 256 << 10, "B in L2": 1 << 20}.items():
@@ -456,6 +468,7 @@ def test_a_row_operand_read_again_per_outer_loop_counts_the_whole_column_panel_r
 
     import superopt.schedule.contraction as contraction
 
+    _rows_as_planned(monkeypatch)
     c = compile_op("C[l,i,j,k] += A[o,n,i,m] * B[l,j,m,o,n,k]", {"A": (29, 29, 364, 4), "B": (7, 19, 4, 29, 29, 9)})
     target = replace(host_target(2), l2_bytes=2 << 20)
 
@@ -643,3 +656,26 @@ def test_rows_along_the_outputs_unit_stride_match_the_reference(kernel_cache):
     trace = default_schedule(c, host_target(2), frozenset())
     assert "i" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_short_row_dim_along_the_row_operands_unit_stride_takes_one_tile_of_three_vectors(kernel_cache,
+                                                                                              monkeypatch):
+    """B[l,m,k] as the rows' operand: k, its unit stride, has 9 rows, more than a 4-row tile of 96 columns holds
+    and as many as a tile of 48 columns (3 vectors) fits in the registers. The default takes all 9 rows of k in
+    one tile of 48 columns (each step's 9 broadcasts from one cache line, no row tail); with ``whole_row_tile``
+    off, the 4-row tile of 96 columns runs over l. Where B's reduction steps lie a line or more apart
+    (B[m,l,k] with m outermost), k is not taken whole. All match the reference."""
+    import superopt.schedule.contraction as contraction
+    from superopt.schedule.primitives import Unroll
+
+    c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
+    target = host_target(2)
+    whole = default_schedule(c, target, frozenset())
+    assert Split("C", "j_i", 48) in whole and Unroll("C", "k") in whole, whole
+    assert not any(isinstance(p, Split) and p.loop in ("k", "l") for p in whole), whole
+    far = compile_op("C[l,k,j,i] += A[m,i,j] * B[m,l,k]", {"A": (300, 6, 28), "B": (300, 52, 9)})
+    assert Unroll("C", "k") not in default_schedule(far, target, frozenset())
+    monkeypatch.setattr(contraction, "whole_row_tile", lambda *args: 0)
+    planned = default_schedule(c, target, frozenset())
+    assert Split("C", "j_i", 96) in planned and Split("C", "l", 4) in planned, planned
+    _check_against_reference(c, [whole, planned], kernel_cache)
