@@ -553,7 +553,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                           .coeff(n_dims[-1])) if layout is not None else 0
         whole_rows = whole_row_tile(m_dims[-1], along, ext, most, math.prod(ext[d] for d in n_dims),
                                     fused_vector_step(n_dims, ext, VECTOR, False), VECTOR,
-                                    flat is not None and FLOAT32_BYTES * min(abs(flat.coeff(r)) for r in st.reduce_dims)
+                                    flat is not None and FLOAT32_BYTES * min(
+                                        (abs(flat.coeff(r)) for r in st.reduce_dims if flat.coeff(r)), default=0)
                                     < target.cache_line_bytes, target) \
             if layout is not None else 0
         if layout is not None and shared and not whole_rows \
