@@ -567,6 +567,8 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                    target.cache_line_bytes)
             row_at = row_dims.index(row_dim(shared, ext, most, vecs, along, runs))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
+        if row != m_dims[-1]:
+            whole_rows = 0  # (the search chose another row dim: the planned tile for it)
         m_dims = [d for d in m_dims if d != row] + [row]
     reduce_dims = list(st.reduce_dims)
     if 1 < len(reduce_dims) <= 3:
@@ -667,7 +669,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         if layout is not None and width > wide * VECTOR and width % VECTOR == 0:
             # (a tile wider than the usual, chosen to fill its lanes: rows to fit the registers)
             rows = tile_rows(width // VECTOR, target.vector_registers)
-        if whole_rows and row == m_dims[-1]:
+        if whole_rows:
             rows = whole_rows
         if keep is not None:  # (folded reductions: a tile that fits the register file with its operands, no
             # spills inside the reduction: 5 x 2 on AVX2's 16 registers ran 20% faster than 8 x 2 on the moments op)
