@@ -47,6 +47,16 @@ def test_a_parallel_loop_under_a_loop_that_is_not_serial_is_rejected(trace, why)
         lower(c, trace, host_target(2))
 
 
+def _match_the_reference(c, traces, kernel_cache, seed: int) -> None:
+    from superopt.interp import evaluate_compute
+    from superopt.runtime.kernel import build_kernels
+
+    args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2)):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
 def _parallel_position(trace) -> int:
     order = [p for p in trace if isinstance(p, Reorder)][-1].order
     (par,) = [p for p in trace if isinstance(p, Parallel)]
@@ -57,8 +67,6 @@ def test_uneven_panels_run_in_turn_with_the_threads_sharing_their_rows(kernel_ca
     """300 columns in 5 panels of 64 (the last of 44: the two threads would share them 3 to 2, and a partial
     panel cannot fuse with the rows): the default runs the panels in turn and the threads share each one's 23 row
     blocks; ``par_pos`` 0 puts the panels back in parallel. Both match the reference."""
-    from superopt.interp import evaluate_compute
-    from superopt.runtime.kernel import build_kernels
 
     c = compile_op("C[j,i] += A[k,i] * B[k,j]", {"A": (256, 300), "B": (256, 137)})
     target = host_target(2)
@@ -67,10 +75,7 @@ def test_uneven_panels_run_in_turn_with_the_threads_sharing_their_rows(kernel_ca
     assert used["C.par_pos"] == 1 and set(domains["C.par_pos"]) == {0, 1} and _parallel_position(default) == 1
     outermost = space.trace(Point.of(space.default_point().sketch, {"C.par_pos": 0}))
     assert _parallel_position(outermost) == 0
-    args = [np.random.default_rng(2).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
-    (ref,) = evaluate_compute(c, args, np.float64)
-    for trace, kernel in zip((default, outermost), build_kernels([(c, default), (c, outermost)], kernel_cache, 2)):
-        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+    _match_the_reference(c, (default, outermost), kernel_cache, seed=2)
 
 
 def test_panels_stay_parallel_where_the_threads_would_split_short_output_rows():
@@ -116,8 +121,6 @@ def test_uneven_panels_put_outermost_stay_there_where_the_loops_inside_share_eve
     from dataclasses import replace
 
     import superopt.schedule.contraction as contraction
-    from superopt.interp import evaluate_compute
-    from superopt.runtime.kernel import build_kernels
     from superopt.schedule.default import default_schedule
 
     c = compile_op("C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]", {"A": (6, 139, 20), "B": (19, 8, 5, 6, 20)})
@@ -128,10 +131,7 @@ def test_uneven_panels_put_outermost_stay_there_where_the_loops_inside_share_eve
     order = [p for p in panels if isinstance(p, Reorder)][-1].order
     assert order[0] == "i_o" and [p for p in panels if isinstance(p, Parallel)] == [Parallel("C", "j_k")], panels
     assert [p for p in rows if isinstance(p, Reorder)][-1].order[:3] == ("j", "k", "i_o"), rows
-    args = [np.random.default_rng(3).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
-    (ref,) = evaluate_compute(c, args, np.float64)
-    for trace, kernel in zip((panels, rows), build_kernels([(c, panels), (c, rows)], kernel_cache, 2)):
-        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+    _match_the_reference(c, (panels, rows), kernel_cache, seed=3)
 
 
 def test_few_uneven_panels_count_columns_and_the_loops_inside_share_evenly():

@@ -391,20 +391,24 @@ def rows_shared_under_panels(inside: Sequence[int], threads: int) -> bool:
     extents, outermost first) give the threads even shares, the first, or it and the next fused where that evens
     them out (``C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]``: 3 panels of i over 95 blocks of j,k, B read 3 times
     instead of the 1.5 MB of packed A once per block, 1.17x on 2 cores of an Intel Xeon)."""
-    n = inside[0] if inside else 1
-    if len(inside) > 1 and spread(n, threads) > BALANCED:
-        n = min(n, n * inside[1], key=lambda m: spread(m, threads))
+    n = evened(inside[0], inside[1] if len(inside) > 1 else None, threads) if inside else 1
     return spread(n, threads) <= BALANCED
+
+
+def evened(n: int, following: int | None, threads: int) -> int:
+    """The iterations the threads share of a loop of ``n``: its own, or with the ``following`` loop's fused in
+    (None: none can fuse) where ``n`` alone is shared unevenly and the product evens them out."""
+    if following is None or spread(n, threads) <= BALANCED:
+        return n
+    return min(n, n * following, key=lambda m: spread(m, threads))
 
 
 def shared_inside(outer: Sequence[str], extents: Mapping[str, int], threads: int,
                   fusable: Callable[[str], bool]) -> int:
     """The iterations the threads would share with the parallel loop one inside the outermost, ``outer[1]``: its
     own, or with the next loop fused in where that evens them out (9 on two threads, 5 and 4; 9 x 19 within 1%)."""
-    n = extents.get(outer[1], 1)
-    if len(outer) > 2 and spread(n, threads) > BALANCED and fusable(outer[1]) and fusable(outer[2]):
-        n = min(n, n * extents.get(outer[2], 1), key=lambda m: spread(m, threads))
-    return n
+    following = extents.get(outer[2], 1) if len(outer) > 2 and fusable(outer[1]) and fusable(outer[2]) else None
+    return evened(extents.get(outer[1], 1), following, threads)
 
 
 def row_pack_perm(a: Access, row: str | None, reduce_order: Sequence[str], outer_order: Sequence[str],
@@ -551,11 +555,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         along = {d for d in shared if flat is not None and abs(flat.coeff(d)) == 1}
         lane_stride = FLOAT32_BYTES * abs(flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
                                           .coeff(n_dims[-1])) if layout is not None else 0
+        # (the row operand's least reduction step, in bytes: a line or more is a new line per step)
+        step_bytes = FLOAT32_BYTES * min((abs(flat.coeff(r)) for r in st.reduce_dims if flat.coeff(r)), default=0) \
+            if flat is not None else None
         whole_rows = whole_row_tile(m_dims[-1], along, ext, most, math.prod(ext[d] for d in n_dims),
                                     fused_vector_step(n_dims, ext, VECTOR, False), VECTOR,
-                                    flat is not None and FLOAT32_BYTES * min(
-                                        (abs(flat.coeff(r)) for r in st.reduce_dims if flat.coeff(r)), default=0)
-                                    < target.cache_line_bytes, target) \
+                                    step_bytes is not None and step_bytes < target.cache_line_bytes, target) \
             if layout is not None else 0
         if layout is not None and shared and not whole_rows \
                 and (moved or ext[m_dims[-1]] > 8 and row_use(ext[m_dims[-1]], most) < 0.75
