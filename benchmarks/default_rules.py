@@ -134,6 +134,16 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "by the C printer as it is and with the collapse of reduction loops left out; each contraction whose "
          "printed kernels differ (the schedules are the same). Speed-up: the nested loops' time over the "
          "collapsed"),
+    Rule("overlap_added_once", "superopt.codegen.c_vector_tile", "OVERLAP_ADDED_ONCE", False, sources_differ,
+         "float array", "vectors", 137, 300,
+         "a register tile added into the output once per reduction block, its columns no whole number of vectors, "
+         "held as vectors with the last overlapping the one before and adding only the lanes past it "
+         "(`OVERLAP_ADDED_ONCE`), against the float array (the schedules are the same)",
+         "A tile added into the output per reduction block held as vectors, its last vector overlapping",
+         "by the C printer as it is (a tile added into the output once per reduction block, its columns no whole "
+         "number of vectors, held as vectors with the last overlapping the one before and adding only the lanes "
+         "past it) and with such a tile left a float array; each contraction whose printed kernels differ (the "
+         "schedules are the same). Speed-up: the float array's time over the vectors'"),
     Rule("parallel_inside", _CONTRACTION, "BLOCKER_OUT_SPREAD", float("inf"), traces_differ, "outermost", "inside",
          61, 300,
          "an unevenly shared outermost parallel loop moved inside the tailed loop that blocked its fusion and fused "

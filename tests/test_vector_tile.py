@@ -128,14 +128,19 @@ def test_a_vector_loop_that_is_no_whole_number_of_vectors_overlaps_its_last_vect
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_tile_written_back_once_per_reduction_block_does_not_overlap_its_last_vector(kernel_cache):
+@pytest.mark.parametrize("out_stride", [False, True])
+def test_a_tile_written_back_once_per_reduction_block_adds_its_overlapped_lanes_once(out_stride, kernel_cache):
     """25 columns, the reduction in blocks of 4 outside the rows: the tile is added to the output once per block.
-    An overlapping last vector would add its 7 shared columns twice, so the tile keeps the float array."""
-    c = compile_op(MATMUL, {"A": (8, 16), "B": (16, 25)})
+    Held as 2 vectors a row, the second from column 9, that vector adds only its lanes past the first vector's
+    (its first 7 zeroed), so the 7 shared columns are added once. Written to a transposed output (one store a
+    lane), the shared lanes are skipped the same way."""
+    eq = "C[j,i] += A[i,k] * B[k,j]" if out_stride else MATMUL
+    c = compile_op(eq, {"A": (8, 16), "B": (16, 25)})
     trace = [Split("C", "k", 4), Split("C", "i", 4), Reorder("C", ("k_o", "i_o", "k_i", "i_i", "j")),
              CacheWrite("C", "k_i"), Unroll("C", "i_i"), Vectorize("C", "j")]
     code = _code(c, trace, avx512_target(2))
-    assert "acc_vec" not in code and "float acc[100]" in code
+    assert "float acc[" not in code and "so_v16 acc_vec[8]" in code and "SO_MIN(16 * j_vec, 9)" in code
+    assert "so_from16(acc_vec[" in code and "16 * j_vec - j" in code
     rng = np.random.default_rng(5)
     args = [rng.standard_normal(c.type_of[n].shape).astype(np.float32) for n in c.inputs]
     got, want = _run(c, trace, host_target(2), kernel_cache, args)

@@ -112,12 +112,13 @@ def prefetch_rows_source(lanes: int) -> str:
 
 
 # float vectors of 16 and 8 lanes (GCC vector extensions), their int masks, unaligned loads and stores (through an
-# under-aligned vector type: one vmovups, where a memcpy became vmovdqu8), and ReLU as a bit mask (NaN kept: its
-# lanes compare false): the spelling of register tiles held as vectors (superopt.codegen.c_vector_tile); and
-# every other float from p (a stride-2 read: two loads, from p and p + n - 1, and one shuffle; no element past
-# p[2n - 2] is read, so the read stays inside a row a stride-2 window reads whole); and
-# register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a gather
-# or a scatter (a packed run-time operand, such as attention's keys, packed on every call)
+# under-aligned vector type: one vmovups, where a memcpy became vmovdqu8), ReLU as a bit mask (NaN kept: its lanes
+# compare false), and a vector with its first lanes zeroed (the lanes an overlapping last vector shares with the one
+# before, where both are added into the output): the spelling of register tiles held as vectors
+# (superopt.codegen.c_vector_tile); and every other float from p (a stride-2 read: two loads, from p and p + n - 1,
+# and one shuffle; no element past p[2n - 2] is read, so the read stays inside a row a stride-2 window reads whole);
+# and register transposes of 16 and 8 floats (vpermt2ps on AVX-512), where element-wise copies make one side a
+# gather or a scatter (a packed run-time operand, such as attention's keys, packed on every call)
 VECTOR_LANES = (16, 8)  # the float vectors spelled below: so_v16, so_v8 (and their helpers)
 
 
@@ -138,6 +139,8 @@ VECTOR_TYPES = "".join(
     f"static inline so_v{n} so_ld{n}(const float *p) {{ return *(const so_v{n}u *)p; }}\n"
     f"static inline void so_st{n}(float *p, so_v{n} v) {{ *(so_v{n}u *)p = v; }}\n"
     f"static inline so_v{n} so_relu{n}(so_v{n} x) {{ return (so_v{n})((so_vi{n})x & ~(x < (so_v{n}){{0}})); }}\n"
+    f"static inline so_v{n} so_from{n}(so_v{n} x, int first) {{ const so_vi{n} lane = {{{', '.join(map(str, range(n)))}}}; "
+    f"return (so_v{n})((so_vi{n})x & (lane >= (so_vi{n}){{0}} + first)); }}\n"
     f"static inline so_v{n} so_ld{n}s2(const float *p) {{ return __builtin_shufflevector(so_ld{n}(p), "
     f"so_ld{n}(p + {n - 1}), {', '.join(str(2 * j if j < n // 2 else n + 1 + 2 * (j - n // 2)) for j in range(n))}); }}\n"
     for n in VECTOR_LANES)
