@@ -144,6 +144,16 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "number of vectors, held as vectors with the last overlapping the one before and adding only the lanes "
          "past it) and with such a tile left a float array; each contraction whose printed kernels differ (the "
          "schedules are the same). Speed-up: the float array's time over the vectors'"),
+    Rule("scattering_pack", _CONTRACTION, "scattering_pack", _returns(False), traces_differ, "smaller pack",
+         "runs kept", 139, 300,
+         "the columns kept on the bigger operand where the smaller operand's (the cheaper per-call pack) would lie "
+         "more than a cache line apart in the output while the chosen ones lie within one, over at most 1024 "
+         "reduction steps between write-backs (`scattering_pack`), against the smaller pack taken",
+         "Columns kept where the smaller operand's pack would scatter a short reduction's write-back",
+         "with the columns kept on the bigger operand where the smaller operand's would lie more than a cache line "
+         "apart in the output while the chosen ones lie within one, over at most 1024 reduction steps between "
+         "write-backs, and with the smaller operand's pack taken; each contraction whose schedules differ. "
+         "Speed-up: the time with the smaller pack over the time with the runs kept"),
     Rule("parallel_inside", _CONTRACTION, "BLOCKER_OUT_SPREAD", float("inf"), traces_differ, "outermost", "inside",
          61, 300,
          "an unevenly shared outermost parallel loop moved inside the tailed loop that blocked its fusion and fused "

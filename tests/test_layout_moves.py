@@ -205,16 +205,30 @@ def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(ker
     _check_against_reference(c7, [default_schedule(c7, host_target(2), frozenset())], kernel_cache)
 
 
-def test_both_operands_transposed_the_smaller_one_is_the_packed_column_operand(kernel_cache):
+@pytest.mark.parametrize("steps", [24 * 48, 4 * 48])
+def test_both_operands_transposed_the_smaller_one_is_the_packed_column_operand(steps, kernel_cache):
     """C[i,j] += A[k,i,l] * B[j,k,l]: neither operand holds its own output dim innermost, so the column operand
     is packed by a transpose on every call. j (192 columns, from B) fills the vectors a little better than i
-    (90, from A), but A is under half B's size: its columns, and its cheaper pack, are the default's."""
-    c = compile_op("C[i,j] += A[k,i,l] * B[j,k,l]", {"A": (4, 90, 48), "B": (192, 4, 48)})
+    (90, from A), but A is under half B's size: over 1152 reduction steps its columns, and its cheaper pack, are
+    the default's. Over 192 steps the tile is written back often enough that i's lanes, 192 floats apart in C,
+    would scatter it: j's (C's unit stride) are kept, and B is packed."""
+    k = steps // 48
+    c = compile_op("C[i,j] += A[k,i,l] * B[j,k,l]", {"A": (k, 90, 48), "B": (192, k, 48)})
     trace = default_schedule(c, host_target(2), frozenset())
     packs = [p for p in trace if isinstance(p, Pack)]
-    assert [p.stage for p in packs] == ["A"], trace
-    assert any(isinstance(p, Vectorize) and p.loop.startswith("i") for p in trace), trace
+    kept = steps <= 1024
+    assert [p.stage for p in packs] == (["B"] if kept else ["A"]), trace
+    assert any(isinstance(p, Vectorize) and p.loop.startswith("j" if kept else "i") for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
+
+
+def test_a_scattering_pack_is_judged_by_the_lanes_in_the_output():
+    from superopt.schedule.contraction import scattering_pack
+
+    assert scattering_pack(4, 768, 192) and scattering_pack(64, 96, 1024)
+    assert not scattering_pack(4, 768, 1152)  # (a long reduction: the write-back is rare)
+    assert not scattering_pack(4, 64, 192)  # (the smaller operand's lanes within a line)
+    assert not scattering_pack(96, 768, 192)  # (the chosen columns scatter too)
 
 
 def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_cache):
@@ -651,11 +665,19 @@ def test_rows_follow_the_outputs_unit_stride_where_the_lanes_lie_lines_apart_and
     assert row() == rows[1]
 
 
-def test_rows_along_the_outputs_unit_stride_match_the_reference(kernel_cache):
+def test_rows_along_the_outputs_unit_stride_match_the_reference(kernel_cache, monkeypatch):
+    """B, under half A's size, would take the columns (l, 640 floats apart in C) and the rows run along C's unit
+    stride i; over 64 reduction steps the default keeps A's columns j, i instead (``scattering_pack``), C's unit
+    stride in the vectors. Both match the reference."""
+    import superopt.schedule.contraction as contraction
+
     c = compile_op("C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m]", {"A": (20, 4, 8, 64), "B": (2, 48, 64, 3)})
+    runs = default_schedule(c, host_target(2), frozenset())
+    assert any(isinstance(p, Vectorize) and p.loop.startswith("j_i") for p in runs), runs
+    monkeypatch.setattr(contraction, "scattering_pack", lambda *args: False)
     trace = default_schedule(c, host_target(2), frozenset())
     assert "i" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
-    _check_against_reference(c, [trace], kernel_cache)
+    _check_against_reference(c, [runs, trace], kernel_cache)
 
 
 def test_a_short_row_dim_along_the_row_operands_unit_stride_takes_one_tile_of_three_vectors(kernel_cache,

@@ -376,6 +376,16 @@ def whole_row_tile(inner: str, along: Collection[str], ext: Mapping[str, int], m
     return e if inner in along and fits and near_steps and target.vector_registers >= 32 else 0
 
 
+def scattering_pack(lane_bytes: int, alt_lane_bytes: int, steps: int, line_bytes: int = 64) -> bool:
+    """Whether the smaller operand's columns (the cheaper per-call pack) would scatter the tile's write-back: their
+    lanes lie more than a cache line apart in the output (``alt_lane_bytes``) where the chosen columns' lie within
+    one (``lane_bytes``), and the tile is written back every ``steps`` reduction steps, at most
+    :data:`SHORT_REDUCTION` (``C[l,i,m,j,k] += A[n,j,i,o] * B[l,m,n,k,o]`` over 957 steps: columns k, m of the
+    4.4 MB B, not i, j of the 1.9 MB A, whose lanes lie 24 floats apart). Over longer reductions the write-back is
+    too rare to count against the pack (kil,jkl->ij over 8320 steps keeps the smaller pack)."""
+    return alt_lane_bytes > line_bytes >= lane_bytes and steps <= SHORT_REDUCTION
+
+
 def few_uneven_panels(panels: int, width: int, ncol: int, threads: int) -> bool:
     """Whether ``panels`` column panels of ``width`` (``ncol`` columns, the last panel partial) are too few for the
     threads to share their columns evenly: fewer than two a thread, and the busiest thread's columns past
@@ -493,8 +503,12 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         col_x = accs[layout.operand]
         if col_x.index[-1].dims[0] not in layout.dims:
             alt = max((c for (k, _), c in scores.items() if k != layout.operand), key=lambda c: c.score, default=None)
+            out_stride = flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
+            lane_bytes = {c: FLOAT32_BYTES * abs(out_stride.coeff(c.dims[-1])) for c in (layout, alt) if c is not None}
             if alt is not None and alt.score * SMALLER_PACK_GAIN >= layout.score \
-                    and 2 * _footprint(accs[alt.operand], st) <= _footprint(col_x, st):
+                    and 2 * _footprint(accs[alt.operand], st) <= _footprint(col_x, st) \
+                    and not scattering_pack(lane_bytes[layout], lane_bytes[alt],
+                                            math.prod(ext[d] for d in st.reduce_dims), target.cache_line_bytes):
                 layout = alt
         moved = layout != scores.get((accs.index(col_acc), tuple(now)))
         if len(layout.dims) == 2:  # (a fused pair the position rule would split off whole vectors: re-laid too)
