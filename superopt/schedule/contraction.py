@@ -105,6 +105,11 @@ def _row_block(n: int, most: int) -> int:
     return min(range(most, min(3, most - 1), -1), key=lambda r: (math.ceil(n / r) * r - n, -r))
 
 
+def _lane_bytes(st: Statement, types: Mapping[str, TensorType], dim: str) -> int:
+    """How far apart in the output, in bytes, a tile's lanes along output dim ``dim`` lie."""
+    return FLOAT32_BYTES * abs(flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape).coeff(dim))
+
+
 def _footprint(acc: Access, st: Statement) -> int:
     """Elements of the operand the statement reads (the product of the extents of the dims indexing it)."""
     return math.prod(st.extent[d] for d in {d for ix in acc.index for d in ix.dims})
@@ -503,11 +508,9 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         col_x = accs[layout.operand]
         if col_x.index[-1].dims[0] not in layout.dims:
             alt = max((c for (k, _), c in scores.items() if k != layout.operand), key=lambda c: c.score, default=None)
-            out_stride = flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
-            lane_bytes = {c: FLOAT32_BYTES * abs(out_stride.coeff(c.dims[-1])) for c in (layout, alt) if c is not None}
             if alt is not None and alt.score * SMALLER_PACK_GAIN >= layout.score \
                     and 2 * _footprint(accs[alt.operand], st) <= _footprint(col_x, st) \
-                    and not scattering_pack(lane_bytes[layout], lane_bytes[alt],
+                    and not scattering_pack(_lane_bytes(st, types, layout.dims[-1]), _lane_bytes(st, types, alt.dims[-1]),
                                             math.prod(ext[d] for d in st.reduce_dims), target.cache_line_bytes):
                 layout = alt
         moved = layout != scores.get((accs.index(col_acc), tuple(now)))
@@ -567,8 +570,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
         most = tile_rows(vecs, target.vector_registers) if layout is not None else 8
         flat = flat_offset(a.index, types[a.tensor].shape) if layout is not None else None
         along = {d for d in shared if flat is not None and abs(flat.coeff(d)) == 1}
-        lane_stride = FLOAT32_BYTES * abs(flat_offset([Affine.dim(d) for d in st.out_dims], types[st.out].shape)
-                                          .coeff(n_dims[-1])) if layout is not None else 0
+        lane_stride = _lane_bytes(st, types, n_dims[-1]) if layout is not None else 0
         # (the row operand's least reduction step, in bytes: a line or more is a new line per step)
         step_bytes = FLOAT32_BYTES * min((abs(flat.coeff(r)) for r in st.reduce_dims if flat.coeff(r)), default=0) \
             if flat is not None else None
