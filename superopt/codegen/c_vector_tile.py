@@ -100,10 +100,11 @@ def vector_tile_lines(scope: Scope) -> list[tuple[int, str]] | None:
 def _overlap_extent(body: tuple, lanes: int, shorter: int | None = None) -> int | None:
     """The extent ``E`` of the tile's vectorized loops where every one of them has it, ``lanes < E`` and ``E`` no
     multiple of ``lanes``, no tail bounds them, and the tile is only accumulated in registers and stored by plain
-    assignment: the loops then run as whole vectors, the last one starting at ``E - lanes`` so that it overlaps the
-    one before instead of reading or writing past ``E`` (a depthwise conv's 28 columns as 16 + 16 from column 12).
-    The overlapped columns are computed twice from the same operands, so both stores write the same values.
-    None where that does not hold (or every extent is whole vectors)."""
+    assignment or added into the output (:data:`OVERLAP_ADDED_ONCE`): the loops then run as whole vectors, the last
+    one starting at ``E - lanes`` so that it overlaps the one before instead of reading or writing past ``E`` (a
+    depthwise conv's 28 columns as 16 + 16 from column 12). The overlapped columns are computed twice from the same
+    operands, so both stores write the same values; where the tile is added in, the last vector adds only the lanes
+    past the one before (``_TilePrinter.store``). None where that does not hold (or every extent is whole vectors)."""
     loops: list[Loop] = []
     ok = True
 
