@@ -179,6 +179,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "dim is one it reads, or is short while another runs along the row operand's unit stride) and with the "
          "innermost row dim kept; each contraction whose schedules differ. Speed-up: the time with the rows kept "
          "over the time with them chosen again"),
+    Rule("long_row_repick", _CONTRACTION, "LONG_ROWS_REPICKED", False, traces_differ, "up to 8", "any length",
+         161, 300,
+         "the rows chosen again over an innermost row dim of more than 8 rows too, where another runs along the row "
+         "operand's unit stride (`LONG_ROWS_REPICKED`), against such a dim kept whenever it has more than 8 rows",
+         "The register tile's rows chosen again over a long innermost row dim off the row operand's unit stride",
+         "with the rows chosen again over an innermost row dim of any length (where another runs along the row "
+         "operand's unit stride and the tile's lanes lie within a cache line in the output) and only over one of "
+         "5 to 8 rows; each contraction whose schedules differ. Speed-up: the time with only 5 to 8 rows chosen "
+         "again over the time with any length"),
     Rule("fused_vector_step", _CONTRACTION, "fused_vector_step", _return_arg(2), traces_differ, "cut", "whole", 41,
          300,
          "tiles of few rows over fused columns as wide as a multiple of both the vector width and the fused pair's "

@@ -2,6 +2,7 @@
 it (a reshape folded into its read included), the reductions ordered by the row operand's contiguity, and
 the capsule votes model with its weight as a run-time input keeping that schedule end to end."""
 
+import math
 import random
 
 import numpy as np
@@ -518,6 +519,29 @@ def test_the_rows_are_chosen_again_where_the_innermost_row_dim_is_read_by_the_co
     assert row() == rows[0]
     monkeypatch.setattr(contraction, "rows_to_repick", lambda *a, **k: False)
     assert row() == rows[1]
+
+
+@pytest.mark.parametrize("shapes", [{"A": (10, 66, 38, 18), "B": (88, 66, 8, 38)},
+                                    {"A": (10, 2, 16, 18), "B": (24, 2, 8, 16)}])
+def test_a_long_innermost_row_dim_is_chosen_again_where_another_runs_along_the_row_operands_unit_stride(
+        shapes, kernel_cache, monkeypatch):
+    # j's 10 rows fill tiles of 5, but each step's broadcasts of them lie a row of A apart; i's 18 run along A's
+    # unit stride and fill tiles of 6. Only a shape this small is compiled: both schedules match the reference
+    import superopt.schedule.contraction as contraction
+
+    c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", shapes)
+
+    def rows():
+        trace = default_schedule(c, host_target(2), frozenset())
+        return trace, [p.loop for p in trace if type(p).__name__ == "Unroll"]
+
+    chosen, unrolled = rows()
+    assert unrolled == ["i_i"], chosen
+    monkeypatch.setattr(contraction, "LONG_ROWS_REPICKED", False)
+    kept, unrolled = rows()
+    assert unrolled == ["j_i"], kept
+    if math.prod(shapes["A"]) < 10_000:
+        _check_against_reference(c, [chosen, kept], kernel_cache)
 
 
 def test_rows_of_a_dim_the_column_operand_does_not_read_match_the_reference(kernel_cache):

@@ -82,6 +82,7 @@ ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand
 # times at least that a row operand past L2 is fetched from memory unpacked (``_refetched_rows`` per column panel)
 # before the default packs it: the copy reads it once and writes it once
 ROW_REFETCH = 8
+LONG_ROWS_REPICKED = True  # rows_to_repick also over an innermost row dim of more than 8 rows
 SHORT_REDUCTION = 1024  # reduction steps at most between a tile's write-backs for the rows to follow the output's runs
 SHORT_RUN_LINES = 4  # cache lines a row operand's contiguous run spans at least, unpacked (_short_runs)
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
@@ -152,8 +153,12 @@ def rows_to_repick(inner: str, shared: Collection[str], along: Collection[str], 
     ``along`` the row operand's unit stride (rows i of A[m,j,k,i] over j's 5: each step's broadcasts from one cache
     line, 1.14x), unless the tile's lanes lie more than a cache line apart in the output (``lane_stride`` bytes):
     the rows of ``inner``, its innermost dim, then write the tile back as a few runs, where other rows would write
-    each lane to a line of its own (C[j,i,l,k] over columns i 49 floats apart: rows j 0.76x)."""
-    return inner not in shared or 4 < ext[inner] <= 8 and bool(set(along) - {inner}) and lane_stride <= line_bytes
+    each lane to a line of its own (C[j,i,l,k] over columns i 49 floats apart: rows j 0.76x). With
+    :data:`LONG_ROWS_REPICKED`, an ``inner`` of more than 8 rows too: its rows fill tiles, but read the row
+    operand across its lines, which is then packed per call (rows j of A[j,n,m,i] over 10 of them, where i's 18 run
+    along A's unit stride: 1.07x). :func:`row_dim` then weighs the candidates' fill against that contiguity."""
+    weighed = 4 < ext[inner] and (LONG_ROWS_REPICKED or ext[inner] <= 8)
+    return inner not in shared or weighed and bool(set(along) - {inner}) and lane_stride <= line_bytes
 
 
 def output_run_rows(out_dims: Sequence[str], lane_stride: int, steps: int, line_bytes: int = 64) -> tuple[str, ...]:
