@@ -154,9 +154,10 @@ def rows_to_repick(inner: str, shared: Collection[str], along: Collection[str], 
     line, 1.14x), unless the tile's lanes lie more than a cache line apart in the output (``lane_stride`` bytes):
     the rows of ``inner``, its innermost dim, then write the tile back as a few runs, where other rows would write
     each lane to a line of its own (C[j,i,l,k] over columns i 49 floats apart: rows j 0.76x). With
-    :data:`LONG_ROWS_REPICKED`, an ``inner`` of more than 8 rows too: its rows fill tiles, but read the row
-    operand across its lines, which is then packed per call (rows j of A[j,n,m,i] over 10 of them, where i's 18 run
-    along A's unit stride: 1.07x). :func:`row_dim` then weighs the candidates' fill against that contiguity."""
+    :data:`LONG_ROWS_REPICKED`, an ``inner`` of more than 8 rows too: its rows fill tiles, but each step's
+    broadcasts of them lie a row of the operand apart (rows j of A[j,n,m,i], 10 of them in tiles of 5, where i's 18
+    run along A's unit stride in tiles of 6: rows i 1.07x). :func:`row_dim` then weighs the candidates' fill against
+    that contiguity."""
     weighed = 4 < ext[inner] and (LONG_ROWS_REPICKED or ext[inner] <= 8)
     return inner not in shared or weighed and bool(set(along) - {inner}) and lane_stride <= line_bytes
 
