@@ -244,12 +244,16 @@ def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_ca
     _check_against_reference(c, [trace], kernel_cache)
 
 
-def test_a_row_operand_read_a_line_per_reduction_step_is_packed_in_the_order_the_tile_reads_it(kernel_cache):
+def test_a_row_operand_read_a_line_per_reduction_step_is_packed_in_the_order_the_tile_reads_it(kernel_cache,
+                                                                                              monkeypatch):
     """A[j,n,m,i]: rows j, reductions n, m read at stride 18 (a cache line per step), re-read by five column
-    panels: the default packs it [i][j][n][m]; the knob turns that off, and both match the reference."""
+    panels: the default packs it [i][j][n][m]; the knob turns that off, and both match the reference. (Rows j
+    pinned: the long row repick takes i, A's unit stride, on this shape.)"""
+    import superopt.schedule.contraction as contraction
     from superopt.schedule.default import build_sketch, sketch_names
     from superopt.schedule.knobs import KnobRecorder
 
+    monkeypatch.setattr(contraction, "LONG_ROWS_REPICKED", False)
     c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", {"A": (10, 20, 12, 18), "B": (40, 20, 8, 12)})
     target = host_target(2)
     trace = default_schedule(c, target, frozenset())
