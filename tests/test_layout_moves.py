@@ -529,8 +529,8 @@ def test_the_rows_are_chosen_again_where_the_innermost_row_dim_is_read_by_the_co
                                     {"A": (10, 2, 16, 18), "B": (24, 2, 8, 16)}])
 def test_a_long_innermost_row_dim_is_chosen_again_where_another_runs_along_the_row_operands_unit_stride(
         shapes, kernel_cache, monkeypatch):
-    # j's 10 rows fill tiles of 5, but each step's broadcasts of them lie a row of A apart; i's 18 run along A's
-    # unit stride and fill tiles of 6. Only a shape this small is compiled: both schedules match the reference
+    """j's 10 rows fill tiles of 5, but each step's broadcasts of them lie a row of A apart; i's 18 run along A's
+    unit stride and fill tiles of 6. Only the small shape is compiled: both schedules match the reference."""
     import superopt.schedule.contraction as contraction
 
     c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", shapes)

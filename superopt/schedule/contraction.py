@@ -473,6 +473,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     VECTOR, threads = target.lanes("float32"), target.threads
     s = st.out
     ext = st.extent
+    steps = math.prod(ext[d] for d in st.reduce_dims)  # (the most a tile takes between its write-backs)
     accs = product_accesses(st.expr)
     if not accs or len(accs) != 2 or accs[0] == accs[1] or not st.reduce_dims:
         raise ValueError("not a two-operand contraction")  # (X[i,j] * X[i,j] is a sum of squares)
@@ -517,7 +518,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
             if alt is not None and alt.score * SMALLER_PACK_GAIN >= layout.score \
                     and 2 * _footprint(accs[alt.operand], st) <= _footprint(col_x, st) \
                     and not scattering_pack(_lane_bytes(st, types, layout.dims[-1]), _lane_bytes(st, types, alt.dims[-1]),
-                                            math.prod(ext[d] for d in st.reduce_dims), target.cache_line_bytes):
+                                            steps, target.cache_line_bytes):
                 layout = alt
         moved = layout != scores.get((accs.index(col_acc), tuple(now)))
         if len(layout.dims) == 2:  # (a fused pair the position rule would split off whole vectors: re-laid too)
@@ -590,8 +591,7 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
                                                                 target.cache_line_bytes)):
             # (a row dim the column operand does not read, filling the tile: where the columns moved, or where
             # the innermost row dim splits badly; a short one is left to the second row dim below)
-            runs = output_run_rows(st.out_dims, lane_stride, math.prod(ext[d] for d in st.reduce_dims),
-                                   target.cache_line_bytes)
+            runs = output_run_rows(st.out_dims, lane_stride, steps, target.cache_line_bytes)
             row_at = row_dims.index(row_dim(shared, ext, most, vecs, along, runs))
         row = row_dims[kn.get(f"{s}.row_dim", row_at, tuple(range(len(row_dims))))]
         if row != m_dims[-1]:
