@@ -27,18 +27,20 @@ from superopt.schedule.default import STAGES_EPILOGUE, build_sketch, default_sch
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import CacheWrite, Fuse, Pack, PackAt, Parallel, Reorder, Split, Vectorize
 from superopt.target import host_target
+from superopt.testing.targets import xeon_avx512
 
 LANES = 16  # float32 lanes of the AVX-512 target the expectations below are stated for
 
 
 def _target():
-    return host_target(2)
+    """The machine the schedules below are expected for (the kernels compile and run for the host)."""
+    return xeon_avx512(2)
 
 
 def _run(c, traces, kernel_cache, seed=0):
     args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
-    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, _target())):
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, host_target(2))):
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
 
 
@@ -111,8 +113,6 @@ def test_the_default_vectorizes_the_operand_whose_dims_fill_vectors_and_packs_it
     so no tile of them is whole vectors; the default vectorizes B's l, m (48 = 8 x 6) instead. Unpacked, that
     loop reads B with the stride of a whole l row (o * m * n elements) and writes C strided: B is packed with
     its column axes last, and C is written back lane by lane."""
-    if _target().lanes("float32") != LANES:
-        pytest.skip("the widths are stated for 16-lane vectors")
     ext = dict(o=3, i=2, j=5, k=11, n=40, l=20, m=6)  # (1.6M multiply-adds: enough to repay a pack)
     c = _einsum_op("oijkn,lomn->lijmk", ext)
     trace = default_schedule(c, _target(), frozenset())
@@ -125,8 +125,6 @@ def test_the_default_vectorizes_the_operand_whose_dims_fill_vectors_and_packs_it
 
 
 def test_a_pair_whose_inner_extent_divides_no_vector_width_gets_a_wide_tile(kernel_cache):
-    if _target().lanes("float32") != LANES or _target().vector_registers < 32:
-        pytest.skip("the widths are stated for 16-lane vectors and 32 registers")
     c = _einsum_op("imkn,jnlm->ijkl", dict(i=7, j=6, k=9, l=40, m=25, n=3))
     trace = default_schedule(c, _target(), frozenset())
     vec, width = _vector_width(trace)
@@ -236,7 +234,7 @@ def test_columns_that_share_out_evenly_take_one_block_per_thread(shape, block, k
     every row (2 blocks of 500, not 4 of 250); 95 columns do not divide by 2 and keep blocks that divide them, as
     many as twice the threads or more (5 of 19). Exact against the reference."""
     c = compile_op("B[j] += A[i,j]", {"A": shape})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, _target(), frozenset())
     assert [p.factor for p in trace if isinstance(p, Split)] == [block]
     assert next(p.loop for p in trace if isinstance(p, Parallel)) == "j_o"
     _run(c, [trace], kernel_cache)

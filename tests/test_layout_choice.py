@@ -252,6 +252,8 @@ def test_the_blocked_conv_tile_keeps_enough_fma_chains_where_few_rows_divide_the
 def test_every_output_channel_block_tile_compiles_and_matches_the_reference(cob_tile):
     g, conv, consts, p = _blocked_conv(TARGET)
     space = ScheduleSpace(conv.op, TARGET, consts)
+    if cob_tile not in space.resolve(space.default_point())[2][f"{p.out}.cob_tile"]:
+        pytest.skip(f"{cob_tile} output channel blocks make a tile past this host's register file")
     point = Point.of(space.default_point().sketch, {f"{p.out}.cob_tile": cob_tile})
     schedules = default_schedules(g, TARGET) | {"conv1": list(space.trace(point))}
     ex = GraphExecutor(g, schedules, ExecutorConfig(1, target=TARGET))

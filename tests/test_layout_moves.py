@@ -18,6 +18,7 @@ from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
 from superopt.schedule.space import ScheduleSpace, check
 from superopt.target import host_target
+from superopt.testing.targets import xeon_avx512
 
 # capsule votes' conv as the ONNX import leaves it: a channels-last image under a stride-2 window, the OHWI
 # weight's output channel read as 16*ob+ol (the blocked output's two dims): the vector loop (ob, ol fused)
@@ -28,6 +29,7 @@ BLOCKED_EXTENTS = {"ob": 8, "ol": 4, "y": 4, "x": 4}
 # indices permuted between the operands (chemistry-style einsum)
 PERMUTED = "C[i,j] += A[k,i,l] * B[l,k,j]"
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
+TARGET = xeon_avx512(2)  # the schedules expected here are this machine's; the kernels run on the host
 
 
 def _blocked():
@@ -35,6 +37,9 @@ def _blocked():
 
 
 def _check_against_reference(c, traces, kernel_cache, seed=0):
+    if any(type(p).__name__ == "TransposeBlock" for t in traces for p in t) \
+            and host_target(2).lanes("float32") < TARGET.lanes("float32"):
+        pytest.skip("the schedule's register transposes are of 16 lanes, which this host's vectors do not hold")
     args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
     for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, host_target(2))):
@@ -61,7 +66,7 @@ def test_a_run_time_weight_read_through_a_reshape_is_packed_in_the_order_the_til
     width, the reductions in the loop order; the innermost reduction is the image's contiguous channel axis.
     Without the pack the vector loop reads the weight with a stride of a whole row (9 * C)."""
     c = _blocked()
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     pack = next(p for p in trace if isinstance(p, Pack))
     assert pack.stage == "in1" and pack.perm[-1] == 0  # the output-channel axis innermost in the panel
     order, vec = _contraction_loops(trace, "out0")
@@ -69,7 +74,7 @@ def test_a_run_time_weight_read_through_a_reshape_is_packed_in_the_order_the_til
     assert red[-1] == "c" and vec.startswith("ob_ol")
     assert pack.perm[:-1] == tuple(1 + ["kh", "kw", "c"].index(r) for r in red)  # panel rows in loop order
     no_pack = [p for p in trace if not isinstance(p, Pack)]
-    lower(c, no_pack, host_target(2))  # (legal unpacked too: the pack is a layout choice, not a requirement)
+    lower(c, no_pack, TARGET)  # (legal unpacked too: the pack is a layout choice, not a requirement)
     _check_against_reference(c, [trace, no_pack], kernel_cache)
 
 
@@ -89,7 +94,7 @@ def test_permuted_indices_vectorize_the_contiguous_output_dim_and_pack_in_loop_o
     """C[i,j] += A[k,i,l] * B[l,k,j]: the vector loop is j (contiguous in C and in B); the reductions walk A
     with l innermost (its stride 1), and B's panel is packed [k, l, j] to match, where its own order is [l, k]."""
     c = compile_op(PERMUTED, {"A": (24, 40, 40), "B": (40, 24, 96)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     order, vec = _contraction_loops(trace, "C")
     assert vec.startswith("j")
     red = [lp for lp in order if lp.split("_")[0] in ("k", "l")]
@@ -101,12 +106,12 @@ def test_permuted_indices_vectorize_the_contiguous_output_dim_and_pack_in_loop_o
 
 def test_a_pack_that_is_not_a_layout_of_the_input_is_rejected_with_a_reason():
     c = _blocked()
-    base = default_schedule(c, host_target(2), frozenset())
+    base = default_schedule(c, TARGET, frozenset())
     unpacked = [p for p in base if not isinstance(p, Pack)]
     for bad, why in [(Pack("in1", (0, 1, 2)), "not a permutation"), (Pack("out0", (0, 1, 2, 3, 4)), "kernel inputs"),
                      (Pack("in1", (1, 2, 3, 0), 7, 4), "split axis")]:
         with pytest.raises(ScheduleError, match=why):
-            check(c, [*unpacked, bad], host_target(2))
+            check(c, [*unpacked, bad], TARGET)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -114,7 +119,7 @@ def test_random_points_of_the_blocked_conv_match_the_reference(seed, kernel_cach
     """Points of the space (pack on or off, any reduction order, tile sizes) are rejected with ScheduleError or
     compute what the reference computes."""
     c = _blocked()
-    space = ScheduleSpace(c, host_target(2), frozenset())
+    space = ScheduleSpace(c, TARGET, frozenset())
     rng = random.Random(seed)
     traces = []
     for _ in range(50):
@@ -174,7 +179,7 @@ def test_several_column_axes_are_packed_as_contiguous_panels_where_a_tile_reads_
     column axis split by the tile so each tile's columns are one contiguous panel over (m, n). Capsule votes'
     128 columns in 48-wide tiles keep one row of all columns per step (a third of it per tile)."""
     c = compile_op("C[i,j,k,l] += A[i,m,k,n] * B[j,n,l,m]", {"A": (6, 8, 5, 16), "B": (16, 16, 16, 8)})
-    target = host_target(2)
+    target = TARGET
     trace = default_schedule(c, target, frozenset())
     _, vec = _contraction_loops(trace, "C")
     pack = next(p for p in trace if isinstance(p, Pack))
@@ -203,7 +208,7 @@ def test_a_short_row_loop_is_one_tile_of_two_vectors_on_a_32_register_target(ker
         else:
             assert splits["x"] == 4 and splits["ob_ol"] == 64, trace
     c7 = compile_op(BLOCKED, {"in0": (2, 15, 15, 16), "in1": (128, 3, 3, 16)}, extents={"ob": 32, "ol": 4, "y": 7, "x": 7})
-    _check_against_reference(c7, [default_schedule(c7, host_target(2), frozenset())], kernel_cache)
+    _check_against_reference(c7, [default_schedule(c7, TARGET, frozenset())], kernel_cache)
 
 
 @pytest.mark.parametrize("steps", [24 * 48, 4 * 48])
@@ -215,7 +220,7 @@ def test_both_operands_transposed_the_smaller_one_is_the_packed_column_operand(s
     would scatter it: j's (C's unit stride) are kept, and B is packed."""
     k = steps // 48
     c = compile_op("C[i,j] += A[k,i,l] * B[j,k,l]", {"A": (k, 90, 48), "B": (192, k, 48)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     packs = [p for p in trace if isinstance(p, Pack)]
     kept = steps <= 1024
     assert [p.stage for p in packs] == (["B"] if kept else ["A"]), trace
@@ -239,7 +244,7 @@ def test_a_pair_of_columns_that_is_a_strided_run_keeps_the_packed_tile(kernel_ca
     from superopt.schedule.primitives import CacheWrite
 
     c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 12, 7), "B": (200, 12, 7)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     assert any(isinstance(p, CacheWrite) for p in trace) and any(isinstance(p, Pack) for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
 
@@ -255,7 +260,7 @@ def test_a_row_operand_read_a_line_per_reduction_step_is_packed_in_the_order_the
 
     monkeypatch.setattr(contraction, "LONG_ROWS_REPICKED", False)
     c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", {"A": (10, 20, 12, 18), "B": (40, 20, 8, 12)})
-    target = host_target(2)
+    target = TARGET
     trace = default_schedule(c, target, frozenset())
     row_packs = [p for p in trace if isinstance(p, Pack) and p.stage == "A"]
     assert row_packs == [Pack("A", (3, 0, 1, 2))], trace
@@ -286,7 +291,7 @@ def test_the_parallel_loop_fuses_another_where_the_threads_would_share_it_uneven
 
     _rows_as_planned(monkeypatch)
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (208, 300, 9)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     par = next(p.loop for p in trace if isinstance(p, Parallel))
     fused = {f"{p.outer}_{p.inner}": (p.outer, p.inner) for p in trace if isinstance(p, Fuse)}
     assert par in fused and fused[par][0] == "k", trace
@@ -303,11 +308,11 @@ def test_a_parallel_loop_shared_unevenly_goes_inside_the_panel_loop_that_blocked
 
     _rows_as_planned(monkeypatch)
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     order = [p for p in trace if isinstance(p, Reorder)][-1].order
     assert order[:3] == ("j_i_o", "k", "l_o"), order
     assert Fuse("C", "k", "l_o") in trace and Parallel("C", "k_l_o") in trace
-    space = ScheduleSpace(c, host_target(2), frozenset())
+    space = ScheduleSpace(c, TARGET, frozenset())
     default = space.default_point()
     outermost = space.trace(Point.of(default.sketch, {**default.knob_map, "C.par_inside": False}))
     assert [p for p in outermost if isinstance(p, Reorder)][-1].order[:2] == ("k", "j_i_o")
@@ -324,7 +329,7 @@ def test_the_column_tile_width_fills_the_last_panels_lanes(kernel_cache):
     widths = {}
     for j in (329, 320):
         c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (6, 120, 40), "B": (6, 40, j)})
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         widths[j] = next(p.factor for p in trace if isinstance(p, Split) and p.loop == "j")
         if j == 329:
             _check_against_reference(c, [trace], kernel_cache)
@@ -335,7 +340,7 @@ def test_fused_columns_take_the_tile_width_that_fills_their_lanes(kernel_cache):
     """The benchmark case rand2024_1. k, l fused (132 x 4 = 528 columns): 11 tiles of 48 fill every lane (48 is
     a multiple of l's 4), 9 of 64 only 92% of them."""
     c = compile_op("C[m,i,j,k,l] += A[j,n,i] * B[k,n,l,m]", {"A": (3, 217, 705), "B": (132, 217, 4, 5)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     assert any(isinstance(p, Split) and p.loop == "k_l" and p.factor == 48 for p in trace), trace
     _check_against_reference(c, [trace], kernel_cache)
 
@@ -349,7 +354,7 @@ def test_the_column_panels_go_outside_the_row_blocks_where_they_are_the_bigger_o
     for name, shapes in {"weight bigger": {"A": (16, 24, 512), "W": (512, 192)},
                          "rows bigger": {"A": (16, 192, 512), "W": (512, 24)}}.items():
         c = compile_op("C[b,m,n] += A[b,m,k] * W[k,n]", shapes)
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         order, _ = _contraction_loops(trace, "C")
         orders[name] = [x for x in order if x in ("b", "m_o", "n_o")]
         if name == "weight bigger":
@@ -367,7 +372,7 @@ def test_the_column_panels_go_outermost_where_rows_outermost_would_reread_far_mo
     c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 400, 64), "B": (4, 64, 300)})  # A 400 KB, B 300 KB
     orders = {}
     for name, l2 in {"B past the cache": 64 << 10, "B in the cache": 1 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
         orders[name] = [x for x in order if x in ("i_o", "j_o")]
         _check_against_reference(c, [trace], kernel_cache)
@@ -383,7 +388,7 @@ def test_a_column_panel_past_half_of_l2_is_cut_along_the_reduction_with_its_loop
     c = compile_op(PERMUTED, {"A": (64, 60, 20), "B": (20, 64, 200)})
     loops = {}
     for name, l2 in {"small L2": 256 << 10, "large L2": 1 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
         loops[name] = [x for x in order if x in ("j_o", "k_o", "i_o")]
         _check_against_reference(c, [trace], kernel_cache)
@@ -397,7 +402,7 @@ def test_two_panels_stay_outermost_only_where_the_threads_share_their_columns_ev
     48 + 47 share evenly between two threads; 56 as 48 + 8 would leave one thread most of the work, so there the
     rows go outermost."""
     c = compile_op("C[i,j] += A[i,k] * B[k,j]", {"A": (16, 512), "B": (512, columns)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     order, _ = _contraction_loops(trace, "C")
     loops = [x for x in order if x in ("i_o", "j_o")]
     assert loops == (["j_o", "i_o"] if panels_outermost else ["i_o", "j_o"]), (columns, trace)
@@ -415,7 +420,7 @@ def test_uneven_panels_share_the_next_loops_fused_where_those_even_the_threads_o
     from superopt.schedule.primitives import Fuse, Parallel
 
     c = compile_op("C[i,k,m,j,l] += A[j,k,n,o,i] * B[l,o,n,m]", {"A": (2, 9, 6, 6, 7), "B": (209, 6, 6, 19)})
-    target = host_target(2)
+    target = TARGET
     sketch = "stages+epilogue"
     trace = build_sketch(c, target, frozenset(), sketch, KnobRecorder({"C.out_layout": False}))
     order, vec = _contraction_loops(trace, "C")
@@ -436,7 +441,7 @@ def test_a_column_operand_past_half_of_l2_takes_the_panels_outermost_constant_or
     orders = {}
     for l2 in (512 << 10, 1 << 20):
         for name, consts in {"constant B": frozenset({"B"}), "run-time B": frozenset()}.items():
-            trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), consts)
+            trace = default_schedule(c, replace(TARGET, l2_bytes=l2), consts)
             order, _ = _contraction_loops(trace, "C")
             orders[name, l2 >> 10] = [x for x in order if x in ("i_o", "j_o")]
             _check_against_reference(c, [trace], kernel_cache)
@@ -453,7 +458,7 @@ def test_a_column_operand_filling_most_of_l2_goes_outermost_where_rows_outermost
     c = compile_op("C[k,j,i] += A[j,i,m,l] * B[k,m,l]", {"A": (7, 146, 16, 7), "B": (200, 16, 7)})
     orders = {}
     for name, l2 in {"B most of L2": 128 << 10, "B under half of L2": 256 << 10}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
         orders[name] = [x for x in order if x in ("j", "k_o")]  # (rows i, the output's unit stride: j the outer)
         _check_against_reference(c, [trace], kernel_cache)
@@ -471,7 +476,7 @@ def test_a_row_operand_past_l2_whose_unit_stride_dim_is_an_outer_loop_is_packed(
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (600, 6, 28), "B": (16, 600, 9)})
     packed = {}
     for name, l2 in {"B past L2": 256 << 10, "B in L2": 1 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "B"]
         _check_against_reference(c, [trace], kernel_cache)
     assert packed == {"B past L2": [(2, 0, 1)], "B in L2": []}, packed
@@ -489,7 +494,7 @@ def test_a_row_operand_read_again_per_outer_loop_counts_the_whole_column_panel_r
 
     _rows_as_planned(monkeypatch)
     c = compile_op("C[l,i,j,k] += A[o,n,i,m] * B[l,j,m,o,n,k]", {"A": (29, 29, 364, 4), "B": (7, 19, 4, 29, 29, 9)})
-    target = replace(host_target(2), l2_bytes=2 << 20)
+    target = replace(TARGET, l2_bytes=2 << 20)
 
     def b_packs():
         trace = default_schedule(c, target, frozenset())
@@ -516,7 +521,7 @@ def test_the_rows_are_chosen_again_where_the_innermost_row_dim_is_read_by_the_co
     c = compile_op(text, shapes)
 
     def row():
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         unrolled = [p.loop for p in trace if type(p).__name__ == "Unroll"]
         return unrolled[0].removesuffix("_i")
 
@@ -536,7 +541,7 @@ def test_a_long_innermost_row_dim_is_chosen_again_where_another_runs_along_the_r
     c = compile_op("C[l,i,j,k] += A[j,n,m,i] * B[l,n,k,m]", shapes)
 
     def rows():
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         return trace, [p.loop for p in trace if type(p).__name__ == "Unroll"]
 
     chosen, unrolled = rows()
@@ -550,7 +555,7 @@ def test_a_long_innermost_row_dim_is_chosen_again_where_another_runs_along_the_r
 
 def test_rows_of_a_dim_the_column_operand_does_not_read_match_the_reference(kernel_cache):
     c = compile_op("C[l,i,k,j] += A[i,m,n,k,j] * B[n,m,l]", {"A": (5, 3, 4, 6, 32), "B": (4, 3, 200)})
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     assert "l" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
     _check_against_reference(c, [trace], kernel_cache)
 
@@ -565,7 +570,7 @@ def test_a_tile_of_few_rows_over_fused_columns_is_whole_vectors_wide(kernel_cach
     c = compile_op("C[i,l,m,j,k] += A[n,p,j,i,o] * B[m,p,n,k,l,o]", {"A": (10, 3, 7, 40, 2), "B": (4, 3, 10, 3, 5, 2)})
 
     def width():
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         return trace, [p.factor for p in trace if isinstance(p, Split) and p.loop == "i_j"]
 
     trace, got = width()
@@ -585,7 +590,7 @@ def test_a_column_operand_past_l2_in_too_few_panels_takes_narrower_panels_and_ke
     c = compile_op("C[i,j] += A[l,i,k] * B[l,k,j]", {"A": (4, 200, 64), "B": (4, 64, 137)})  # B 140 KB
     got = {}
     for name, l2 in {"B past L2": 128 << 10, "B in L2": 1 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         order, _ = _contraction_loops(trace, "C")
         got[name] = ([p.factor for p in trace if isinstance(p, Split) and p.loop == "j"],
                      [x for x in order if x in ("i_o", "j_o")])
@@ -606,7 +611,7 @@ def test_the_row_dim_is_chosen_for_the_tile_as_wide_as_its_narrowed_panels(kerne
     c = compile_op("C[k,m,i,l,j] += A[n,j,i,p,o] * B[l,m,k,p,n,o]", {"A": (3, 21, 100, 7, 1), "B": (2, 27, 5, 7, 3, 1)})
 
     def tile(l2):
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         splits = {p.loop: p.factor for p in trace if isinstance(p, Split) and p.stage == "C_laid"}
         unrolled = [p.loop for p in trace if type(p).__name__ == "Unroll" and p.stage == "C_laid"]
         return trace, splits, unrolled
@@ -632,7 +637,7 @@ def test_a_row_operand_past_l2_read_in_short_runs_is_packed(kernel_cache):
                    {"A": (2, 21, 3, 6, 86, 6), "B": (67, 2, 6, 4, 6, 3)})
     packed = {}
     for name, l2 in {"A past L2": 1 << 20, "A in L2": 4 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         packed[name] = [p.perm for p in trace if isinstance(p, Pack) and p.stage == "A"]
         _check_against_reference(c, [trace], kernel_cache)
     assert packed == {"A past L2": [(4, 1, 0, 2, 3, 5)], "A in L2": []}, packed
@@ -648,7 +653,7 @@ def test_the_column_operands_own_dims_go_outside_the_row_operands_where_its_pane
     c = compile_op("C[m,l,j,k,i] += A[n,j,i] * B[l,k,m,n]", {"A": (200, 7, 23), "B": (8, 5, 6, 200)})
     orders = {}
     for name, l2 in {"B re-read": 128 << 10, "B cached": 1 << 20}.items():
-        trace = default_schedule(c, replace(host_target(2), l2_bytes=l2), frozenset())
+        trace = default_schedule(c, replace(TARGET, l2_bytes=l2), frozenset())
         order, vec = _contraction_loops(trace, "C")
         assert vec == "m_l"
         orders[name] = [x for x in order if x in ("j", "k")]
@@ -685,7 +690,7 @@ def test_rows_follow_the_outputs_unit_stride_where_the_lanes_lie_lines_apart_and
     c = compile_op("C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m]", {"A": (68, 3, 8, o), "B": (3, 163, o, 3)})
 
     def row():
-        trace = default_schedule(c, host_target(2), frozenset())
+        trace = default_schedule(c, TARGET, frozenset())
         return [p.loop for p in trace if type(p).__name__ == "Unroll"][0].removesuffix("_i")
 
     assert row() == rows[0]
@@ -700,10 +705,10 @@ def test_rows_along_the_outputs_unit_stride_match_the_reference(kernel_cache, mo
     import superopt.schedule.contraction as contraction
 
     c = compile_op("C[m,n,l,k,j,i] += A[i,k,j,o] * B[n,l,o,m]", {"A": (20, 4, 8, 64), "B": (2, 48, 64, 3)})
-    runs = default_schedule(c, host_target(2), frozenset())
+    runs = default_schedule(c, TARGET, frozenset())
     assert any(isinstance(p, Vectorize) and p.loop.startswith("j_i") for p in runs), runs
     monkeypatch.setattr(contraction, "scattering_pack", lambda *args: False)
-    trace = default_schedule(c, host_target(2), frozenset())
+    trace = default_schedule(c, TARGET, frozenset())
     assert "i" in [p.loop.removesuffix("_i") for p in trace if type(p).__name__ == "Unroll"], trace
     _check_against_reference(c, [runs, trace], kernel_cache)
 
@@ -719,7 +724,7 @@ def test_a_short_row_dim_along_the_row_operands_unit_stride_takes_one_tile_of_th
     from superopt.schedule.primitives import Unroll
 
     c = compile_op("C[l,k,j,i] += A[m,i,j] * B[l,m,k]", {"A": (300, 6, 28), "B": (52, 300, 9)})
-    target = host_target(2)
+    target = TARGET
     whole = default_schedule(c, target, frozenset())
     assert Split("C", "j_i", 48) in whole and Unroll("C", "k") in whole, whole
     assert not any(isinstance(p, Split) and p.loop in ("k", "l") for p in whole), whole

@@ -14,6 +14,7 @@ from superopt.runtime.kernel import build_kernels
 from superopt.schedule.default import default_schedule
 from superopt.schedule.plan import lower
 from superopt.target import host_target
+from superopt.testing.targets import xeon_avx512
 
 # A's innermost axis (o, 10) is split 5 x 2 around the packed innermost axis (i, 40): a block of the transposed
 # copy reads 2 source elements of each of 16 rows
@@ -24,7 +25,7 @@ SPLIT_PANELS = ("C[j,i] += A[n,i,o,m,k,l] * B[o,n,k,l,m,j]", {"A": (3, 21, 12, 7
 
 def _packs(text, shapes, l2_bytes):
     c = compile_op(text, shapes)
-    target = replace(host_target(2), l2_bytes=l2_bytes)
+    target = replace(xeon_avx512(2), l2_bytes=l2_bytes)  # (the packs expected are this machine's)
     trace = default_schedule(c, target, frozenset())
     return c, trace, target, build_loopnest(lower(c, trace, target)).packs
 
@@ -32,7 +33,7 @@ def _packs(text, shapes, l2_bytes):
 def _matches_reference(c, trace, target, kernel_cache, atol=1e-4):
     args = [np.random.default_rng(0).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
-    (kernel,) = build_kernels([(c, trace)], kernel_cache, 2, target)
+    (kernel,) = build_kernels([(c, trace)], kernel_cache, 2, replace(host_target(2), l2_bytes=target.l2_bytes))
     np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=atol)
 
 

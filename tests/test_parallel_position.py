@@ -11,6 +11,7 @@ from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import CacheWrite, Parallel, Reorder, Split, Unroll, Vectorize
 from superopt.schedule.space import Point, ScheduleSpace
 from superopt.target import host_target
+from superopt.testing.targets import xeon_avx512
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 
@@ -69,7 +70,7 @@ def test_uneven_panels_run_in_turn_with_the_threads_sharing_their_rows(kernel_ca
     blocks; ``par_pos`` 0 puts the panels back in parallel. Both match the reference."""
 
     c = compile_op("C[j,i] += A[k,i] * B[k,j]", {"A": (256, 300), "B": (256, 137)})
-    target = host_target(2)
+    target = xeon_avx512(2)
     space = ScheduleSpace(c, target, frozenset())
     default, used, domains = space.resolve(space.default_point())
     assert used["C.par_pos"] == 1 and set(domains["C.par_pos"]) == {0, 1} and _parallel_position(default) == 1
@@ -83,7 +84,7 @@ def test_panels_stay_parallel_where_the_threads_would_split_short_output_rows():
     write the same cache lines at their shares' edges in every row (1.1x on 2 threads over 1): the panels stay
     the parallel loop. (Over 1100 reduction steps the rows are i; over a short reduction they would run along j.)"""
     c = compile_op("C[i,k,j] += A[i,j,l] * B[k,l]", {"A": (54, 57, 1100), "B": (915, 1100)})
-    space = ScheduleSpace(c, host_target(2), frozenset())
+    space = ScheduleSpace(c, xeon_avx512(2), frozenset())
     trace, used, domains = space.resolve(space.default_point())
     order = [p for p in trace if isinstance(p, Reorder)][-1].order
     assert order[:2] == ("k_o", "j") and used["C.par_pos"] == 0 and 1 in domains["C.par_pos"]
@@ -124,7 +125,7 @@ def test_uneven_panels_put_outermost_stay_there_where_the_loops_inside_share_eve
     from superopt.schedule.default import default_schedule
 
     c = compile_op("C[j,i,k,l] += A[m,i,n] * B[k,l,j,m,n]", {"A": (6, 139, 20), "B": (19, 8, 5, 6, 20)})
-    target = replace(host_target(2), l2_bytes=128 << 10)
+    target = replace(xeon_avx512(2), l2_bytes=128 << 10)
     # (A's columns, the smaller pack, as over the benchmark case's 2670 reduction steps: over these 120, i's lanes
     # 152 floats apart in C would keep B's columns)
     monkeypatch.setattr(contraction, "scattering_pack", lambda *args: False)

@@ -304,8 +304,10 @@ def test_a_large_copy_prefetches_the_next_blocks_rows_and_matches_numpy(kernel_c
     assert kn.used["O.order"] == "mid" and TransposeBlock("O", "l_i", False, "k_o") in trace, trace
     code = emit_c(lower(small, trace, target)).code
     body = code[code.index("void kernel("):]
-    # the next block's rows: 16 rows of 60 further on (the loop around the pair, k_o, moves 16 rows of the plane)
-    assert "so_prefetch_rows16(" in body and "+ 960, 60);" in body, body
+    # the next block's rows: a block of rows of 60 further on (the loop around the pair, k_o, moves a block of rows
+    # of the plane: 16 on AVX-512, 8 on AVX2)
+    lanes = target.lanes("float32")
+    assert f"so_prefetch_rows{lanes}(" in body and f"+ {lanes * 60}, 60);" in body, body
     x = np.random.default_rng(8).standard_normal((3, 4, 50, 60)).astype(np.float32)
     (got,) = build_kernel(small, trace, kernel_cache, threads=2)(x)
     np.testing.assert_array_equal(got, x.transpose(3, 1, 0, 2))
