@@ -68,6 +68,20 @@ def test_every_block_order_and_streamed_stores_match_numpy(order, stream, kernel
     np.testing.assert_array_equal(got, x.transpose(3, 1, 0, 2))
 
 
+def test_extents_of_half_a_vector_keep_whole_shuffled_blocks_where_half_is_no_register_block(kernel_cache):
+    """On AVX2 half a vector is 4 lanes, which no register transpose copies: extents that divide by 4 and not by 8
+    keep blocks of 8 (the last partial) copied by shuffles, not 4 x 4 blocks copied element by element. On
+    AVX-512 the half (8 lanes) is itself a register block and is kept."""
+    c = compile_op("O[j,i] = X[i,j]", {"X": (20, 12)})
+    trace = default_schedule(c, _avx2_target())
+    assert Split("O", "i", 8) in trace and Split("O", "j", 8) in trace and TransposeBlock("O", "j_i", False) in trace
+    x = np.random.default_rng(3).standard_normal((20, 12)).astype(np.float32)
+    (got,) = build_kernel(c, trace, kernel_cache, threads=2, target=_avx2_target())(x)
+    np.testing.assert_array_equal(got, x.T)
+    wide = default_schedule(compile_op("O[j,i] = X[i,j]", {"X": (24, 40)}), avx512_target(2))
+    assert Split("O", "i", 8) in wide and TransposeBlock("O", "j_i", False) in wide
+
+
 def test_eight_lane_blocks_with_partial_blocks_match_numpy(kernel_cache):
     target = _avx2_target()
     c = compile_op("O[k,j,i] = X[i,j,k]", {"X": (13, 4, 27)})

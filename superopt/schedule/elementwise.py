@@ -10,6 +10,7 @@ from superopt.ir.expr import Access
 from superopt.ir.statement import Statement
 from superopt.ir.types import TensorType
 from superopt.schedule.knobs import KnobRecorder
+from superopt.schedule.plan_check import TRANSPOSE_BLOCKS
 from superopt.schedule.primitives import (
     CacheWrite,
     Fuse,
@@ -116,10 +117,12 @@ def transpose_schedule(st: Statement, target: Target, knobs: KnobRecorder | None
     shuffles = target.kind == "cpu" and VECTOR in (8, 16) and types is not None \
         and all(types[t].dtype == "float32" for t in (s, st.expr.tensor))
     # half a vector where both sides divide by that and not by a vector (no partial blocks: 56 pixels a row of
-    # NCHW16c back to NCHW), else a vector
-    fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0), VECTOR)
+    # NCHW16c back to NCHW), else a vector; not a half that no shuffle copies (4 lanes of AVX2's 8: a 2000 x 1500
+    # copy element by element ran 1.7x slower than 8-lane blocks with masked partial ones)
+    fits = next((b for b in (VECTOR, VECTOR // 2) if ext[d_in] % b == 0 and ext[d_out] % b == 0
+                 and (not shuffles or b in TRANSPOSE_BLOCKS)), VECTOR)
     block = kn.get(f"{s}.block", fits, (VECTOR // 2, VECTOR, 2 * VECTOR, 4 * VECTOR))
-    shuffle = shuffles and block in (8, 16) and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
+    shuffle = shuffles and block in TRANSPOSE_BLOCKS and block <= VECTOR and kn.get(f"{s}.shuffle", True, (True, False))
     stream = shuffle and kn.get(f"{s}.stream", shuffle and streams_whole_lines(st, block, target), (False, True))
     others = [d for d in st.out_dims if d not in (d_in, d_out)]
     # streamed stores of long input rows read end to end (every block's loads continue the same rows)
