@@ -179,6 +179,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "dim is one it reads, or is short while another runs along the row operand's unit stride) and with the "
          "innermost row dim kept; each contraction whose schedules differ. Speed-up: the time with the rows kept "
          "over the time with them chosen again"),
+    Rule("few_rows_fit_16", _CONTRACTION, "FEW_ROWS_FIT_16", False, traces_differ, "one row", "fitted", 181, 300,
+         "on a 16-register file (AVX2), a register tile over an innermost row dim of at most 4 rows given a second "
+         "row dim and a width that fits the registers (`FEW_ROWS_FIT_16`), against the 32-register file's tile of "
+         "4 rows x 8 vectors, which leaves one row",
+         "Few-row register tiles fitted to a 16-register file",
+         "on a 16-register file (AVX2) with few-row tiles fitted to it (a second row dim where the row dim has at "
+         "most 3 rows; at most 4 vectors whose accumulators fit the registers with a column row and a broadcast) "
+         "and with the 32-register file's tile of 8 vectors, which leaves one row; each contraction whose schedules "
+         "differ. Speed-up: the one-row tile's time over the fitted one's"),
     Rule("long_row_repick", _CONTRACTION, "LONG_ROWS_REPICKED", False, traces_differ, "up to 8", "any length",
          161, 300,
          "the rows chosen again over an innermost row dim of more than 8 rows too, where another runs along the row "

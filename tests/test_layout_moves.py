@@ -553,6 +553,44 @@ def test_a_long_innermost_row_dim_is_chosen_again_where_another_runs_along_the_r
         _check_against_reference(c, [chosen, kept], kernel_cache)
 
 
+def test_a_tile_of_few_rows_on_sixteen_registers_takes_a_second_row_dim_and_fits_the_registers(kernel_cache,
+                                                                                                  monkeypatch):
+    """j's 3 rows on AVX2 (16 registers): the 32-register file's widening to 8 vectors (64 columns) leaves a tile of
+    one row there, each FMA loading its own column vector. The fitted tile is 3 rows of j x 2 of a second row dim x 2
+    vectors (12 accumulators); a shape too small for 8 vectors (48 columns) went to 3 vectors of one row dim. Both
+    the fitted and the unfitted schedules of the small shape match the reference."""
+    from dataclasses import replace
+
+    import superopt.schedule.contraction as contraction
+    from superopt.target import avx512_target
+
+    avx2 = replace(avx512_target(2), vector_bits=256, vector_registers=16, isa_flags=("avx2", "fma"))
+    text = "C[m,i,j,k,l] += A[j,n,i] * B[k,n,l,m]"
+
+    def tile(shapes):
+        trace = default_schedule(compile_op(text, shapes), avx2, frozenset())
+        return trace, [p.factor for p in trace if isinstance(p, Split) and p.loop == "k_l"], \
+            sorted(p.loop for p in trace if type(p).__name__ == "Unroll")
+
+    big = {"A": (3, 217, 705), "B": (132, 217, 4, 5)}
+    small = {"A": (3, 5, 6), "B": (12, 5, 4, 2)}
+    fitted, width, unrolled = tile(big)
+    assert width == [16] and unrolled == ["i_i", "j"], fitted
+    fitted_small, width, unrolled = tile(small)
+    assert width == [16] and unrolled == ["j", "m_i"], fitted_small
+    monkeypatch.setattr(contraction, "FEW_ROWS_FIT_16", False)
+    one_row, width, unrolled = tile(big)
+    assert width == [64] and unrolled == ["j_i"], one_row
+    unfitted_small, width, unrolled = tile(small)
+    assert width == [24] and unrolled == ["j"], unfitted_small
+    c = compile_op(text, small)
+    args = [np.random.default_rng(4).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
+    (ref,) = evaluate_compute(c, args, np.float64)
+    traces = [fitted_small, unfitted_small]
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, avx2)):
+        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+
+
 def test_rows_of_a_dim_the_column_operand_does_not_read_match_the_reference(kernel_cache):
     c = compile_op("C[l,i,k,j] += A[i,m,n,k,j] * B[n,m,l]", {"A": (5, 3, 4, 6, 32), "B": (4, 3, 200)})
     trace = default_schedule(c, TARGET, frozenset())

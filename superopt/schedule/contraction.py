@@ -83,6 +83,7 @@ ROW_PACK_PASSES = 4  # column panels at least that re-read a strided row operand
 # before the default packs it: the copy reads it once and writes it once
 ROW_REFETCH = 8
 LONG_ROWS_REPICKED = True  # rows_to_repick also over an innermost row dim of more than 8 rows
+FEW_ROWS_FIT_16 = True  # few rows on a 16-register file: a second row dim and a width that fits (few_rows_width)
 SHORT_REDUCTION = 1024  # reduction steps at most between a tile's write-backs for the rows to follow the output's runs
 SHORT_RUN_LINES = 4  # cache lines a row operand's contiguous run spans at least, unpacked (_short_runs)
 STRIDED_ROWS = 4  # register-tile rows at most over a column operand read with a stride along the vector
@@ -170,6 +171,16 @@ def output_run_rows(out_dims: Sequence[str], lane_stride: int, steps: int, line_
     lane's rows as one run (C[m,n,l,k,j,i] over columns l 1632 floats apart, 418 steps: rows i 1.37x rows j). Over
     longer reductions the write-back is too rare to choose the rows by."""
     return (out_dims[-1],) if lane_stride > line_bytes and steps <= SHORT_REDUCTION else ()
+
+
+def few_rows_width(rows: int, whole_step: int, lanes: int, registers: int) -> int:
+    """The width of a tile of few ``rows`` (both row dims' together) on a 16-register file (AVX2): the most vectors,
+    at most 4, whose accumulators fit the registers with a row of the column operand and a broadcast, in multiples
+    of ``whole_step``; 0 where not even one such step fits. 3 rows x 2 of a second row dim x 2 vectors, or 4 rows x
+    3 vectors: 12 accumulators, where the 32-register tile of 4 rows x 8 vectors left one row of 8 (each FMA then
+    loads its column vector: ``jni,knlm->mijkl`` 1.7x)."""
+    vectors = max(1, min(4, (registers - 1) // (rows + 1)))
+    return vectors * lanes // whole_step * whole_step
 
 
 def fused_vector_step(n_dims: Sequence[str], ext: Mapping[str, int], lanes: int, linear: bool) -> int:
@@ -632,13 +643,19 @@ def contraction_schedule(st: Statement, inputs: Sequence[str], target: Target, p
     any_split = types is not None and len(n_dims) > 1 and contiguous_dims(st, types, *n_dims)
     whole_step = fused_vector_step(n_dims, ext, VECTOR, any_split)
     rows2_dim, rows2 = None, 1
+    narrow_file = wide == 2 and FEW_ROWS_FIT_16
     if rows2_dims and ext[m_dims[-1]] <= 8:
         even = [d for d in rows2_dims if ext[d] % 2 == 0]
         rows2_dim = rows2_dims[kn.get(f"{s}.rows2_dim", rows2_dims.index(even[0]) if even else len(rows2_dims) - 1,
                                       tuple(range(len(rows2_dims))))]
-        rows2 = kn.get(f"{s}.rows2", 2 if few_rows and wide == 4 and (4 * VECTOR) % whole_step == 0 else 1,
+        rows2 = kn.get(f"{s}.rows2", 2 if few_rows and (wide == 4 and (4 * VECTOR) % whole_step == 0
+                                                        or narrow_file and ext[m_dims[-1]] <= 3) else 1,
                        [r for r in (1, 2, 3, 4) if r <= ext[rows2_dim]])
-    if few_rows and rows2 == 1 and ncol >= 4 * VECTOR:
+    fitted = few_rows_width(ext[m_dims[-1]] * rows2, whole_step, VECTOR, target.vector_registers) \
+        if few_rows and narrow_file else 0
+    if fitted:
+        width = fitted
+    elif few_rows and rows2 == 1 and ncol >= 4 * VECTOR:
         # 4 rows x 8 vectors: each broadcast feeds 8 FMAs instead of 4 (fits 16 registers with the rows rolled)
         width = 8 * VECTOR if ncol >= 8 * VECTOR else 4 * VECTOR
         width = max(whole_step, width // whole_step * whole_step)
