@@ -178,7 +178,7 @@ def few_rows_width(rows: int, whole_step: int, lanes: int, registers: int) -> in
     at most 4, whose accumulators fit the registers with a row of the column operand and a broadcast, in multiples
     of ``whole_step``; 0 where not even one such step fits. 3 rows x 2 of a second row dim x 2 vectors, or 4 rows x
     3 vectors: 12 accumulators, where the 32-register tile of 4 rows x 8 vectors left one row of 8 (each FMA then
-    loads its column vector: ``jni,knlm->mijkl`` 1.7x)."""
+    loads its column vector: ``jni,knlm->mijkl`` 1.8x)."""
     vectors = max(1, min(4, (registers - 1) // (rows + 1)))
     return vectors * lanes // whole_step * whole_step
 
