@@ -18,7 +18,7 @@ from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Pack, Reorder, Split, Vectorize
 from superopt.schedule.space import ScheduleSpace, check
 from superopt.target import host_target
-from superopt.testing.targets import xeon_avx512
+from superopt.testing.targets import avx2, xeon_avx512
 
 # capsule votes' conv as the ONNX import leaves it: a channels-last image under a stride-2 window, the OHWI
 # weight's output channel read as 16*ob+ol (the blocked output's two dims): the vector loop (ob, ol fused)
@@ -36,13 +36,15 @@ def _blocked():
     return compile_op(BLOCKED, BLOCKED_SHAPES, extents=BLOCKED_EXTENTS)
 
 
-def _check_against_reference(c, traces, kernel_cache, seed=0):
+def _check_against_reference(c, traces, kernel_cache, seed=0, target=None):
+    """Each trace compiled for ``target`` (None: the host) against the float64 reference."""
+    target = target or host_target(2)
     if any(type(p).__name__ == "TransposeBlock" for t in traces for p in t) \
-            and host_target(2).lanes("float32") < TARGET.lanes("float32"):
+            and target.lanes("float32") < TARGET.lanes("float32"):
         pytest.skip("the schedule's register transposes are of 16 lanes, which this host's vectors do not hold")
     args = [np.random.default_rng(seed).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
     (ref,) = evaluate_compute(c, args, np.float64)
-    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, host_target(2))):
+    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, target)):
         np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
 
 
@@ -559,16 +561,13 @@ def test_a_tile_of_few_rows_on_sixteen_registers_takes_a_second_row_dim_and_fits
     one row there, each FMA loading its own column vector. The fitted tile is 3 rows of j x 2 of a second row dim x 2
     vectors (12 accumulators); a shape too small for 8 vectors (48 columns) went to 3 vectors of one row dim. Both
     the fitted and the unfitted schedules of the small shape match the reference."""
-    from dataclasses import replace
-
     import superopt.schedule.contraction as contraction
-    from superopt.target import avx512_target
 
-    avx2 = replace(avx512_target(2), vector_bits=256, vector_registers=16, isa_flags=("avx2", "fma"))
+    target = avx2(2)
     text = "C[m,i,j,k,l] += A[j,n,i] * B[k,n,l,m]"
 
     def tile(shapes):
-        trace = default_schedule(compile_op(text, shapes), avx2, frozenset())
+        trace = default_schedule(compile_op(text, shapes), target, frozenset())
         return trace, [p.factor for p in trace if isinstance(p, Split) and p.loop == "k_l"], \
             sorted(p.loop for p in trace if type(p).__name__ == "Unroll")
 
@@ -583,12 +582,7 @@ def test_a_tile_of_few_rows_on_sixteen_registers_takes_a_second_row_dim_and_fits
     assert width == [64] and unrolled == ["j_i"], one_row
     unfitted_small, width, unrolled = tile(small)
     assert width == [24] and unrolled == ["j"], unfitted_small
-    c = compile_op(text, small)
-    args = [np.random.default_rng(4).standard_normal(c.type_of[i].shape).astype(np.float32) for i in c.inputs]
-    (ref,) = evaluate_compute(c, args, np.float64)
-    traces = [fitted_small, unfitted_small]
-    for trace, kernel in zip(traces, build_kernels([(c, t) for t in traces], kernel_cache, 2, avx2)):
-        np.testing.assert_allclose(kernel(*args)[0], ref, rtol=1e-4, atol=1e-4, err_msg=f"trace {trace}")
+    _check_against_reference(compile_op(text, small), [fitted_small, unfitted_small], kernel_cache, 4, target)
 
 
 def test_rows_of_a_dim_the_column_operand_does_not_read_match_the_reference(kernel_cache):

@@ -6,7 +6,6 @@ the reference's result, the prelude's partial-block copy on its own (with and wi
 from __future__ import annotations
 
 import ctypes
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from superopt.schedule.knobs import KnobRecorder
 from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.primitives import Fuse, Parallel, Reorder, Split, TransposeBlock, trace_from_json, trace_to_json
 from superopt.target import avx512_target, h200_target, host_target
+from superopt.testing.targets import avx2
 
 # (index notation, input shape, the numpy axes of the input the output's axes are): 2-D to 4-D, odd extents
 PERMUTATIONS = [
@@ -35,7 +35,7 @@ PERMUTATIONS = [
 
 def _avx2_target():
     """Eight float lanes (so_transpose8 and its partial blocks), on this host's compiler flags."""
-    return replace(avx512_target(2), vector_bits=256, vector_registers=16, isa_flags=("avx2", "fma"))
+    return avx2(2)
 
 
 def _host_has_avx512() -> bool:

@@ -4,8 +4,6 @@ ReLU and NaN, padded reads, 8- and 16-lane targets); what the spelling does not 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -17,14 +15,14 @@ from superopt.schedule import CacheWrite, Pack, Parallel, Reorder, Split, Unroll
 from superopt.schedule.default import default_schedule
 from superopt.schedule.plan import lower
 from superopt.target import avx512_target, host_target
+from superopt.testing.targets import avx2
 
 MATMUL = "C[i,j] += A[i,k] * B[k,j]"
 MATMUL_BIAS_RELU = "C[i,j] += A[i,k] * B[k,j]\nO[i,j] = relu(C[i,j] + bias[j])"
 CONV_BIAS_RELU = ("P[n,co,y,x] += X[n,ci,y+kh-1,x+kw-1] * W[co,ci,kh,kw]\nT[n,co,y,x] = P[n,co,y,x] + B[co]\n"
                   "O[n,co,y,x] = relu(T[n,co,y,x])")
 CAPSULE = "V[n,y,x,o,p,q] += P[n,2*y+kh,2*x+kw,i,p,r] * W[kh,kw,i,o,r,q]"
-AVX2 = replace(avx512_target(2), cpu_model="x86-64 AVX2", isa_flags=("avx2", "fma"), vector_bits=256,
-               vector_registers=16)
+AVX2 = avx2(2)
 
 
 def _run(c, trace, target, kernel_cache, args):

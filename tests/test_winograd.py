@@ -4,7 +4,6 @@ default schedules and random points of their schedule spaces, and the rule stays
 not fit."""
 
 import random
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -32,9 +31,9 @@ from superopt.schedule.plan import ScheduleError, lower
 from superopt.schedule.space import ScheduleSpace
 from superopt.schedule.tile_transform import TILE_TRANSFORM
 from superopt.target import avx512_target, host_target
+from superopt.testing.targets import avx2
 
-AVX2 = replace(avx512_target(2), cpu_model="x86-64 AVX2", isa_flags=("avx2", "fma"), vector_bits=256,
-               vector_registers=16)
+AVX2 = avx2(2)
 
 
 def _conv_graph(c=8, k=16, hw=24, stride=1, block=8, seed=0, residual=False):
